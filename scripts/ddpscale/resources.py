@@ -1,0 +1,114 @@
+"""Site facts (from a profile) + topology -> SLURM resources and the launch command.
+
+Pure functions: nothing here runs a scheduler, so every profile's mapping is unit-tested.
+The resource names are those of snakemake-executor-plugin-slurm 2.8.0.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, fields
+
+from ddpscale.topology import Topology
+
+# A profile states its site facts as custom resources of rule `train`, prefixed so that
+# they never collide with a resource the SLURM plugin interprets.
+SITE_PREFIX = "site_"
+
+
+class SiteError(ValueError):
+    """A profile's site facts are incomplete or misspelt."""
+
+
+@dataclass(frozen=True)
+class Site:
+    launcher: str = "local"  # "local": one process per simulated device on this host; else e.g. "srun"
+    gpus_per_node: int | None = None  # devices a node has; None = no limit (local simulation)
+    gpu_type: str | None = None  # gres type, e.g. "a100" -> --gres=gpu:a100:N
+    cpus_per_gpu: int = 1  # CPUs for each rank (one rank per GPU)
+    mem_mb_per_gpu: int = 2000  # host memory for each rank
+    env: str = ""  # variables exported to every rank, e.g. NCCL settings: "NCCL_IB_DISABLE=0 ..."
+
+    @property
+    def is_local(self) -> bool:
+        return self.launcher == "local"
+
+
+def site_from_resources(resources: dict, where: str = "profile set-resources train") -> Site:
+    """Build a Site from the `site_*` entries of a profile's set-resources for rule train."""
+    known = {f.name for f in fields(Site)}
+    values = {}
+    for key, value in resources.items():
+        if not key.startswith(SITE_PREFIX):
+            continue
+        name = key[len(SITE_PREFIX):]
+        if name not in known:
+            raise SiteError(
+                f"{where}: unknown site fact '{key}'; known: "
+                + ", ".join(SITE_PREFIX + k for k in sorted(known))
+            )
+        values[name] = value
+    site = Site(**values)
+    for name in ("cpus_per_gpu", "mem_mb_per_gpu"):
+        value = getattr(site, name)
+        if not isinstance(value, int) or value < 1:
+            raise SiteError(f"{where}: {SITE_PREFIX}{name} must be an integer >= 1 (got {value!r})")
+    if site.gpus_per_node is not None and (
+        not isinstance(site.gpus_per_node, int) or site.gpus_per_node < 1
+    ):
+        raise SiteError(
+            f"{where}: {SITE_PREFIX}gpus_per_node must be an integer >= 1 (got {site.gpus_per_node!r})"
+        )
+    return site
+
+
+def slurm_resources(topo: Topology, site: Site) -> dict:
+    """The plugin resources of one training job.
+
+    Facts of plugin 2.8.0 this relies on:
+    - a job with a truthy `mpi` resource runs its shell in the batch step, and the shell
+      starts the ranks itself (launch_prefix); with `mpi` falsy the plugin wraps the job in
+      `srun -n1`, which would train a multi-node topology on one rank and "succeed";
+    - the plugin refuses `mpi` with tasks == 1, so the 1-rank baseline is a plain job;
+    - with a gpu gres the plugin adds --ntasks-per-gpu from `tasks` unless tasks_per_gpu=0,
+      which breaks M nodes x 1 GPU; `gres` is per node, unlike `gpu` (a job-wide total).
+    """
+    gres = f"gpu:{site.gpu_type}:{topo.devices_per_node}" if site.gpu_type else f"gpu:{topo.devices_per_node}"
+    multi_rank = topo.world_size > 1 and not site.is_local
+    return {
+        "nodes": topo.num_nodes,
+        "tasks": topo.world_size,
+        "tasks_per_gpu": 0,
+        "gres": gres,
+        "cpus_per_task": site.cpus_per_gpu,
+        # --mem is per node: one rank per device on each node.
+        "mem_mb": site.mem_mb_per_gpu * topo.devices_per_node,
+        "mpi": site.launcher if multi_rank else "",
+    }
+
+
+def launch_prefix(topo: Topology, site: Site, python: str) -> str:
+    """The command that starts every rank of a topology, to be followed by the script and flags.
+
+    All counts are explicit: under SLURM the plugin's jobstep strips SLURM_* variables before
+    the shell runs, and Lightning's SLURMEnvironment needs --ntasks-per-node == devices.
+    """
+    env = f"env {site.env} " if site.env else ""
+    if topo.world_size == 1:
+        return f"{env}{shlex.quote(python)}"
+    if site.is_local:
+        return (
+            f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
+            f"--procs-per-node {topo.devices_per_node} -- {shlex.quote(python)}"
+        )
+    return (
+        f"{env}{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
+        f"--cpus-per-task={site.cpus_per_gpu} --kill-on-bad-exit=1 {shlex.quote(python)}"
+    )
+
+
+def cluster_env(topo: Topology, site: Site) -> str:
+    """Which Lightning cluster environment the ranks must use (never guessed from variables)."""
+    if topo.world_size > 1 and not site.is_local:
+        return "slurm"
+    return "local"

@@ -1,0 +1,93 @@
+"""Topologies ("MxN": M nodes x N devices per node) and the checks made before any job runs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TOPOLOGY_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
+
+
+class TopologyError(ValueError):
+    """A topology that cannot run; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True, order=True)
+class Topology:
+    num_nodes: int
+    devices_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices_per_node
+
+    @property
+    def name(self) -> str:
+        return f"{self.num_nodes}x{self.devices_per_node}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def parse_topology(text: str, where: str = "topologies") -> Topology:
+    match = _TOPOLOGY_RE.match(str(text))
+    if not match:
+        raise TopologyError(
+            f"{where}: '{text}' is not a topology; write NODESxDEVICES, e.g. '1x4' "
+            "for one node with 4 devices or '2x4' for two such nodes"
+        )
+    nodes, devices = int(match.group(1)), int(match.group(2))
+    if nodes < 1:
+        raise TopologyError(f"{where}: '{text}' has {nodes} nodes; nodes must be an integer >= 1")
+    if devices < 1:
+        raise TopologyError(
+            f"{where}: '{text}' has {devices} devices per node; devices must be an integer >= 1"
+        )
+    return Topology(nodes, devices)
+
+
+def check_topologies(
+    entries: list,
+    baseline: str,
+    max_devices_per_node: int | None,
+    scaling: str,
+    batch_size: int,
+    config_path: str = "config/config.yaml",
+) -> list[Topology]:
+    """Parse and check every topology of the config against the site; return them sorted.
+
+    Raises TopologyError with the first problem found, so nothing is submitted.
+    """
+    topologies = []
+    for i, entry in enumerate(entries):
+        topo = parse_topology(entry, where=f"{config_path}, topologies[{i}]")
+        if topo in topologies:
+            raise TopologyError(f"{config_path}, topologies[{i}]: '{entry}' is listed twice")
+        if max_devices_per_node is not None and topo.devices_per_node > max_devices_per_node:
+            raise TopologyError(
+                f"{config_path}, topologies[{i}]: '{entry}' asks for {topo.devices_per_node} "
+                f"devices per node but the profile's nodes have {max_devices_per_node} "
+                f"(site_gpus_per_node); use at most {max_devices_per_node} per node, "
+                f"e.g. '{-(-topo.world_size // max_devices_per_node)}x{max_devices_per_node}'"
+            )
+        if scaling == "strong" and batch_size % topo.world_size:
+            raise TopologyError(
+                f"{config_path}, topologies[{i}]: strong scaling splits the global batch "
+                f"{batch_size} over {topo.world_size} devices, which does not divide evenly; "
+                "choose a batch.size divisible by every world size"
+            )
+        topologies.append(topo)
+    base = parse_topology(baseline, where=f"{config_path}, baseline")
+    if base not in topologies:
+        raise TopologyError(
+            f"{config_path}: baseline '{baseline}' is not among the topologies "
+            f"{[t.name for t in topologies]}; add it, since speedup is measured against it"
+        )
+    return sorted(topologies, key=lambda t: (t.world_size, t.num_nodes))
+
+
+def batch_per_device(scaling: str, batch_size: int, topo: Topology) -> int:
+    """Weak scaling keeps the batch per device; strong scaling keeps the global batch."""
+    if scaling == "weak":
+        return batch_size
+    return batch_size // topo.world_size
