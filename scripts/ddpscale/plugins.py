@@ -1,0 +1,91 @@
+"""Load the user's LightningModule / LightningDataModule from an import path in config."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+
+LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+
+
+class PluginError(ValueError):
+    """An import path or init argument in config that cannot work; names the fix."""
+
+
+def split_path(path: str, key: str) -> tuple[str, str]:
+    module, _, name = path.rpartition(".")
+    if not module or not name:
+        raise PluginError(f"{key}: '{path}' is not an import path; write package.module.ClassName")
+    return module, name
+
+
+def check_importable(path: str, key: str) -> None:
+    """Cheap check, without importing the module, made before any job is submitted."""
+    module, _ = split_path(path, key)
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        found = None
+    if found is None:
+        raise PluginError(
+            f"{key}: module '{module}' of '{path}' was not found; it must be importable from "
+            "the repository root or an installed package (fix the path in config/config.yaml)"
+        )
+
+
+def load_class(path: str, key: str, base: type):
+    module_name, name = split_path(path, key)
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # user code next to the workflow, run from the repository root
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise PluginError(f"{key}: cannot import module '{module_name}' ({err}); fix the path in config/config.yaml") from err
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise PluginError(f"{key}: module '{module_name}' has no '{name}'; fix the path in config/config.yaml")
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        raise PluginError(f"{key}: '{path}' is not a {base.__name__} subclass")
+    return cls
+
+
+def accepted(cls) -> set[str] | None:
+    """Names the class's __init__ takes; None when it takes **kwargs (accepts anything)."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_file: str | None,
+                   key: str = "data") -> dict:
+    """The pipeline's arguments for a data module, merged with the user's.
+
+    Contract: a data module takes `batch_size` (per device, set by the scaling mode); it takes
+    `data_file` when the workflow generates its dataset; the loader knobs are passed where it
+    accepts them, and a knob set away from its default that it cannot take is an error.
+    """
+    names = accepted(cls)
+    args = dict(user_args)
+    if names is not None and "batch_size" not in names:
+        raise PluginError(f"{key}.class_path: {cls.__name__} must accept 'batch_size' (the per-device batch)")
+    args["batch_size"] = batch_size
+    if data_file is not None:
+        if names is not None and "data_file" not in names:
+            raise PluginError(
+                f"{key}.class_path: {cls.__name__} does not accept 'data_file', but config "
+                "'dataset' generates one; accept it or set dataset: null"
+            )
+        args["data_file"] = data_file
+    defaults = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
+    for name in LOADER_KEYS:
+        if names is None or name in names:
+            args[name] = loader[name]
+        elif loader[name] != defaults[name]:
+            raise PluginError(
+                f"dataloader.{name} is set to {loader[name]!r} but {cls.__name__} does not accept "
+                f"'{name}'; add it to its __init__ or remove the setting"
+            )
+    return args

@@ -1,0 +1,112 @@
+"""Bookkeeping of one training run: resume checkpoints, device facts, the metrics record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+LAST = "last.ckpt"
+FINGERPRINT = "fingerprint.json"
+
+
+def fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None:
+    """The checkpoint to resume from, or None to start fresh.
+
+    A checkpoint is only resumed if it was written by a run with the same settings; a stale
+    one (other epochs, batch, model...) is removed by rank 0 so a changed config starts over.
+    Every rank reaches the same answer: rank 0 deletes the checkpoint before it rewrites the
+    fingerprint, and a new checkpoint cannot appear before all ranks have started.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    last, stamp = ckpt_dir / LAST, ckpt_dir / FINGERPRINT
+    wanted = fingerprint(settings)
+    if last.exists() and stamp.exists() and json.loads(stamp.read_text()).get("fingerprint") == wanted:
+        return str(last)
+    if is_rank_zero:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if last.exists():
+            print(f"ddpscale: {last} was written with other settings; starting this run fresh")
+            last.unlink()
+        stamp.write_text(json.dumps({"fingerprint": wanted, "settings": settings}, indent=2))
+    return None
+
+
+def clear_checkpoints(ckpt_dir: str) -> None:
+    """After success: a rerun (e.g. after deleting metrics.json) must measure afresh."""
+    for name in (LAST, FINGERPRINT):
+        path = Path(ckpt_dir) / name
+        if path.exists():
+            path.unlink()
+
+
+def device_facts(trainer: pl.Trainer) -> dict:
+    root = trainer.strategy.root_device
+    if root.type == "cuda":
+        return {"device_kind": "cuda", "device_name": torch.cuda.get_device_name(root), "simulated": False}
+    # Each CPU process stands in for one GPU; the report must never call this a GPU result.
+    return {"device_kind": root.type, "device_name": f"{root.type}, simulated", "simulated": True}
+
+
+def formed_world_size() -> int:
+    """Read from the process group that actually formed, not from the request."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
+def scalars(trainer: pl.Trainer) -> dict:
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+
+
+def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
+                   started: str, batch_per_device: int, effective_batch: int) -> dict:
+    hosts = sorted({r["host"] for r in ranks})
+    simulated_nodes = os.environ.get("DDPSCALE_SIMULATED_NODES")
+    return {
+        "schema_version": 1,
+        "topology": args.topology,
+        "repeat": args.repeat,
+        "num_nodes": args.nodes,
+        "devices_per_node": args.devices,
+        "world_size": formed_world_size(),
+        "node_ranks": [r["node_rank"] for r in ranks],
+        "hosts": hosts,
+        "simulated_nodes_on_one_host": bool(simulated_nodes) and len(hosts) == 1 and args.nodes > 1,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        **device_facts(trainer),
+        "backend": torch.distributed.get_backend() if formed_world_size() > 1 else None,
+        "scaling": args.scaling,
+        "batch_per_device": batch_per_device,
+        "effective_batch": effective_batch,
+        "accumulate_grad_batches": args.accumulate_grad_batches,
+        "precision": args.precision,
+        "max_epochs": args.max_epochs,
+        **summary,
+        "val_loss": scalars.get("val_loss"),
+        "val_acc": scalars.get("val_acc"),
+        "test_acc": scalars.get("test_acc"),
+        "logged_metrics": scalars,
+        "model_class": args.model_class,
+        "data_class": args.data_class,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "lightning": pl.__version__},
+        "launched_from": socket.gethostname(),
+        "started_at": started,
+        "finished_at": now(),
+    }
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

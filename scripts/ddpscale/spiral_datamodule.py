@@ -1,0 +1,46 @@
+"""LightningDataModule over the prepared spiral file. Never generates data itself."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ddpscale.spiral import load_checked
+
+
+class SpiralDataModule(pl.LightningDataModule):
+    def __init__(self, data_file: str, batch_size: int = 32, num_workers: int = 0,
+                 pin_memory: bool = False, persistent_workers: bool = False,
+                 prefetch_factor: int | None = None):
+        super().__init__()
+        self.data_file = data_file
+        self.batch_size = batch_size
+        self.loader_args = {"num_workers": num_workers, "pin_memory": pin_memory}
+        if num_workers > 0:
+            # DataLoader rejects these two without worker processes
+            self.loader_args["persistent_workers"] = persistent_workers
+            self.loader_args["prefetch_factor"] = prefetch_factor
+        self.splits: dict[str, TensorDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        arrays = load_checked(self.data_file)
+        for name in ("train", "val", "test"):
+            self.splits[name] = TensorDataset(
+                torch.from_numpy(arrays[f"x_{name}"]), torch.from_numpy(arrays[f"y_{name}"])
+            )
+
+    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+        # Lightning swaps in a DistributedSampler under DDP, so each rank reads its shard.
+        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, **self.loader_args)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

@@ -1,0 +1,146 @@
+"""A callback that measures what the report needs, cheaply enough not to be the bottleneck.
+
+Its state (epoch times, sample counts, attempts) is saved in every checkpoint, so a run resumed
+after a kill keeps the time of the epochs it already finished and counts each epoch once.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # else the clock stops before the GPU has finished
+
+
+def _batch_len(batch) -> int:
+    while isinstance(batch, (list, tuple)):
+        batch = batch[0]
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()))
+    return len(batch)
+
+
+class ScalingMetrics(pl.Callback):
+    def __init__(self, warmup_epochs: int = 1):
+        self.warmup_epochs = warmup_epochs
+        self.epoch_times: list[float] = []  # train + validation of each finished epoch
+        self.train_times: list[float] = []  # training batches only
+        self.samples: list[int] = []  # training samples over all ranks
+        self.attempts = 0
+        self.resumed_from_epoch: int | None = None
+        self.ranks: list[dict] = []
+        self._reset_epoch()
+
+    def _reset_epoch(self) -> None:
+        self._t0 = self._t_train = None
+        self._count = 0
+        self._loss_sum = None
+        self._epoch_open = False
+
+    # -- checkpointed state -------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"epoch_times": self.epoch_times, "train_times": self.train_times,
+                "samples": self.samples, "attempts": self.attempts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch_times = list(state["epoch_times"])
+        self.train_times = list(state["train_times"])
+        self.samples = list(state["samples"])
+        self.attempts = int(state["attempts"])
+
+    # -- hooks ------------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        me = {"global_rank": trainer.global_rank, "node_rank": trainer.node_rank,
+              "local_rank": trainer.local_rank, "host": socket.gethostname()}
+        if dist.is_available() and dist.is_initialized():
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, me)
+            self.ranks = sorted(gathered, key=lambda r: r["global_rank"])
+        else:
+            self.ranks = [me]
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.attempts += 1
+        if trainer.current_epoch > 0:
+            self.resumed_from_epoch = trainer.current_epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._reset_epoch()
+        _sync(pl_module.device)
+        self._t0 = time.perf_counter()
+        self._epoch_open = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._count += _batch_len(batch)
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            # summed on the device; checked once per epoch, so no host sync per step
+            loss = loss.detach().float()
+            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+
+    def _end_training_phase(self, pl_module) -> None:
+        if self._t_train is None and self._t0 is not None:
+            _sync(pl_module.device)
+            self._t_train = time.perf_counter() - self._t0
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and self._epoch_open:
+            self._end_training_phase(pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        # Closing here, not at train-epoch end, puts this epoch into the checkpoint that
+        # ModelCheckpoint writes right after (Lightning orders checkpoint callbacks last).
+        if not trainer.sanity_checking and self._epoch_open:
+            self._close_epoch(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._epoch_open:
+            self._close_epoch(trainer, pl_module)
+
+    def _close_epoch(self, trainer, pl_module) -> None:
+        self._end_training_phase(pl_module)
+        elapsed = time.perf_counter() - self._t0
+        loss_sum = self._loss_sum if self._loss_sum is not None else torch.zeros((), device=pl_module.device)
+        totals = torch.stack([torch.tensor(float(self._count), device=pl_module.device), loss_sum])
+        # one all-reduce per epoch: exact sample count, and every rank sees a NaN on any rank
+        totals = trainer.strategy.reduce(totals, reduce_op="sum")
+        if not torch.isfinite(totals[1]):
+            raise NonFiniteLossError(
+                f"training loss became non-finite (NaN or inf) in epoch {trainer.current_epoch}; "
+                "lower the learning rate in config (model.init_args) or check the data"
+            )
+        self.samples.append(int(totals[0].item()))
+        self.train_times.append(self._t_train)
+        self.epoch_times.append(elapsed)
+        self._epoch_open = False
+
+    # -- summary ----------------------------------------------------------------------
+    def summary(self) -> dict:
+        steady = slice(self.warmup_epochs, None)
+        steady_samples = sum(self.samples[steady])
+        steady_time = sum(self.train_times[steady])
+        steady_epochs = self.epoch_times[steady]
+        return {
+            "epochs_completed": len(self.epoch_times),
+            "warmup_epochs": self.warmup_epochs,
+            "epoch_times_s": [round(t, 6) for t in self.epoch_times],
+            "train_times_s": [round(t, 6) for t in self.train_times],
+            "fit_time_s": sum(self.epoch_times),
+            "steady_samples": steady_samples,
+            "steady_time_s": steady_time,
+            "throughput_samples_s": steady_samples / steady_time if steady_time > 0 else None,
+            "time_per_epoch_s": sum(steady_epochs) / len(steady_epochs) if steady_epochs else None,
+            "attempts": self.attempts,
+            "resumed_from_epoch": self.resumed_from_epoch,
+        }

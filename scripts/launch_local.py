@@ -1,0 +1,8 @@
+"""Start the ranks of one topology on this host (the local profile's launcher; SLURM uses srun)."""
+
+import sys
+
+from ddpscale.launch import main
+
+if __name__ == "__main__":
+    sys.exit(main())

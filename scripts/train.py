@@ -1,0 +1,112 @@
+"""Train one topology with Lightning DDP and write its metrics.json (rank 0, atomically, last).
+
+Every rank runs this script; the launcher (scripts/launch_local.py or srun) starts them. The
+topology comes from explicit flags and is checked against the process group that formed.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+from pytorch_lightning.utilities.model_helpers import is_overridden
+
+from ddpscale import plugins, runinfo
+from ddpscale.io import write_json_atomic
+from ddpscale.timing import NonFiniteLossError, ScalingMetrics
+from ddpscale.topology import Topology, batch_per_device
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--topology", required=True, help="label, e.g. 2x4")
+    p.add_argument("--repeat", type=int, default=0)
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--devices", type=int, required=True, help="devices (ranks) per node")
+    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--cluster-env", default="local", choices=["local", "slurm"])
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank; 0: cores / local ranks")
+    p.add_argument("--max-epochs", type=int, required=True)
+    p.add_argument("--warmup-epochs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scaling", choices=["weak", "strong"], required=True)
+    p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
+    p.add_argument("--precision", default="32-true")
+    p.add_argument("--accumulate-grad-batches", type=int, default=1)
+    p.add_argument("--loader", default='{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}',
+                   help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
+    p.add_argument("--model-class", required=True)
+    p.add_argument("--model-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-class", required=True)
+    p.add_argument("--data-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
+    p.add_argument("--ckpt-dir", required=True, help="resume checkpoints (not a workflow output)")
+    p.add_argument("--metrics", required=True, help="metrics.json to write")
+    return p.parse_args(argv)
+
+
+def build_trainer(args, callbacks) -> pl.Trainer:
+    topo = Topology(args.nodes, args.devices)
+    env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
+    return pl.Trainer(
+        accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
+        # one device trains as a user would without DDP; more devices use DDP
+        strategy="ddp" if topo.world_size > 1 else "auto",
+        plugins=[env], precision=args.precision, max_epochs=args.max_epochs,
+        accumulate_grad_batches=args.accumulate_grad_batches, callbacks=callbacks,
+        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    topo = Topology(args.nodes, args.devices)
+    local_ranks = args.devices if args.cluster_env == "local" else 1
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (local_ranks * args.nodes)))
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    started = runinfo.now()
+    per_device = batch_per_device(args.scaling, args.batch_size, topo)
+
+    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
+    data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
+    data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device,
+                                       json.loads(args.loader), args.data_file)
+    model = model_cls(**json.loads(args.model_args))
+    datamodule = data_cls(**data_args)
+
+    metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs)
+    checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, save_top_k=0,
+                                 enable_version_counter=False)
+    trainer = build_trainer(args, [metrics, checkpoint])
+    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads")}
+    ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
+
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
+    if runinfo.formed_world_size() != topo.world_size:
+        raise RuntimeError(
+            f"topology {topo} asked for {topo.world_size} ranks but the process group has "
+            f"{runinfo.formed_world_size()}: the launcher did not start every rank"
+        )
+    logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
+    if is_overridden("test_step", model):
+        trainer.test(model, datamodule=datamodule, verbose=False)
+        logged.update(runinfo.scalars(trainer))
+    if trainer.global_rank == 0:
+        record = runinfo.metrics_record(args, logged, trainer, metrics.summary(), metrics.ranks, started,
+                                        per_device, per_device * topo.world_size * args.accumulate_grad_batches)
+        runinfo.clear_checkpoints(args.ckpt_dir)
+        write_json_atomic(args.metrics, record)  # last: its presence marks the run as done
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (plugins.PluginError, NonFiniteLossError, FileNotFoundError, ValueError) as err:
+        print(f"ddpscale train: {err}", file=sys.stderr)
+        sys.exit(3)
