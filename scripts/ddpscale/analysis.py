@@ -1,0 +1,179 @@
+"""Turn per-run metrics.json records into one scaling table per topology.
+
+Pure pandas on purpose: the report has to run (and be unit-tested) on a
+login node without torch or a GPU, so nothing here imports the training stack.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+# Keys the report reads. Accuracy metrics are deliberately not listed: a user
+# LightningModule may log no test step, and that is reported, not rejected.
+REQUIRED_KEYS = (
+    "schema_version", "topology", "repeat", "num_nodes", "devices_per_node",
+    "world_size", "device_name", "simulated", "backend", "scaling",
+    "batch_per_device", "effective_batch", "warmup_epochs", "epoch_times_s",
+    "fit_time_s", "throughput_samples_s", "time_per_epoch_s", "hosts",
+    "versions",
+)
+
+SUMMARY_COLUMNS = (
+    "topology", "num_nodes", "devices_per_node", "world_size", "repeats",
+    "device_name", "simulated", "scaling", "batch_per_device",
+    "effective_batch", "fit_time_s", "time_per_epoch_s",
+    "throughput_samples_s", "speedup", "efficiency", "time_speedup",
+    "gpu_hours",
+)
+
+# 0.90 - 0.88 is -0.0200000000000000018 in binary floating point; without
+# slack a drop of exactly the tolerance would be reported as a failure.
+_FLOAT_SLACK = 1e-9
+
+
+def validate_run(record: object, source: str) -> dict:
+    """Return record if it is a schema-1 metrics dict, else raise ValueError."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"{source}: missing required key(s): {', '.join(missing)}")
+    if record["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(
+            f"{source}: schema_version {record['schema_version']!r} is not "
+            f"supported (expected {SCHEMA_VERSION})")
+    return record
+
+
+def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per metrics.json; list/dict fields stay Python objects."""
+    records = []
+    for path in paths:
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        record = dict(validate_run(record, str(path)))
+        record["source"] = str(path)
+        records.append(record)
+    if not records:
+        raise ValueError("no metrics files given")
+    return pd.DataFrame.from_records(records)
+
+
+def check_world_sizes(runs: pd.DataFrame) -> None:
+    """A run whose world_size differs from the request lost ranks: it must
+    never be shown as a result, so refuse the whole report."""
+    expected = runs["num_nodes"] * runs["devices_per_node"]
+    bad = runs[runs["world_size"] != expected]
+    if not bad.empty:
+        row = bad.iloc[0]
+        raise ValueError(
+            f"run {row['topology']} (repeat {row['repeat']}) is broken: "
+            f"world_size {row['world_size']} != num_nodes*devices_per_node "
+            f"{row['num_nodes'] * row['devices_per_node']}; rerun it or drop "
+            f"its metrics file")
+
+
+def _join_unique(values: pd.Series) -> str:
+    return ", ".join(dict.fromkeys(str(v) for v in values))
+
+
+def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
+              tolerance: float) -> pd.DataFrame:
+    """Median over repeats per topology, then speedup etc. against baseline."""
+    if accuracy_metric not in runs.columns:
+        raise ValueError(
+            f"accuracy metric '{accuracy_metric}' is not in any metrics file; "
+            f"choose one the runs log, e.g. val_acc or test_acc")
+    check_world_sizes(runs)
+    if baseline not in set(runs["topology"]):
+        raise ValueError(
+            f"baseline '{baseline}' has no finished run; add it to topologies "
+            f"in config/config.yaml")
+
+    runs = runs.copy()
+    # null -> NaN so the median skips it and an all-null topology stays NaN.
+    runs[accuracy_metric] = pd.to_numeric(runs[accuracy_metric], errors="coerce")
+    median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s",
+                   accuracy_metric]
+    for col in median_cols:
+        runs[col] = pd.to_numeric(runs[col], errors="coerce")
+
+    grouped = runs.groupby("topology", sort=False)
+    table = grouped.agg(
+        num_nodes=("num_nodes", "first"),
+        devices_per_node=("devices_per_node", "first"),
+        world_size=("world_size", "first"),
+        repeats=("topology", "size"),
+        device_name=("device_name", _join_unique),
+        simulated=("simulated", lambda s: bool(s.astype(bool).any())),
+        scaling=("scaling", _join_unique),
+        batch_per_device=("batch_per_device", "first"),
+        effective_batch=("effective_batch", "first"),
+    )
+    medians = grouped[median_cols].median()
+    table = table.join(medians).reset_index()
+
+    base = table.loc[table["topology"] == baseline].iloc[0]
+    table["speedup"] = table["throughput_samples_s"] / base["throughput_samples_s"]
+    table["efficiency"] = table["speedup"] / (table["world_size"] / base["world_size"])
+    table["time_speedup"] = base["fit_time_s"] / table["fit_time_s"]
+    table["gpu_hours"] = table["fit_time_s"] * table["world_size"] / 3600.0
+
+    delta = table[accuracy_metric] - base[accuracy_metric]
+    held = (delta >= -tolerance - _FLOAT_SLACK).astype("boolean")
+    held[delta.isna()] = pd.NA  # metric not logged: neither held nor failed
+    table["accuracy_delta"] = delta
+    table["accuracy_held"] = held
+
+    table = table.sort_values(["world_size", "num_nodes"], kind="stable")
+    table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
+                                           "accuracy_held"]].reset_index(drop=True)
+    # Plots and HTML need these but they are not per-row data.
+    table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric,
+                       tolerance=float(tolerance))
+    return table
+
+
+def baseline_world_size(summary: pd.DataFrame) -> int:
+    base = summary.attrs.get("baseline")
+    rows = summary[summary["topology"] == base]
+    return int(rows["world_size"].iloc[0] if len(rows) else summary["world_size"].min())
+
+
+def device_word(summary: pd.DataFrame, n: int | None = None) -> str:
+    """'CPU-simulated devices' or 'GPUs' (singular when n == 1)."""
+    simulated = bool(summary["simulated"].any())
+    if n == 1:
+        return "CPU-simulated device" if simulated else "GPU"
+    return "CPU-simulated devices" if simulated else "GPUs"
+
+
+def hours_label(summary: pd.DataFrame) -> str:
+    return "device-hours" if bool(summary["simulated"].any()) else "GPU-hours"
+
+
+# Decimal places per column for scaling.tsv; hours get more because CPU
+# smoke runs last seconds and would otherwise round to 0.
+_ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
+             "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6,
+             "accuracy_delta": 4}
+
+
+def rounded(summary: pd.DataFrame) -> pd.DataFrame:
+    out = summary.copy()
+    for col, places in _ROUNDING.items():
+        out[col] = out[col].round(places)
+    metric = summary.attrs.get("accuracy_metric")
+    if metric in out.columns:
+        out[metric] = out[metric].round(4)
+    return out

@@ -1,0 +1,185 @@
+"""Unit tests for ddpscale.analysis on fixed metric dicts (no torch needed)."""
+import json
+
+import pandas as pd
+import pytest
+
+from ddpscale import analysis
+
+
+def make_run(topology="1x1", **overrides):
+    """One schema-1 metrics dict; topology sets nodes/devices/world size."""
+    nodes, per_node = (int(x) for x in topology.split("x"))
+    run = {
+        "schema_version": 1, "topology": topology, "repeat": 0,
+        "num_nodes": nodes, "devices_per_node": per_node,
+        "world_size": nodes * per_node,
+        "node_ranks": [r // per_node for r in range(nodes * per_node)],
+        "hosts": [f"node{i}" for i in range(nodes)], "slurm_job_id": None,
+        "device_kind": "cpu", "device_name": "cpu, simulated", "simulated": True,
+        "backend": "gloo", "scaling": "weak", "batch_per_device": 32,
+        "effective_batch": 32 * nodes * per_node, "accumulate_grad_batches": 1,
+        "precision": "32-true", "max_epochs": 3, "epochs_completed": 3,
+        "warmup_epochs": 1, "epoch_times_s": [12.0, 10.0, 10.0],
+        "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0,
+        "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
+        "val_loss": 0.3, "val_acc": 0.9, "test_acc": 0.9, "attempts": 1,
+        "resumed_from_epoch": None, "model_class": "M", "data_class": "D",
+        "versions": {"python": "3.11", "torch": "2.x", "lightning": "2.x"},
+        "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:01:00",
+    }
+    run.update(overrides)
+    return run
+
+
+def summarize(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
+    return analysis.summarize(pd.DataFrame(runs), baseline, metric, tolerance)
+
+
+def by_topology(summary):
+    return summary.set_index("topology")
+
+
+def test_speedup_efficiency_hours_and_order():
+    runs = [make_run("2x4", throughput_samples_s=640.0, fit_time_s=70.0),
+            make_run("2x2", throughput_samples_s=300.0, fit_time_s=150.0),
+            make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0),
+            make_run("1x4", throughput_samples_s=360.0, fit_time_s=120.0)]
+    s = summarize(runs)
+    assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
+        "test_acc", "accuracy_delta", "accuracy_held"]
+    # world size first, then fewer nodes first at equal world size
+    assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
+    t = by_topology(s)
+    assert t.loc["1x1", "speedup"] == pytest.approx(1.0)
+    assert t.loc["1x4", "speedup"] == pytest.approx(3.6)
+    assert t.loc["1x4", "efficiency"] == pytest.approx(0.9)
+    assert t.loc["2x2", "efficiency"] == pytest.approx(0.75)
+    assert t.loc["2x4", "speedup"] == pytest.approx(6.4)
+    assert t.loc["2x4", "efficiency"] == pytest.approx(0.8)
+    assert t.loc["1x4", "time_speedup"] == pytest.approx(400.0 / 120.0)
+    assert t.loc["1x1", "gpu_hours"] == pytest.approx(400.0 / 3600)
+    assert t.loc["2x4", "gpu_hours"] == pytest.approx(70.0 * 8 / 3600)
+    assert bool(t.loc["2x4", "simulated"]) is True
+
+
+def test_baseline_need_not_be_one_device():
+    runs = [make_run("1x2", throughput_samples_s=200.0),
+            make_run("2x4", throughput_samples_s=640.0)]
+    t = by_topology(summarize(runs, baseline="1x2"))
+    assert t.loc["2x4", "speedup"] == pytest.approx(3.2)
+    assert t.loc["2x4", "efficiency"] == pytest.approx(0.8)
+
+
+def test_median_over_repeats():
+    runs = [make_run("1x1", repeat=0, throughput_samples_s=100.0, fit_time_s=300.0),
+            make_run("1x1", repeat=1, throughput_samples_s=120.0, fit_time_s=500.0),
+            make_run("1x2", repeat=0, throughput_samples_s=150.0, fit_time_s=50.0),
+            make_run("1x2", repeat=1, throughput_samples_s=190.0, fit_time_s=70.0),
+            make_run("1x2", repeat=2, throughput_samples_s=170.0, fit_time_s=60.0,
+                     test_acc=0.5)]
+    t = by_topology(summarize(runs, tolerance=0.5))
+    assert t.loc["1x1", "repeats"] == 2
+    assert t.loc["1x2", "repeats"] == 3
+    assert t.loc["1x1", "throughput_samples_s"] == pytest.approx(110.0)
+    assert t.loc["1x2", "throughput_samples_s"] == pytest.approx(170.0)
+    assert t.loc["1x2", "fit_time_s"] == pytest.approx(60.0)
+    assert t.loc["1x2", "test_acc"] == pytest.approx(0.9)  # outlier 0.5 ignored
+    assert t.loc["1x2", "speedup"] == pytest.approx(170.0 / 110.0)
+    assert t.loc["1x2", "time_speedup"] == pytest.approx(400.0 / 60.0)
+
+
+def test_accuracy_held_at_tolerance_boundary():
+    runs = [make_run("1x1", test_acc=0.90),
+            make_run("1x2", test_acc=0.88),     # drop == tolerance: held
+            make_run("1x4", test_acc=0.8799),   # drop just over: not held
+            make_run("2x2", test_acc=0.95)]     # gain: held
+    t = by_topology(summarize(runs, tolerance=0.02))
+    assert t.loc["1x2", "accuracy_delta"] == pytest.approx(-0.02)
+    assert t.loc["1x2", "accuracy_held"] == True  # noqa: E712 (pandas boolean)
+    assert t.loc["1x4", "accuracy_held"] == False  # noqa: E712
+    assert t.loc["2x2", "accuracy_held"] == True  # noqa: E712
+    assert t.loc["2x2", "accuracy_delta"] == pytest.approx(0.05)
+
+
+def test_other_accuracy_metric_is_used():
+    runs = [make_run("1x1", val_acc=0.80), make_run("1x2", val_acc=0.70)]
+    t = by_topology(summarize(runs, metric="val_acc", tolerance=0.05))
+    assert "val_acc" in t.columns and "test_acc" not in t.columns
+    assert t.loc["1x2", "accuracy_held"] == False  # noqa: E712
+
+
+def test_null_metric_is_not_logged():
+    runs = [make_run("1x1"), make_run("1x2", test_acc=None)]
+    t = by_topology(summarize(runs))
+    assert pd.isna(t.loc["1x2", "accuracy_held"])
+    assert pd.isna(t.loc["1x2", "accuracy_delta"])
+    assert t.loc["1x1", "accuracy_held"] == True  # noqa: E712
+
+    all_null = summarize([make_run("1x1", test_acc=None),
+                          make_run("1x2", test_acc=None)])
+    assert all_null["accuracy_held"].isna().all()
+
+
+def test_missing_baseline_is_an_error():
+    with pytest.raises(ValueError, match=r"baseline '1x1' has no finished run; "
+                                         r"add it to topologies in config/config.yaml"):
+        summarize([make_run("1x2"), make_run("2x2")])
+
+
+def test_broken_world_size_is_an_error():
+    runs = [make_run("1x1"), make_run("2x2", world_size=3)]
+    with pytest.raises(ValueError, match=r"2x2.*world_size 3.*4"):
+        summarize(runs)
+
+
+def test_missing_accuracy_metric_is_an_error():
+    runs = [make_run("1x1"), make_run("1x2")]
+    for r in runs:
+        del r["test_acc"]
+    with pytest.raises(ValueError, match="test_acc"):
+        summarize(runs)
+
+
+def _write(path, obj):
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return path
+
+
+def test_load_runs_keeps_lists(tmp_path):
+    a = _write(tmp_path / "a.json", make_run("1x1"))
+    b = _write(tmp_path / "b.json", make_run("2x2"))
+    runs = analysis.load_runs([a, b])
+    assert len(runs) == 2
+    assert runs.loc[1, "node_ranks"] == [0, 0, 1, 1]
+    assert runs.loc[1, "epoch_times_s"] == [12.0, 10.0, 10.0]
+    assert runs.loc[0, "source"] == str(a)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({k: v for k, v in make_run().items() if k != "fit_time_s"}),
+     "missing required key.*fit_time_s"),
+    (json.dumps(make_run(schema_version=2)), "schema_version 2"),
+])
+def test_load_runs_rejects_bad_files(tmp_path, content, message):
+    good = _write(tmp_path / "good.json", make_run())
+    bad = _write(tmp_path / "bad_metrics.json", content)
+    with pytest.raises(ValueError, match=message) as err:
+        analysis.load_runs([good, bad])
+    assert "bad_metrics.json" in str(err.value)
+
+
+def test_load_runs_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="nope.json"):
+        analysis.load_runs([tmp_path / "nope.json"])
+
+
+def test_rounded_keeps_small_hours():
+    s = summarize([make_run("1x1", fit_time_s=2.0), make_run("1x2", fit_time_s=1.5)])
+    s.loc[1, "speedup"] = 1.23456789
+    r = analysis.rounded(s)
+    # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
+    assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
+    assert r["speedup"].iloc[1] == 1.235

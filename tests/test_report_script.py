@@ -1,0 +1,150 @@
+"""End-to-end tests of scripts/report.py on fixture metrics files."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ddpscale import analysis
+from ddpscale import html as report_html
+from test_analysis import make_run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"
+BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
+          "They check the pipeline, not GPU performance; do not read them as GPU results.")
+OUTPUTS = ["scaling.tsv", "speedup.png", "efficiency.png", "throughput.png", "report.html"]
+
+
+def run_report(metrics, out_dir, *extra):
+    cmd = [sys.executable, str(SCRIPT), "--metrics", *map(str, metrics),
+           "--out-dir", str(out_dir), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def write_fixtures(tmp_path, runs):
+    paths = []
+    for run in runs:
+        path = tmp_path / "runs" / f"{run['topology']}_r{run['repeat']}" / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run))
+        paths.append(path)
+    return paths
+
+
+SIM_RUNS = [
+    make_run("1x1", repeat=0, throughput_samples_s=100.0, fit_time_s=400.0),
+    make_run("1x1", repeat=1, throughput_samples_s=110.0, fit_time_s=380.0),
+    make_run("1x2", throughput_samples_s=190.0, fit_time_s=210.0, test_acc=0.89),
+    make_run("2x2", throughput_samples_s=310.0, fit_time_s=130.0, test_acc=0.85,
+             hosts=["<evil>host", "node1"], resumed_from_epoch=1, attempts=2),
+]
+
+
+@pytest.fixture(scope="module")
+def sim_report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sim")
+    proc = run_report(write_fixtures(tmp, SIM_RUNS), tmp / "report")
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "report"
+
+
+def test_all_outputs_written(sim_report):
+    for name in OUTPUTS:
+        assert (sim_report / name).stat().st_size > 0, name
+    for name in OUTPUTS[1:4]:
+        assert (sim_report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # no temp files left behind by the atomic writes
+    assert sorted(p.name for p in sim_report.iterdir()) == sorted(OUTPUTS)
+
+
+def test_scaling_tsv_values(sim_report):
+    tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
+    assert list(tsv.columns) == list(analysis.SUMMARY_COLUMNS) + [
+        "test_acc", "accuracy_delta", "accuracy_held"]
+    assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
+    t = tsv.set_index("topology")
+    assert t.loc["1x1", "repeats"] == 2
+    assert t.loc["1x1", "throughput_samples_s"] == pytest.approx(105.0)
+    assert t.loc["1x2", "speedup"] == pytest.approx(round(190 / 105, 3))
+    assert t.loc["2x2", "efficiency"] == pytest.approx(round(310 / 105 / 4, 3))
+    assert t.loc["2x2", "gpu_hours"] == pytest.approx(round(130 * 4 / 3600, 6))
+    assert t.loc["1x2", "accuracy_held"] == True  # noqa: E712  drop 0.01 <= 0.02
+    assert t.loc["2x2", "accuracy_held"] == False  # noqa: E712  drop 0.05
+
+
+def test_report_html_is_self_contained(sim_report):
+    page = (sim_report / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*https?://""", page, re.I)
+    assert "http://" not in page and "https://" not in page
+    assert page.count('src="data:image/png;base64,') == 3
+    assert BANNER in page
+    assert "CPU-simulated devices" in page and "Device-hours" in page
+    assert 'class="l held"' in page and 'class="l failed"' in page
+    assert "<evil>" not in page and "&lt;evil&gt;host" in page
+    assert "2x2 (4 CPU-simulated devices) reached 3.0x speedup, 74% efficiency" in page
+    assert "NOT held in 2x2" in page
+    assert "How these numbers are computed" in page
+    assert "fixed batch per device" in page and "first 1 warmup epoch(s)" in page
+
+
+def test_gpu_report_has_no_banner(tmp_path):
+    gpu = dict(device_kind="cuda", device_name="NVIDIA A100-SXM4-80GB",
+               simulated=False, backend="nccl", scaling="strong", test_acc=None)
+    runs = pd.DataFrame([make_run("1x1", **gpu),
+                         make_run("1x4", throughput_samples_s=380.0, **gpu)])
+    summary = analysis.summarize(runs, "1x1", "test_acc", 0.02)
+    page = report_html.build_report(summary, runs, {"x.png": b"\x89PNG"})
+    assert BANNER not in page and "CPU-simulated" not in page
+    assert "GPU-hours" in page and "not logged" in page
+    assert "1x4 (4 GPUs) reached 3.8x speedup, 95% efficiency" in page
+    assert "fixed global batch" in page
+
+
+def _assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ddpscale report: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_bad_metrics_file_exits_2(tmp_path):
+    paths = write_fixtures(tmp_path, SIM_RUNS[:1])
+    bad = tmp_path / "broken.json"
+    bad.write_text("{truncated")
+    proc = run_report([*paths, bad], tmp_path / "out")
+    _assert_one_line_error(proc, "broken.json", "not valid JSON")
+    assert not (tmp_path / "out" / "report.html").exists()
+
+
+def test_broken_run_is_never_reported(tmp_path):
+    paths = write_fixtures(tmp_path, [make_run("1x1"), make_run("2x2", world_size=3)])
+    proc = run_report(paths, tmp_path / "out", "--baseline", "1x1")
+    _assert_one_line_error(proc, "2x2", "world_size 3")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("accs, expected", [
+    ([0.9, 0.9, 0.9], "accuracy held in all topologies"),
+    ([0.9, None, 0.8], "accuracy (test_acc) NOT held in 2x2 (not logged in 1x2)"),
+    ([0.9, None, 0.9], "accuracy held in all topologies where logged (not logged in 1x2)"),
+    ([None, None, None], "accuracy (test_acc) not logged"),
+])
+def test_headline_accuracy_phrases(accs, expected):
+    runs = pd.DataFrame([make_run(t, test_acc=a, throughput_samples_s=100.0 * i + 100)
+                         for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs))])
+    line = report_html.headline(analysis.summarize(runs, "1x1", "test_acc", 0.02))
+    assert line == ("2x2 (4 CPU-simulated devices) reached 3.0x speedup, 75% "
+                    f"efficiency over 1x1; {expected}")
+
+
+def test_baseline_only_report(tmp_path):
+    proc = run_report(write_fixtures(tmp_path, [make_run("1x1")]), tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "Only the baseline 1x1 (1 CPU-simulated device) ran" in page
+    assert page.count('src="data:image/png;base64,') == 3
