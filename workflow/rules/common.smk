@@ -1,0 +1,143 @@
+# Every Python helper of the workflow. Checks run while the workflow is parsed, so a bad
+# config or an impossible topology stops before any job is submitted.
+import json
+import shlex
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+# The importable code lives in scripts/ddpscale; only light modules are imported here so
+# that parsing (and a dry run) stays fast: no torch, no Lightning.
+sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
+from ddpscale.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.resources import SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources  # noqa: E402
+from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
+
+DATA_DIR = "results/data"
+RUNS_DIR = "results/runs"
+REPORT_DIR = "results/report"
+# The interpreter running Snakemake (the venv); also the one inside SLURM jobs.
+PYTHON = sys.executable
+
+
+def get_site():
+    """Site facts: the `site_*` entries a profile sets on rule train via set-resources.
+
+    Snakemake gives a resource callable no access to other resources, so the facts are read
+    here, once, from the parsed command line (snakemake.settings.types.ResourceSettings).
+    """
+    entries = workflow.resource_settings.overwrite_resources.get("train", {})
+    raw = {name: getattr(value, "raw", value) for name, value in entries.items()}
+    try:
+        return site_from_resources(raw)
+    except SiteError as err:
+        raise WorkflowError(str(err))
+
+
+SITE = get_site()
+try:
+    TOPOLOGIES = check_topologies(
+        config["topologies"], config["baseline"], SITE.gpus_per_node,
+        config["batch"]["scaling"], config["batch"]["size"],
+    )
+    for key in ("model", "data"):
+        check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path")
+except (TopologyError, PluginError) as err:
+    raise WorkflowError(str(err))
+if config["dataset"] is None and "data_file" in config["data"]["init_args"]:
+    raise WorkflowError("config/config.yaml: data.init_args.data_file is set by the workflow; remove it")
+
+TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
+REPEATS = list(range(config["repeats"]))
+wildcard_constraints:
+    topology=r"\d+x\d+",
+    repeat=r"\d+",
+
+
+def get_data_file():
+    return f"{DATA_DIR}/{config['dataset']['generator']}/data.npz"
+
+
+def get_metrics(topologies):
+    return expand(f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json", topology=topologies, repeat=REPEATS)
+
+
+def get_all_metrics(wildcards):
+    return get_metrics(TOPOLOGY_NAMES)
+
+
+def get_baseline_metrics(wildcards):
+    return get_metrics([parse_topology(config["baseline"]).name])
+
+
+def get_train_data(wildcards):
+    """What a training run reads: the generated dataset, or the files the user's module reads."""
+    if config["dataset"] is None:
+        return config["data"]["files"]
+    data_file = get_data_file()
+    return [data_file, str(Path(data_file).with_name("manifest.json"))] + config["data"]["files"]
+
+
+def get_resources(wildcards):
+    return slurm_resources(parse_topology(wildcards.topology), SITE)
+
+
+def get_nodes(wildcards):
+    return get_resources(wildcards)["nodes"]
+
+
+def get_tasks(wildcards):
+    return get_resources(wildcards)["tasks"]
+
+
+def get_gres(wildcards):
+    return get_resources(wildcards)["gres"]
+
+
+def get_cpus_per_task(wildcards):
+    return get_resources(wildcards)["cpus_per_task"]
+
+
+def get_mem_mb(wildcards):
+    return get_resources(wildcards)["mem_mb"]
+
+
+def get_mpi(wildcards):
+    return get_resources(wildcards)["mpi"]
+
+
+def get_launch(wildcards):
+    return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON)
+
+
+def get_train_flags(wildcards):
+    """Every setting of a run as explicit flags, so the log shows exactly what ran."""
+    topo = parse_topology(wildcards.topology)
+    flags = {
+        "--topology": topo.name,
+        "--repeat": wildcards.repeat,
+        "--nodes": topo.num_nodes,
+        "--devices": topo.devices_per_node,
+        "--accelerator": config["accelerator"],
+        "--cluster-env": cluster_env(topo, SITE),
+        "--threads": 0 if SITE.is_local else SITE.cpus_per_gpu,
+        "--max-epochs": config["max_epochs"],
+        "--warmup-epochs": config["warmup_epochs"],
+        "--seed": config["seed"],
+        "--scaling": config["batch"]["scaling"],
+        "--batch-size": config["batch"]["size"],
+        "--precision": config["precision"],
+        "--accumulate-grad-batches": config["accumulate_grad_batches"],
+        "--loader": json.dumps(config["dataloader"], sort_keys=True),
+        "--model-class": config["model"]["class_path"],
+        "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
+        "--data-class": config["data"]["class_path"],
+        "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
+        "--ckpt-dir": f"results/checkpoints/{topo.name}/r{wildcards.repeat}",
+    }
+    if config["dataset"] is not None:
+        flags["--data-file"] = get_data_file()
+    return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())

@@ -1,0 +1,25 @@
+# One job per topology and repeat. Checkpoints live outside the outputs, so a failed or
+# timed-out run resumes from its last epoch when the command is run again.
+rule train:
+    input:
+        script="scripts/train.py",
+        data=get_train_data,
+    output:
+        metrics=f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json",
+    params:
+        launch=get_launch,
+        flags=get_train_flags,
+    resources:
+        nodes=get_nodes,
+        tasks=get_tasks,
+        tasks_per_gpu=0,
+        gres=get_gres,
+        cpus_per_task=get_cpus_per_task,
+        mem_mb=get_mem_mb,
+        mpi=get_mpi,
+        # The local profile allows one at a time, so runs never share the CPU they measure.
+        train_slots=1,
+    log:
+        "results/logs/train/{topology}/r{repeat}.log",
+    shell:
+        "{params.launch} {input.script} {params.flags} --metrics {output.metrics} > {log} 2>&1"
