@@ -1,0 +1,35 @@
+# make run: set up and run the whole benchmark on this machine (CPU-simulated devices).
+# make test: set up and run the whole test suite (.ci/run calls exactly this).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+
+.PHONY: run test setup lint clean
+
+setup: $(STAMP)
+
+$(VENV)/bin/python:
+	@# Debian's python3 lacks venv/ensurepip until python3-venv is installed.
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
+	$(PYTHON) -m venv $(VENV)
+
+# The stamp names the requirements' hash, so editing requirements.txt reinstalls.
+$(STAMP): requirements.txt $(VENV)/bin/python
+	@# pip's "Location ... is ignored" lines are noise from this machine's extra indexes.
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/snakemake --profile profiles/local
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/snakemake --lint
+
+clean:
+	rm -rf results .snakemake
