@@ -80,8 +80,10 @@ def main(argv=None) -> int:
     datamodule = data_cls(**data_args)
 
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs)
-    checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, save_last=True, save_top_k=0,
-                                 enable_version_counter=False)
+    # One file, overwritten every epoch. (save_last with save_top_k=0 writes nothing in
+    # Lightning 2.6: "last" is only saved when a top-k checkpoint was saved in that step.)
+    checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, filename=runinfo.LAST.removesuffix(".ckpt"),
+                                 save_top_k=1, enable_version_counter=False)
     trainer = build_trainer(args, [metrics, checkpoint])
     settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads")}
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)

@@ -47,10 +47,10 @@ class Workspace:
         target.write_text(yaml.safe_dump(config, sort_keys=False))
         return target
 
-    def snakemake(self, *args, timeout: int = 240) -> subprocess.CompletedProcess:
+    def snakemake(self, *args, timeout: int = 240, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [*SNAKEMAKE, "--profile", "profiles/local", *args], cwd=self.path,
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
         )
 
     def metrics(self, topology: str, repeat: int = 0) -> Path:

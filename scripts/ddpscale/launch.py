@@ -51,12 +51,12 @@ def _die_with_parent() -> None:
 
 
 def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.05) -> int:
-    if nodes > 1 and os.environ.get("SLURM_JOB_ID"):
+    if nodes * procs_per_node > 1 and os.environ.get("SLURM_JOB_ID"):
         raise LaunchError(
-            "a multi-node topology reached the local launcher inside a SLURM job: the profile's "
-            "set-resources for rule train lacks site_launcher (e.g. srun); ranks would all run "
-            "on one node. If you passed --set-resources on the command line, it replaced the "
-            "profile's entries: repeat the site_* entries there"
+            "a multi-rank topology reached the local launcher inside a SLURM job: the profile's "
+            "set-resources for rule train lacks site_launcher: srun, so the ranks would all run "
+            "in one task on one node. If you passed --set-resources on the command line, it "
+            "replaced the profile's entries: repeat the site_* entries there"
         )
     port = free_port()
     envs = [rank_env(os.environ, nodes, procs_per_node, node, local, port)

@@ -76,7 +76,7 @@ def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_fil
         if names is not None and "data_file" not in names:
             raise PluginError(
                 f"{key}.class_path: {cls.__name__} does not accept 'data_file', but config "
-                "'dataset' generates one; accept it or set dataset: null"
+                "'dataset' generates one; accept it or set dataset.generator: none"
             )
         args["data_file"] = data_file
     defaults = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}

@@ -49,16 +49,15 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
             )
         values[name] = value
     site = Site(**values)
-    for name in ("cpus_per_gpu", "mem_mb_per_gpu"):
+    for name in ("cpus_per_gpu", "mem_mb_per_gpu", "gpus_per_node"):
         value = getattr(site, name)
-        if not isinstance(value, int) or value < 1:
+        if name == "gpus_per_node" and value is None:
+            continue
+        # bool is an int in Python; `site_cpus_per_gpu: true` would become --cpus-per-task=True
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SiteError(f"{where}: {SITE_PREFIX}{name} must be an integer >= 1 (got {value!r})")
-    if site.gpus_per_node is not None and (
-        not isinstance(site.gpus_per_node, int) or site.gpus_per_node < 1
-    ):
-        raise SiteError(
-            f"{where}: {SITE_PREFIX}gpus_per_node must be an integer >= 1 (got {site.gpus_per_node!r})"
-        )
+    if not isinstance(site.launcher, str) or not site.launcher.strip():
+        raise SiteError(f"{where}: {SITE_PREFIX}launcher must be 'local' or a launcher such as 'srun' (got {site.launcher!r})")
     return site
 
 

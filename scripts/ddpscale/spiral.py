@@ -6,8 +6,10 @@ Generation uses NumPy only, so the prepare_data job does not import torch.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +55,8 @@ def write_dataset(path: str, manifest_path: str, samples: int, noise: float, see
         arrays[f"x_{name}"], arrays[f"y_{name}"] = x[start:stop], y[start:stop]
         start = stop
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{path}.tmp.npz"  # np.savez appends .npz to names without it
-    np.savez(tmp, **arrays)
+    tmp = f"{path}.tmp"
+    write_npz_reproducibly(tmp, arrays)
     os.replace(tmp, path)
     manifest = {
         "workload": "spiral",
@@ -73,23 +75,49 @@ def write_dataset(path: str, manifest_path: str, samples: int, noise: float, see
     return manifest
 
 
+def write_npz_reproducibly(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz that np.load reads, byte-identical for identical arrays.
+
+    np.savez stamps each member with the current time; a regenerated file would then differ,
+    and Snakemake reruns every training run whose input's checksum changed.
+    """
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
+
+
 def manifest_path_for(data_file: str) -> str:
     return str(Path(data_file).with_name("manifest.json"))
 
 
+def _regenerate_hint(data_file: str) -> str:
+    return f"delete {Path(data_file).parent}/ and run the workflow again to regenerate it"
+
+
+def corruption(data_file: str) -> str | None:
+    """Why an existing data file cannot be trusted, or None. Cheap: one checksum."""
+    try:
+        with open(manifest_path_for(data_file)) as handle:
+            expected = json.load(handle)["sha256"]
+    except (OSError, ValueError, KeyError):
+        return f"the manifest of {data_file} is missing or unreadable; {_regenerate_hint(data_file)}"
+    if sha256(data_file) != expected:
+        return f"data file {data_file} does not match its manifest checksum (corrupt); {_regenerate_hint(data_file)}"
+    return None
+
+
 def load_checked(data_file: str) -> dict[str, np.ndarray]:
     """Load the arrays after checking them against the manifest; errors name the fix."""
-    manifest_file = manifest_path_for(data_file)
-    regenerate = (
-        f"delete {Path(data_file).parent}/ and run the workflow again; prepare_data will "
-        "regenerate it (finished runs are kept)"
-    )
-    if not os.path.exists(data_file) or not os.path.exists(manifest_file):
-        raise FileNotFoundError(f"data file {data_file} or its manifest is missing; {regenerate}")
-    with open(manifest_file) as handle:
+    regenerate = _regenerate_hint(data_file)
+    if not os.path.exists(data_file):
+        raise FileNotFoundError(f"data file {data_file} is missing; {regenerate}")
+    problem = corruption(data_file)
+    if problem:
+        raise ValueError(problem)
+    with open(manifest_path_for(data_file)) as handle:
         manifest = json.load(handle)
-    if sha256(data_file) != manifest["sha256"]:
-        raise ValueError(f"data file {data_file} does not match its manifest checksum (corrupt); {regenerate}")
     with np.load(data_file) as archive:
         arrays = {key: archive[key] for key in archive.files}
     for name in SPLITS:

@@ -13,6 +13,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 # that parsing (and a dry run) stays fast: no torch, no Lightning.
 sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
 from ddpscale.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.spiral import corruption  # noqa: E402
 from ddpscale.resources import SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources  # noqa: E402
 from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
 
@@ -47,7 +48,8 @@ try:
         check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path")
 except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
-if config["dataset"] is None and "data_file" in config["data"]["init_args"]:
+GENERATED = config["dataset"]["generator"] != "none"
+if "data_file" in config["data"]["init_args"]:
     raise WorkflowError("config/config.yaml: data.init_args.data_file is set by the workflow; remove it")
 
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
@@ -55,10 +57,40 @@ REPEATS = list(range(config["repeats"]))
 wildcard_constraints:
     topology=r"\d+x\d+",
     repeat=r"\d+",
+    generator=r"spiral",  # the built-in generators (schema: dataset.generator)
 
 
 def get_data_file():
     return f"{DATA_DIR}/{config['dataset']['generator']}/data.npz"
+
+
+def get_prepare_flags():
+    dataset = config["dataset"]
+    data_file = get_data_file()
+    return (f"--samples {dataset['samples']} --noise {dataset['noise']} --seed {dataset['seed']} "
+            f"--split {' '.join(map(str, dataset['split']))} --out {data_file} "
+            f"--manifest {Path(data_file).with_name('manifest.json')}")
+
+
+def check_generated_data():
+    """Stop before any job when the dataset that finished runs used is missing or corrupt.
+
+    Snakemake would regenerate it and rerun (first deleting) every finished run. The data is
+    reproducible byte for byte, so regenerating it outside Snakemake keeps those runs.
+    """
+    data_file = Path(get_data_file())
+    finished = [m for m in get_metrics(TOPOLOGY_NAMES) if Path(m).exists()]
+    if data_file.exists():
+        problem = corruption(str(data_file))
+    elif finished:
+        problem = f"data file {data_file} is missing but {len(finished)} finished run(s) used it"
+    else:
+        return
+    if problem:
+        raise WorkflowError(
+            f"{problem.split('; ')[0]}. To regenerate the same bytes and keep finished runs: "
+            f"rm -rf {data_file.parent} && {PYTHON} scripts/prepare_data.py {get_prepare_flags()}"
+        )
 
 
 def get_metrics(topologies):
@@ -73,12 +105,24 @@ def get_baseline_metrics(wildcards):
     return get_metrics([parse_topology(config["baseline"]).name])
 
 
+def get_report_dir(wildcards, output):
+    return str(Path(output.html).parent)
+
+
 def get_train_data(wildcards):
-    """What a training run reads: the generated dataset, or the files the user's module reads."""
-    if config["dataset"] is None:
+    """What a training run reads: the generated dataset, or the files the user's module reads.
+
+    The generated dataset is ancient(): regenerated, it is byte-identical, and a rerun of
+    prepare_data must not rerun (and first delete) finished measurements.
+    """
+    if not GENERATED:
         return config["data"]["files"]
     data_file = get_data_file()
-    return [data_file, str(Path(data_file).with_name("manifest.json"))] + config["data"]["files"]
+    return [ancient(data_file), ancient(str(Path(data_file).with_name("manifest.json")))] + config["data"]["files"]
+
+
+if GENERATED:
+    check_generated_data()
 
 
 def get_resources(wildcards):
@@ -110,7 +154,23 @@ def get_mpi(wildcards):
 
 
 def get_launch(wildcards):
+    check_site_matches_executor()
     return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON)
+
+
+def check_site_matches_executor():
+    """A cluster executor with no site facts would start every rank on one node.
+
+    Happens when --set-resources on the command line replaces the profile's. The executor is
+    only known once execution starts, so this runs when jobs are built, before submission.
+    """
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.common_settings.non_local_exec and SITE.is_local:
+        raise WorkflowError(
+            "rule train has no site facts (site_launcher, site_gpus_per_node, ...) but jobs go to "
+            "a cluster executor. If you passed --set-resources on the command line, it replaced "
+            "the profile's: repeat the profile's site_* entries for rule train there"
+        )
 
 
 def get_train_flags(wildcards):
@@ -138,6 +198,6 @@ def get_train_flags(wildcards):
         "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
         "--ckpt-dir": f"results/checkpoints/{topo.name}/r{wildcards.repeat}",
     }
-    if config["dataset"] is not None:
+    if GENERATED:
         flags["--data-file"] = get_data_file()
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())

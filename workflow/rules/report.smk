@@ -13,7 +13,7 @@ rule report_scaling:
         baseline=parse_topology(config["baseline"]).name,
         metric=config["accuracy"]["metric"],
         tolerance=config["accuracy"]["tolerance"],
-        out_dir=REPORT_DIR,
+        out_dir=get_report_dir,
     log:
         "results/logs/report_scaling.log",
     shell:

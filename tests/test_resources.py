@@ -1,0 +1,159 @@
+"""Site facts of every profile + topology -> SLURM plugin resources and launch command."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ddpscale.resources import Site, SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources
+from ddpscale.topology import parse_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = sorted(p.parent.name for p in ROOT.glob("profiles/*/config.yaml"))
+TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
+
+
+def load_profile(name):
+    return yaml.safe_load((ROOT / "profiles" / name / "config.yaml").read_text())
+
+
+def profile_site(name):
+    return site_from_resources(load_profile(name)["set-resources"]["train"])
+
+
+def test_every_profile_is_covered():
+    assert PROFILES == ["gilbreth", "local", "raven", "slurm"]
+
+
+# topology: (nodes, tasks, gres, cpus_per_task, mem_mb, mpi), as in the shipped profiles
+EXPECTED = {
+    "gilbreth": {
+        "1x1": (1, 1, "gpu:1", 16, 120000, ""),
+        "1x4": (1, 4, "gpu:4", 16, 480000, "srun"),
+        "2x4": (2, 8, "gpu:4", 16, 480000, "srun"),
+        "4x1": (4, 4, "gpu:1", 16, 120000, "srun"),
+    },
+    "raven": {
+        "1x1": (1, 1, "gpu:a100:1", 18, 125000, ""),
+        "1x4": (1, 4, "gpu:a100:4", 18, 500000, "srun"),
+        "2x4": (2, 8, "gpu:a100:4", 18, 500000, "srun"),
+        "4x1": (4, 4, "gpu:a100:1", 18, 125000, "srun"),
+    },
+    "slurm": {
+        "1x1": (1, 1, "gpu:1", 8, 32000, ""),
+        "1x4": (1, 4, "gpu:4", 8, 128000, "srun"),
+        "2x4": (2, 8, "gpu:4", 8, 128000, "srun"),
+        "4x1": (4, 4, "gpu:1", 8, 32000, "srun"),
+    },
+    "local": {
+        "1x1": (1, 1, "gpu:1", 1, 2000, ""),
+        "1x4": (1, 4, "gpu:4", 1, 8000, ""),
+        "2x4": (2, 8, "gpu:4", 1, 8000, ""),
+        "4x1": (4, 4, "gpu:1", 1, 2000, ""),
+    },
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_exact_resources(profile, topology):
+    nodes, tasks, gres, cpus, mem_mb, mpi = EXPECTED[profile][topology]
+    assert slurm_resources(parse_topology(topology), profile_site(profile)) == {
+        "nodes": nodes, "tasks": tasks, "tasks_per_gpu": 0, "gres": gres,
+        "cpus_per_task": cpus, "mem_mb": mem_mb, "mpi": mpi,
+    }
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_profile_site_matches_its_executor(profile):
+    """A SLURM profile must not launch like the local one, and vice versa."""
+    site = profile_site(profile)
+    assert site.is_local == (load_profile(profile).get("executor") is None)
+    if not site.is_local:
+        assert site.launcher == "srun"
+        assert isinstance(site.gpus_per_node, int)  # the per-node limit is checked before submission
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_plugin_constraints(profile, topology):
+    site, topo = profile_site(profile), parse_topology(topology)
+    res = slurm_resources(topo, site)
+    assert res["nodes"] == topo.num_nodes
+    assert res["tasks"] == topo.world_size
+    assert res["tasks_per_gpu"] == 0
+    assert re.fullmatch(rf"gpu:(\w+:)?{topo.devices_per_node}", res["gres"])
+    assert res["cpus_per_task"] == site.cpus_per_gpu
+    assert res["mem_mb"] == site.mem_mb_per_gpu * topo.devices_per_node
+    if res["tasks"] == 1:
+        assert not res["mpi"]
+    if not site.is_local and topo.world_size > 1:
+        assert res["mpi"]
+        assert cluster_env(topo, site) == "slurm"
+        prefix = launch_prefix(topo, site, "python")
+        assert f"srun --nodes={topo.num_nodes} " in prefix
+        assert f" --ntasks-per-node={topo.devices_per_node} " in prefix
+        assert f" --cpus-per-task={site.cpus_per_gpu} " in prefix
+    else:
+        assert cluster_env(topo, site) == "local"
+        assert "srun" not in launch_prefix(topo, site, "python")
+
+
+def test_launch_prefix_srun():
+    site = profile_site("raven")
+    assert launch_prefix(parse_topology("2x4"), site, "/v/bin/python") == (
+        "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=18 --kill-on-bad-exit=1 /v/bin/python"
+    )
+    assert launch_prefix(parse_topology("1x1"), site, "/v/bin/python") == "/v/bin/python"
+
+
+def test_launch_prefix_exports_site_env():
+    site = profile_site("gilbreth")
+    env = "env NCCL_DEBUG=WARN NCCL_IB_DISABLE=0 NCCL_SOCKET_IFNAME=ib0 NCCL_NET_GDR_LEVEL=5 NCCL_IB_HCA=mlx5_0"
+    assert launch_prefix(parse_topology("4x1"), site, "py") == (
+        f"{env} srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 py"
+    )
+    assert launch_prefix(parse_topology("1x1"), site, "py") == f"{env} py"
+
+
+def test_launch_prefix_local_quotes_python():
+    site = profile_site("local")
+    python = "/my venv/bin/python"
+    assert launch_prefix(parse_topology("2x4"), site, python) == (
+        "'/my venv/bin/python' scripts/launch_local.py --nodes 2 --procs-per-node 4 -- '/my venv/bin/python'"
+    )
+    assert launch_prefix(parse_topology("1x1"), site, python) == "'/my venv/bin/python'"
+
+
+def test_site_from_resources_ignores_other_resources_and_keeps_defaults():
+    assert site_from_resources({"runtime": 120, "mem_mb": 5}) == Site()
+    assert Site().is_local and Site().gpus_per_node is None
+
+
+def test_unknown_site_key_is_rejected():
+    with pytest.raises(SiteError) as err:
+        site_from_resources({"site_launcher": "srun", "site_gpu_count": 4})
+    assert "unknown site fact 'site_gpu_count'" in str(err.value)
+    assert "site_gpus_per_node" in str(err.value)  # lists the known facts
+
+
+@pytest.mark.parametrize("key, value", [
+    ("site_cpus_per_gpu", 0), ("site_cpus_per_gpu", "8"), ("site_mem_mb_per_gpu", -1),
+    ("site_mem_mb_per_gpu", 1.5), ("site_gpus_per_node", 0), ("site_gpus_per_node", "4"),
+])
+def test_bad_site_value_is_rejected_naming_the_key(key, value):
+    with pytest.raises(SiteError) as err:
+        site_from_resources({key: value}, where="profiles/x")
+    assert str(err.value).startswith(f"profiles/x: {key} must be an integer >= 1 (got {value!r})")
+
+
+@pytest.mark.parametrize("key", ["site_cpus_per_gpu", "site_mem_mb_per_gpu", "site_gpus_per_node"])
+def test_boolean_site_value_is_rejected(key):
+    with pytest.raises(SiteError, match=key):
+        site_from_resources({"site_launcher": "srun", key: True})
+
+
+@pytest.mark.parametrize("launcher", ["", None])
+def test_empty_launcher_is_rejected(launcher):
+    with pytest.raises(SiteError, match="site_launcher"):
+        site_from_resources({"site_launcher": launcher, "site_gpus_per_node": 4})

@@ -1,0 +1,87 @@
+"""Topology parsing and the checks made before any job runs (ddpscale.topology)."""
+import pytest
+
+from ddpscale.topology import Topology, TopologyError, batch_per_device, check_topologies, parse_topology
+
+
+def check(entries, baseline="1x1", max_per_node=4, scaling="weak", batch=64):
+    return check_topologies(entries, baseline, max_per_node, scaling, batch)
+
+
+@pytest.mark.parametrize("text, nodes, devices", [("1x4", 1, 4), (" 2 x 4 ", 2, 4), ("4x1", 4, 1)])
+def test_parse_topology(text, nodes, devices):
+    topo = parse_topology(text)
+    assert (topo.num_nodes, topo.devices_per_node) == (nodes, devices)
+    assert topo.world_size == nodes * devices
+    assert topo.name == str(topo) == f"{nodes}x{devices}"
+
+
+@pytest.mark.parametrize("text, fix", [
+    ("0x2", "nodes must be an integer >= 1"),
+    ("2x0", "devices must be an integer >= 1"),
+    ("abc", "write NODESxDEVICES, e.g. '1x4'"),
+    ("2by4", "write NODESxDEVICES"),
+])
+def test_parse_topology_errors_name_entry_and_fix(text, fix):
+    with pytest.raises(TopologyError) as err:
+        parse_topology(text, where="cfg, topologies[3]")
+    message = str(err.value)
+    assert message.startswith("cfg, topologies[3]: ")
+    assert f"'{text}'" in message
+    assert fix in message
+
+
+def test_check_sorts_by_world_size_then_nodes():
+    topos = check(["2x4", "4x1", "1x1", "2x2", "1x4"])
+    assert [t.name for t in topos] == ["1x1", "1x4", "2x2", "4x1", "2x4"]
+    assert topos[0] == Topology(1, 1)
+
+
+def test_check_rejects_duplicate_even_when_spelt_differently():
+    with pytest.raises(TopologyError, match=r"topologies\[2\]: ' 1 x 4 ' is listed twice"):
+        check(["1x1", "1x4", " 1 x 4 "])
+
+
+def test_check_rejects_missing_baseline():
+    with pytest.raises(TopologyError) as err:
+        check(["1x2", "2x2"], baseline="1x1")
+    assert "baseline '1x1' is not among the topologies ['1x2', '2x2']" in str(err.value)
+    assert "add it" in str(err.value)
+
+
+def test_check_rejects_bad_baseline_text():
+    with pytest.raises(TopologyError, match=r"baseline: 'one' is not a topology"):
+        check(["1x1"], baseline="one")
+
+
+@pytest.mark.parametrize("entry, suggestion", [("1x8", "'2x4'"), ("3x6", "'5x4'")])
+def test_check_rejects_more_devices_than_a_node_has(entry, suggestion):
+    with pytest.raises(TopologyError) as err:
+        check(["1x1", entry], max_per_node=4)
+    message = str(err.value)
+    assert f"topologies[1]: '{entry}'" in message
+    assert "the profile's nodes have 4 (site_gpus_per_node)" in message
+    assert f"use at most 4 per node, e.g. {suggestion}" in message
+
+
+def test_check_without_site_limit_allows_any_devices_per_node():
+    assert [t.name for t in check(["1x1", "1x16"], max_per_node=None)] == ["1x1", "1x16"]
+
+
+def test_strong_scaling_needs_batch_divisible_by_world_size():
+    with pytest.raises(TopologyError) as err:
+        check(["1x1", "1x2", "1x3"], scaling="strong", batch=64)
+    message = str(err.value)
+    assert "topologies[2]" in message
+    assert "global batch 64 over 3 devices" in message
+    assert "batch.size divisible by every world size" in message
+    # weak scaling keeps the batch per device, so any world size is fine
+    assert len(check(["1x1", "1x2", "1x3"], scaling="weak", batch=64)) == 3
+
+
+@pytest.mark.parametrize("scaling, topo, expected", [
+    ("weak", "1x1", 32), ("weak", "2x4", 32), ("strong", "1x1", 32), ("strong", "2x4", 4),
+    ("strong", "4x1", 8),
+])
+def test_batch_per_device(scaling, topo, expected):
+    assert batch_per_device(scaling, 32, parse_topology(topo)) == expected

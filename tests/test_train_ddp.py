@@ -1,0 +1,140 @@
+"""Real Lightning training on CPU through the local launcher: world sizes, node ranks, resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpscale.spiral import write_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("data")
+    write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])
+    return str(folder / "data.npz")
+
+
+def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
+             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
+             "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
+             "--model-class", "ddpscale.models.SpiralMLP",
+             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
+    if nodes * devices == 1:
+        return train
+    return [sys.executable, str(ROOT / "scripts/launch_local.py"), "--nodes", str(nodes),
+            "--procs-per-node", str(devices), "--", *train]
+
+
+def run(command, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT, **kwargs)
+
+
+@pytest.mark.parametrize("nodes,devices", [(1, 2), (2, 1)])
+def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devices):
+    result = run(train_command(tmp_path, data_file, nodes, devices))
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert metrics["backend"] == "gloo"
+    assert metrics["node_ranks"] == ([0, 0] if nodes == 1 else [0, 1])
+    assert metrics["device_name"] == "cpu, simulated" and metrics["simulated"] is True
+    assert metrics["effective_batch"] == 64
+    assert metrics["epochs_completed"] == 2 and len(metrics["epoch_times_s"]) == 2
+    # steady state = epoch 2 only: 840 training samples over both ranks, none dropped
+    assert metrics["steady_samples"] == 840
+    assert metrics["throughput_samples_s"] == pytest.approx(840 / metrics["train_times_s"][1], rel=1e-4)
+    assert 0.0 <= metrics["val_acc"] <= 1.0 and 0.0 <= metrics["test_acc"] <= 1.0
+    assert not (tmp_path / "ckpt/last.ckpt").exists(), "a finished run must not leave a resume checkpoint"
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
+    command = train_command(tmp_path, data_file, 1, 1)
+    command[command.index("--max-epochs") + 1] = "8"
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = tmp_path / "ckpt/last.ckpt"
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert last.exists(), "no checkpoint appeared before the run ended"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "metrics.json").exists()
+
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["attempts"] == 2
+    assert metrics["resumed_from_epoch"] >= 1
+    # each epoch counted once: the interrupted partial epoch is not in the total
+    assert metrics["epochs_completed"] == 8 and len(metrics["epoch_times_s"]) == 8
+    assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
+
+
+def test_checkpoint_of_other_settings_is_not_resumed(tmp_path, data_file):
+    first = run(train_command(tmp_path, data_file, 1, 1))
+    assert first.returncode == 0
+    # plant a checkpoint as if a run with other settings had been killed
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    (tmp_path / "ckpt/last.ckpt").write_bytes(b"not a checkpoint")
+    (tmp_path / "ckpt/fingerprint.json").write_text(json.dumps({"fingerprint": "other"}))
+    result = run(train_command(tmp_path, data_file, 1, 1))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "written with other settings" in result.stdout
+    assert json.loads((tmp_path / "metrics.json").read_text())["attempts"] == 1
+
+
+def test_non_finite_loss_stops_with_a_clear_message(tmp_path, data_file):
+    result = run(train_command(tmp_path, data_file, 1, 2, "--model-args", '{"lr": 1e30}'))
+    assert result.returncode != 0
+    assert "non-finite" in result.stderr and "learning rate" in result.stderr
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_corrupt_data_file_names_the_fix(tmp_path, data_file):
+    corrupt = tmp_path / "data.npz"
+    corrupt.write_bytes(Path(data_file).read_bytes()[:-10] + b"0123456789")
+    (tmp_path / "manifest.json").write_text(Path(data_file).with_name("manifest.json").read_text())
+    result = run(train_command(tmp_path, str(corrupt), 1, 1))
+    assert result.returncode == 3
+    assert "does not match its manifest checksum" in result.stderr
+    assert "regenerate" in result.stderr
+
+
+def test_launcher_stops_every_rank_when_one_fails(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n    sys.exit(7)\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    result = run([sys.executable, str(ROOT / "scripts/launch_local.py"), "--nodes", "2",
+                  "--procs-per-node", "2", "--", sys.executable, str(script)])
+    assert result.returncode == 7
+    assert time.monotonic() - start < 30, "the surviving ranks were not stopped"
+
+
+@pytest.mark.gpu
+def test_single_gpu_run_reports_the_gpu(tmp_path, data_file):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    command = train_command(tmp_path, data_file, 1, 1)
+    command[command.index("--accelerator") + 1] = "gpu"
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["device_kind"] == "cuda" and metrics["simulated"] is False
+    assert metrics["device_name"] == torch.cuda.get_device_name(0)

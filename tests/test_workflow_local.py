@@ -1,0 +1,119 @@
+"""The whole workflow on the local profile, for real: training, report, reruns, user modules."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, tiny_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def job_counts(stdout_and_err: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table of the run: rule -> number of jobs."""
+    table = stdout_and_err.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
+    workspace.write_config(tiny_config(topologies=["1x1", "1x2", "2x1"]))
+    first = workspace.snakemake()
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert job_counts(first.stderr) == {"all": 1, "prepare_data": 1, "train": 3, "report_scaling": 1}
+
+    for topology, world, node_ranks in [("1x1", 1, [0]), ("1x2", 2, [0, 0]), ("2x1", 2, [0, 1])]:
+        metrics = json.loads(workspace.metrics(topology).read_text())
+        assert metrics["world_size"] == world and metrics["node_ranks"] == node_ranks
+        assert metrics["simulated"] is True and metrics["slurm_job_id"] is None
+
+    report = workspace.path / "results/report"
+    table = pd.read_csv(report / "scaling.tsv", sep="\t")
+    assert list(table.topology) == ["1x1", "1x2", "2x1"]
+    assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
+    html = (report / "report.html").read_text()
+    assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 3
+    data_manifest = json.loads((workspace.path / "results/data/spiral/manifest.json").read_text())
+    assert data_manifest["splits"] == {"train": 840, "val": 180, "test": 180}
+
+    kept = {t: workspace.metrics(t).stat().st_mtime_ns for t in ("1x1", "2x1")}
+    workspace.metrics("1x2").unlink()
+    second = workspace.snakemake()
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert job_counts(second.stderr) == {"all": 1, "train": 1, "report_scaling": 1}
+    assert "wildcards: topology=1x2, repeat=0" in second.stderr
+    assert {t: workspace.metrics(t).stat().st_mtime_ns for t in kept} == kept
+
+    snakemake_report = workspace.snakemake("--report", "snakemake-report.html")
+    assert snakemake_report.returncode == 0, snakemake_report.stderr[-4000:]
+    assert (workspace.path / "snakemake-report.html").stat().st_size > 10_000
+
+
+def test_corrupt_data_stops_before_any_job_and_keeps_finished_runs(workspace):
+    workspace.write_config(tiny_config(topologies=["1x1", "1x2"]))
+    assert workspace.snakemake("baseline").returncode == 0
+    baseline = workspace.metrics("1x1").read_bytes()
+    data = workspace.path / "results/data/spiral/data.npz"
+    pristine = data.read_bytes()
+    data.write_bytes(pristine[:-4] + b"oops")
+    result = workspace.snakemake()
+    assert result.returncode != 0
+    assert "does not match its manifest checksum" in result.stderr
+    assert workspace.metrics("1x1").read_bytes() == baseline
+    assert not (workspace.path / "results/logs/train/1x2").exists(), "no job may start"
+
+    # a missing dataset with finished runs also stops, naming the command that regenerates it
+    shutil.rmtree(data.parent)
+    result = workspace.snakemake()
+    assert result.returncode != 0 and "is missing but 1 finished run(s) used it" in result.stderr
+    fix = result.stderr.split("keep finished runs: ")[1].splitlines()[0]
+    subprocess.run(fix, shell=True, cwd=workspace.path, check=True, capture_output=True)
+    assert data.read_bytes() == pristine
+
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert data.read_bytes() == pristine
+    assert job_counts(result.stderr) == {"all": 1, "train": 1, "report_scaling": 1}
+    assert workspace.metrics("1x1").read_bytes() == baseline
+
+
+def test_failing_runs_do_not_stop_the_others_and_rerun_alone(workspace):
+    """keep-going: failed topologies leave the others to finish; the next run reruns only them."""
+    workspace.write_config(tiny_config(topologies=["1x1", "1x2", "2x1"]))
+    # Inside a (pretend) SLURM job the local launcher refuses multi-rank runs: a real failure
+    # of 1x2 and 2x1, while the single-rank baseline needs no launcher and finishes.
+    first = workspace.snakemake(env={"SLURM_JOB_ID": "4242"})
+    assert first.returncode != 0
+    assert workspace.metrics("1x1").exists()
+    assert not workspace.metrics("1x2").exists() and not workspace.metrics("2x1").exists()
+    assert "lacks site_launcher: srun" in (workspace.path / "results/logs/train/2x1/r0.log").read_text()
+    kept = workspace.metrics("1x1").read_bytes()
+
+    second = workspace.snakemake()
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert job_counts(second.stderr) == {"all": 1, "train": 2, "report_scaling": 1}
+    assert workspace.metrics("1x1").read_bytes() == kept
+
+
+def test_user_module_trained_through_config(workspace):
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(topologies=["1x1", "1x2"], dataset={"generator": "none"})
+    config["model"] = {"class_path": "usermods.tiny.BlobsClassifier", "init_args": {"width": 6}}
+    config["data"] = {"class_path": "usermods.tiny.BlobsData", "init_args": {"samples": 300}, "files": []}
+    config["accuracy"] = {"metric": "val_acc", "tolerance": 0.5}
+    workspace.write_config(config)
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "prepare_data" not in job_counts(result.stderr)
+    metrics = json.loads(workspace.metrics("1x2").read_text())
+    assert metrics["model_class"] == "usermods.tiny.BlobsClassifier"
+    assert metrics["world_size"] == 2 and metrics["test_acc"] is None
+    assert 0.0 <= metrics["val_acc"] <= 1.0
+    table = pd.read_csv(workspace.path / "results/report/scaling.tsv", sep="\t")
+    assert "val_acc" in table.columns and len(table) == 2
