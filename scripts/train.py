@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -46,6 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
     p.add_argument("--ckpt-dir", required=True, help="resume checkpoints (not a workflow output)")
     p.add_argument("--metrics", required=True, help="metrics.json to write")
+    p.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt of this job (retries count up)")
     return p.parse_args(argv)
 
 
@@ -63,9 +65,21 @@ def build_trainer(args, callbacks) -> pl.Trainer:
     )
 
 
+def is_first_rank() -> bool:
+    """Rank 0 as the launcher set it (srun or launch_local), before any process group exists."""
+    return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) == 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     topo = Topology(args.nodes, args.devices)
+    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt")}
+    done = runinfo.finished_record(args.ckpt_dir, settings, args.attempt, is_first_rank())
+    if done is not None:
+        if is_first_rank():
+            print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
+            write_json_atomic(args.metrics, done)
+        return 0
     local_ranks = args.devices if args.cluster_env == "local" else 1
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (local_ranks * args.nodes)))
     pl.seed_everything(args.seed, workers=True, verbose=False)
@@ -85,10 +99,16 @@ def main(argv=None) -> int:
     checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, filename=runinfo.LAST.removesuffix(".ckpt"),
                                  save_top_k=1, enable_version_counter=False)
     trainer = build_trainer(args, [metrics, checkpoint])
-    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads")}
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
 
+    if trainer.global_rank == 0:
+        print(f"ddpscale: topology {topo} = {topo.num_nodes} node(s) x {topo.devices_per_node} "
+              f"device(s); batch per device {per_device}, effective "
+              f"{per_device * topo.world_size * args.accumulate_grad_batches} ({args.scaling} scaling)"
+              + (f"; resuming from {ckpt}" if ckpt else ""), flush=True)
+    fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
+    fit_wall_s = time.perf_counter() - fit_start
     if runinfo.formed_world_size() != topo.world_size:
         raise RuntimeError(
             f"topology {topo} asked for {topo.world_size} ranks but the process group has "
@@ -101,7 +121,10 @@ def main(argv=None) -> int:
     if trainer.global_rank == 0:
         record = runinfo.metrics_record(args, logged, trainer, metrics.summary(), metrics.ranks, started,
                                         per_device, per_device * topo.world_size * args.accumulate_grad_batches)
-        runinfo.clear_checkpoints(args.ckpt_dir)
+        # wall time of this attempt's trainer.fit (set-up included); fit_time_s is the sum
+        # of finished epochs over all attempts, the figure the report compares
+        record["fit_wall_s"] = fit_wall_s
+        runinfo.finish(args.ckpt_dir, settings, record)
         write_json_atomic(args.metrics, record)  # last: its presence marks the run as done
     return 0
 

@@ -138,3 +138,19 @@ def test_single_gpu_run_reports_the_gpu(tmp_path, data_file):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["device_kind"] == "cuda" and metrics["simulated"] is False
     assert metrics["device_name"] == torch.cuda.get_device_name(0)
+
+
+def test_retry_of_a_finished_run_reemits_its_metrics_but_a_new_command_retrains(tmp_path, data_file):
+    """A job killed after it finished (SLURM time limit during exit) is not trained twice."""
+    command = train_command(tmp_path, data_file, 1, 1)
+    assert run(command).returncode == 0
+    first = (tmp_path / "metrics.json").read_text()
+    (tmp_path / "metrics.json").unlink()  # what Snakemake does to a job reported as failed
+
+    retry = run(command + ["--attempt", "2"])
+    assert retry.returncode == 0 and "finished in an earlier attempt" in retry.stdout
+    assert (tmp_path / "metrics.json").read_text() == first
+
+    again = run(command)  # a new command, attempt 1: measure afresh
+    assert again.returncode == 0 and "finished in an earlier attempt" not in again.stdout
+    assert json.loads((tmp_path / "metrics.json").read_text())["started_at"] >= json.loads(first)["finished_at"]

@@ -15,6 +15,7 @@ import torch
 
 LAST = "last.ckpt"
 FINGERPRINT = "fingerprint.json"
+FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
 
 
 def fingerprint(settings: dict) -> str:
@@ -43,12 +44,40 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
     return None
 
 
-def clear_checkpoints(ckpt_dir: str) -> None:
-    """After success: a rerun (e.g. after deleting metrics.json) must measure afresh."""
-    for name in (LAST, FINGERPRINT):
-        path = Path(ckpt_dir) / name
-        if path.exists():
-            path.unlink()
+def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
+    """After success: keep the record, drop the resume checkpoint.
+
+    A job can finish and still be killed before it exits (SLURM's time limit during
+    interpreter teardown): the scheduler then reports TIMEOUT and Snakemake deletes the
+    metrics. The retry re-emits this record instead of training again.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = {"fingerprint": fingerprint(settings), "record": record}
+    tmp = ckpt_dir / f".{FINAL}.tmp"
+    tmp.write_text(json.dumps(final))
+    os.replace(tmp, ckpt_dir / FINAL)
+    if (ckpt_dir / LAST).exists():
+        (ckpt_dir / LAST).unlink()
+
+
+def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: bool) -> dict | None:
+    """The record of this same run if it finished in an earlier attempt of this job.
+
+    Only for a retry (attempt > 1): a new command (say, after deleting metrics.json to
+    measure again) always trains afresh. Every rank reaches the same answer; only rank 0
+    removes a record that no longer applies.
+    """
+    path = Path(ckpt_dir) / FINAL
+    try:
+        final = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if attempt > 1 and final.get("fingerprint") == fingerprint(settings):
+        return final["record"]
+    if is_rank_zero:
+        path.unlink(missing_ok=True)
+    return None
 
 
 def device_facts(trainer: pl.Trainer) -> dict:

@@ -69,6 +69,13 @@ class ScalingMetrics(pl.Callback):
             self.ranks = sorted(gathered, key=lambda r: r["global_rank"])
         else:
             self.ranks = [me]
+        if trainer.global_rank == 0:
+            # the banner of seed 002: what formed, as read from the process group
+            nodes = sorted({r["node_rank"] for r in self.ranks})
+            backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
+            print(f"ddpscale: world size {len(self.ranks)} on node ranks {nodes}, hosts "
+                  f"{sorted({r['host'] for r in self.ranks})}, backend {backend}, device "
+                  f"{pl_module.device}", flush=True)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.attempts += 1

@@ -153,6 +153,10 @@ def get_mpi(wildcards):
     return get_resources(wildcards)["mpi"]
 
 
+def get_attempt(wildcards, attempt):
+    return attempt
+
+
 def get_launch(wildcards):
     check_site_matches_executor()
     return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON)

@@ -17,9 +17,11 @@ rule train:
         cpus_per_task=get_cpus_per_task,
         mem_mb=get_mem_mb,
         mpi=get_mpi,
+        # a retry may find the run already finished (killed while exiting): see train.py
+        attempt=get_attempt,
         # The local profile allows one at a time, so runs never share the CPU they measure.
         train_slots=1,
     log:
         "results/logs/train/{topology}/r{repeat}.log",
     shell:
-        "{params.launch} {input.script} {params.flags} --metrics {output.metrics} > {log} 2>&1"
+        "{params.launch} {input.script} {params.flags} --metrics {output.metrics} --attempt {resources.attempt} > {log} 2>&1"
