@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# A throwaway SLURM cluster on this one machine, for trying ddpscale's SLURM profiles and
+# for the test suite: N fake nodes (n1..nN, one slurmd each, all on 127.0.0.1) with fake
+# GPUs, one partition "debug". Needs root and Debian/Ubuntu (apt). See README.md here.
+#
+#   minicluster.sh up [--nodes N] [--gpus-per-node G] [--cpus-per-node C] [--force]
+#   minicluster.sh status
+#   minicluster.sh down [--purge]
+set -euo pipefail
+
+STATE=${DDPSCALE_SLURM_DIR:-/tmp/ddpscale-slurm}
+ETC=/etc/slurm            # the default path: Snakemake's SLURM jobstep drops SLURM_CONF
+MARK="# written by ddpscale tests/slurm/minicluster.sh"
+HOSTS_TAG="# ddpscale-minicluster"
+NODES=4 GPUS=4 CPUS=2 FORCE=0 PURGE=0
+
+die() { echo "minicluster: $*" >&2; exit 1; }
+say() { echo "minicluster: $*"; }
+ours() { [[ -f $ETC/${1:-slurm.conf} && $(head -n1 "$ETC/${1:-slurm.conf}") == "$MARK" ]]; }
+
+# While our config is in place, its state folder wins over DDPSCALE_SLURM_DIR, so 'down'
+# still finds the daemons if the variable changed since 'up'.
+if ours; then
+  conf_state=$(sed -n 's|^StateSaveLocation=\(/.*\)/state$|\1|p' "$ETC/slurm.conf")
+  STATE=${conf_state:-$STATE}
+fi
+
+# --- processes we started: one pid file per daemon in $STATE/pids ------------------------
+# A zombie counts as gone (a container's pid 1 may never reap it).
+running() { local p; for p; do grep -qs '^State:[[:space:]]*[^Z]' "/proc/$p/status" && return 0; done; return 1; }
+# A pid counts as ours only while its process name still matches, so a recycled pid is
+# never signalled.
+alive() {  # alive PIDFILE: slurmd-n1.pid must be a running "slurmd", and so on
+  local pid name; pid=$(cat "$1" 2>/dev/null) || return 1
+  name=$(basename "$1" .pid); name=${name%%-*}
+  [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] && running "$pid"
+}
+all_alive() {
+  local f; [[ -e $STATE/pids/slurmctld.pid ]] || return 1
+  for f in "$STATE"/pids/*.pid; do alive "$f" || return 1; done
+}
+
+stop_daemons() {  # SIGTERM, then SIGKILL whatever still runs after ~5 s
+  local f p pids=()
+  for f in "$STATE"/pids/*.pid; do
+    if alive "$f"; then pids+=("$(cat "$f")"); fi
+  done
+  if ((${#pids[@]})); then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in {1..25}; do running "${pids[@]}" || break; sleep 0.2; done
+    for p in "${pids[@]}"; do if running "$p"; then kill -KILL "$p" 2>/dev/null || true; fi; done
+  fi
+  rm -f "$STATE"/pids/*.pid
+}
+
+nodes_ok() {  # there are nodes and every one is idle, mixed or allocated
+  local states; states=$(sinfo -h -N -o %T 2>/dev/null) || return 1
+  [[ -n $states ]] && ! grep -qvxE 'idle|mixed|allocated' <<<"$states"
+}
+
+# /etc/hosts is rewritten in place, not with sed -i: in containers it is a bind mount whose
+# inode cannot be replaced.
+hosts_remove() {
+  grep -qF "$HOSTS_TAG" /etc/hosts || return 0
+  local rest; rest=$(grep -vF "$HOSTS_TAG" /etc/hosts || true)
+  printf '%s\n' "$rest" > /etc/hosts
+}
+
+log_tails() {  # each daemon's log file, else its stderr (.out); minus the pmix noise
+  local f
+  for f in "$STATE"/log/*.out; do
+    [[ -e $f && $f != */apt.out ]] || continue
+    [[ -s ${f%.out}.log ]] && f=${f%.out}.log
+    echo "----- $f" >&2; grep -v 'pmix\|MPI: Cannot create context' "$f" | tail -n 12 >&2 || true
+  done
+}
+
+# Undo 'up': our jobs, our daemons, the hosts line, our /etc/slurm files (restoring a backup).
+teardown() {
+  # Cancel the jobs of our cluster only: their slurmstepd would outlive slurmd otherwise.
+  if ours && alive "$STATE/pids/slurmctld.pid"; then
+    local jobs; jobs=$(squeue -h -o %A 2>/dev/null || true)
+    if [[ -n $jobs ]]; then
+      # shellcheck disable=SC2086
+      scancel $jobs 2>/dev/null || true
+      for _ in {1..20}; do pgrep -x slurmstepd >/dev/null || break; sleep 0.5; done
+    fi
+  fi
+  stop_daemons
+  if pgrep -x slurmstepd >/dev/null; then
+    say "warning: slurmstepd still running: $(pgrep -x slurmstepd | tr '\n' ' ')"
+  fi
+  hosts_remove
+  local f; for f in slurm.conf gres.conf; do
+    if ours "$f"; then rm -f "$ETC/$f"; fi
+    if [[ -f $STATE/backup/$f ]]; then mv "$STATE/backup/$f" "$ETC/$f"; say "restored $ETC/$f"; fi
+  done
+}
+
+# A failed 'up' leaves nothing running and nothing of ours in /etc; the logs stay.
+fail() { log_tails; teardown >/dev/null 2>&1 || true; die "$*"; }
+
+# --- up ----------------------------------------------------------------------------------
+install_packages() {
+  # Not the slurm-wlm metapackage, no recommends: 8 packages instead of ~43 (its extra
+  # plugins: hdf5, influxdb, rocm-smi, ... are not needed here).
+  local c missing=0 t0=$SECONDS pkgs=(slurmctld slurmd slurm-client munge)
+  for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || missing=1; done
+  ((missing)) || return 0
+  say "installing ${pkgs[*]} (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  local apt=(apt-get install -y -q --no-install-recommends "${pkgs[@]}")
+  "${apt[@]}" >"$STATE/log/apt.out" 2>&1 ||           # the package lists may be stale or absent
+    { apt-get update -q && "${apt[@]}"; } >>"$STATE/log/apt.out" 2>&1 ||
+    { tail -n 15 "$STATE/log/apt.out" >&2; die "apt-get install failed (log: $STATE/log/apt.out)"; }
+  say "installed in $((SECONDS - t0)) s"
+}
+
+munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+  munge_works && return 0             # a munged already runs (not ours): use it, never stop it
+  [[ -s /etc/munge/munge.key ]] || mungekey --create >/dev/null 2>&1 ||
+    fail "no /etc/munge/munge.key and mungekey --create failed"
+  install -d -o munge -g munge -m 0755 /run/munge    # without systemd nobody creates it
+  # setpriv execs (no fork), so $! is munged itself; -F keeps it in the foreground.
+  setsid setpriv --reuid=munge --regid=munge --init-groups munged -F \
+    >"$STATE/log/munged.out" 2>&1 </dev/null &
+  echo $! > "$STATE/pids/munged.pid"
+  for _ in {1..25}; do munge_works && return 0; sleep 0.2; done
+  fail "munged did not start (munge -n | unmunge fails)"
+}
+
+write_config() {
+  local i mem files
+  mem=$(awk '/^MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
+  mkdir -p "$ETC" "$STATE/dev"
+  for ((i = 0; i < GPUS; i++)); do
+    # gres/gpu insists on character devices; c 1 3 is the same device as /dev/null.
+    [[ -c $STATE/dev/gpu$i ]] || mknod "$STATE/dev/gpu$i" c 1 3
+  done
+  files="$STATE/dev/gpu[0-$((GPUS - 1))]"
+  if ((GPUS == 1)); then files=$STATE/dev/gpu0; fi
+  {
+    echo "$MARK"
+    cat <<EOF
+ClusterName=ddpscale
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+MailProg=/bin/true
+# Several slurmd on one host, each started with -N nK; node CPUs come from this file.
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+# Memory is checked against RealMemory but not consumed, so the fake nodes share the host.
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+# Jobs over their time limit die promptly (tests use a 1-minute limit to get TIMEOUT).
+KillWait=2
+OverTimeLimit=0
+InactiveLimit=0
+# No accounting database: finished jobs stay visible to squeue/scontrol for 10 minutes.
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MinJobAge=600
+StateSaveLocation=$STATE/state
+SlurmctldPidFile=$STATE/run/slurmctld.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdSpoolDir=$STATE/spool/%n
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
+SlurmdLogFile=$STATE/log/slurmd-%n.log
+EOF
+    for ((i = 1; i <= NODES; i++)); do
+      printf 'NodeName=n%d NodeHostname=localhost NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=%d' \
+        "$i" $((6820 + i)) "$CPUS" "$mem"
+      if ((GPUS)); then printf ' Gres=gpu:%d' "$GPUS"; fi
+      echo
+    done
+    echo "PartitionName=debug Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
+  } > "$ETC/slurm.conf"
+  { echo "$MARK"
+    if ((GPUS)); then echo "NodeName=n[1-$NODES] Name=gpu File=$files"; fi; } > "$ETC/gres.conf"
+  cp "$ETC/slurm.conf" "$ETC/gres.conf" "$STATE/"    # copies for the record
+}
+
+cmd_up() {
+  while (($#)); do
+    case $1 in
+      --nodes) NODES=${2:?}; shift 2 ;;
+      --gpus-per-node) GPUS=${2:?}; shift 2 ;;
+      --cpus-per-node) CPUS=${2:?}; shift 2 ;;
+      --force) FORCE=1; shift ;;
+      *) die "unknown option for up: $1" ;;
+    esac
+  done
+  [[ $NODES =~ ^[1-9][0-9]?$ && $GPUS =~ ^[0-9]+$ && $CPUS =~ ^[1-9][0-9]*$ ]] ||
+    die "--nodes must be 1-99, --gpus-per-node >= 0, --cpus-per-node >= 1"
+  ((EUID == 0)) || die "must run as root (it installs packages, writes /etc/slurm and /etc/hosts)"
+  [[ $STATE == /* && $STATE != *[[:space:]]* ]] || die "DDPSCALE_SLURM_DIR must be an absolute path without spaces"
+  local want="nodes=$NODES gpus=$GPUS cpus=$CPUS" f i
+
+  # Already up and healthy with the same shape: nothing to do. Another shape: refuse.
+  if ours && all_alive && nodes_ok; then
+    local have; have=$(cat "$STATE/params" 2>/dev/null || true)
+    [[ $have == "$want" ]] || die "already up with $have; run 'down' first to get $want"
+    say "already up and healthy ($have)"; sinfo -N -o "%N %T %G %c"; return 0
+  fi
+
+  if [[ -d $STATE && ! -e $STATE/.ddpscale-minicluster && -n $(ls -A "$STATE") ]]; then
+    die "$STATE exists and is not ours; set DDPSCALE_SLURM_DIR to another folder"
+  fi
+  mkdir -p "$STATE"/{pids,run,log,state,spool,backup}
+  rm -f "$STATE"/log/*.log "$STATE"/log/*.out   # slurm appends; tails should show this run
+  touch "$STATE/.ddpscale-minicluster"      # lets 'down --purge' know the folder is ours
+  stop_daemons                              # leftovers of a half-dead earlier 'up'
+  for f in slurmctld slurmd; do
+    if pgrep -x "$f" >/dev/null; then die "a $f not started by this script is running; stop it first"; fi
+  done
+  # Someone's real SLURM config: keep away unless --force, then keep it for 'down'.
+  for f in slurm.conf gres.conf; do
+    if [[ -f $ETC/$f ]] && ! ours "$f"; then
+      ((FORCE)) || die "$ETC/$f exists and is not ours; rerun with --force to back it up and replace it"
+      mv "$ETC/$f" "$STATE/backup/$f"; say "moved your $ETC/$f to $STATE/backup ('down' restores it)"
+    fi
+  done
+
+  install_packages
+  local t0; t0=$(date +%s%N)
+  start_munge
+  write_config
+  echo "$want" > "$STATE/params"
+  hosts_remove    # Lightning's MASTER_ADDR is the first node's name, so n1..nN must resolve
+  echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done) $HOSTS_TAG" >> /etc/hosts
+
+  # -D: stay in the foreground so $! is the daemon; -c: forget the jobs of an earlier run.
+  setsid slurmctld -D -c >"$STATE/log/slurmctld.out" 2>&1 </dev/null &
+  echo $! > "$STATE/pids/slurmctld.pid"
+  for ((i = 1; i <= NODES; i++)); do
+    setsid slurmd -D -N "n$i" >"$STATE/log/slurmd-n$i.out" 2>&1 </dev/null &
+    echo $! > "$STATE/pids/slurmd-n$i.pid"
+  done
+
+  for _ in {1..60}; do                      # ~30 s for every node to report idle
+    for f in "$STATE"/pids/*.pid; do
+      alive "$f" || fail "$(basename "$f" .pid) exited right after start"
+    done
+    if nodes_ok; then
+      say "up in $((($(date +%s%N) - t0) / 1000000)) ms: $NODES nodes x $GPUS GPUs x $CPUS CPUs, partition debug"
+      sinfo -N -o "%N %T %G %c"; return 0
+    fi
+    sleep 0.5
+  done
+  sinfo -N -o "%N %T %G %c" >&2 || true
+  fail "nodes not idle within 30 s"
+}
+
+# --- down / status -----------------------------------------------------------------------
+cmd_down() {
+  case ${1:-} in --purge) PURGE=1 ;; "") ;; *) die "unknown option for down: $1" ;; esac
+  ((EUID == 0)) || die "must run as root"
+  teardown
+  if ((PURGE)) && [[ -e $STATE/.ddpscale-minicluster ]]; then
+    rm -rf "$STATE"; say "down; removed $STATE"
+  else
+    say "down; logs kept in $STATE/log"
+  fi
+}
+
+cmd_status() {
+  local f rc=0
+  ours || { echo "not up: $ETC/slurm.conf is not ours"; return 1; }
+  sinfo -N -o "%N %T %G %c" || rc=1
+  for f in "$STATE"/pids/*.pid; do
+    [[ -e $f ]] || continue
+    if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"
+    else echo "$(basename "$f" .pid): NOT running"; rc=1; fi
+  done
+  nodes_ok || rc=1
+  return $rc
+}
+
+case ${1:-} in
+  up) shift; cmd_up "$@" ;;
+  down) shift; cmd_down "$@" ;;
+  status) cmd_status ;;
+  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
