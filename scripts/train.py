@@ -18,7 +18,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale import plugins, runinfo
 from ddpscale.io import write_json_atomic
-from ddpscale.timing import NonFiniteLossError, ScalingMetrics
+from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
 from ddpscale.topology import Topology, batch_per_device
 
 
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     model = model_cls(**json.loads(args.model_args))
     datamodule = data_cls(**data_args)
 
-    metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs)
+    metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
     # One file, overwritten every epoch. (save_last with save_top_k=0 writes nothing in
     # Lightning 2.6: "last" is only saved when a top-k checkpoint was saved in that step.)
     checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, filename=runinfo.LAST.removesuffix(".ckpt"),
@@ -109,11 +109,6 @@ def main(argv=None) -> int:
     fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
-    if runinfo.formed_world_size() != topo.world_size:
-        raise RuntimeError(
-            f"topology {topo} asked for {topo.world_size} ranks but the process group has "
-            f"{runinfo.formed_world_size()}: the launcher did not start every rank"
-        )
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
     if is_overridden("test_step", model):
         trainer.test(model, datamodule=datamodule, verbose=False)
@@ -132,6 +127,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (plugins.PluginError, NonFiniteLossError, FileNotFoundError, ValueError) as err:
+    except (plugins.PluginError, NonFiniteLossError, WorldSizeError, FileNotFoundError, ValueError) as err:
         print(f"ddpscale train: {err}", file=sys.stderr)
         sys.exit(3)

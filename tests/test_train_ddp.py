@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -154,3 +155,16 @@ def test_retry_of_a_finished_run_reemits_its_metrics_but_a_new_command_retrains(
     again = run(command)  # a new command, attempt 1: measure afresh
     assert again.returncode == 0 and "finished in an earlier attempt" not in again.stdout
     assert json.loads((tmp_path / "metrics.json").read_text())["started_at"] >= json.loads(first)["finished_at"]
+
+
+def test_a_world_smaller_than_the_topology_fails_at_fit_start():
+    """Trap 3 of issue 3: ranks that never started must fail the run, not shrink it."""
+    from types import SimpleNamespace
+
+    from ddpscale.timing import ScalingMetrics, WorldSizeError
+
+    one_rank = SimpleNamespace(global_rank=0, node_rank=0, local_rank=0)  # no process group
+    module = SimpleNamespace(device="cpu")
+    ScalingMetrics(expected_world_size=1).on_fit_start(one_rank, module)
+    with pytest.raises(WorldSizeError, match="has 1 rank\\(s\\) but the topology asks for 2"):
+        ScalingMetrics(expected_world_size=2).on_fit_start(one_rank, module)

@@ -18,6 +18,10 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
+class WorldSizeError(RuntimeError):
+    pass
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # else the clock stops before the GPU has finished
@@ -32,8 +36,9 @@ def _batch_len(batch) -> int:
 
 
 class ScalingMetrics(pl.Callback):
-    def __init__(self, warmup_epochs: int = 1):
+    def __init__(self, warmup_epochs: int = 1, expected_world_size: int | None = None):
         self.warmup_epochs = warmup_epochs
+        self.expected_world_size = expected_world_size
         self.epoch_times: list[float] = []  # train + validation of each finished epoch
         self.train_times: list[float] = []  # training batches only
         self.samples: list[int] = []  # training samples over all ranks
@@ -69,6 +74,12 @@ class ScalingMetrics(pl.Callback):
             self.ranks = sorted(gathered, key=lambda r: r["global_rank"])
         else:
             self.ranks = [me]
+        if self.expected_world_size is not None and len(self.ranks) != self.expected_world_size:
+            # e.g. a multi-node job wrapped in `srun -n1`: it would train on one rank and "succeed"
+            raise WorldSizeError(
+                f"the process group has {len(self.ranks)} rank(s) but the topology asks for "
+                f"{self.expected_world_size}: the launcher did not start every rank"
+            )
         if trainer.global_rank == 0:
             # the banner of seed 002: what formed, as read from the process group
             nodes = sorted({r["node_rank"] for r in self.ranks})
