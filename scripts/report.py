@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -12,17 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale import analysis, plots  # noqa: E402
 from ddpscale import html as report_html  # noqa: E402
-
-
-def atomic_write(path: Path, write) -> None:
-    """write(tmp_path) then rename, so a killed job never leaves a half file
-    that Snakemake would take as finished."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+from ddpscale.io import atomic_write  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

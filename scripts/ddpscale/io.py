@@ -7,13 +7,24 @@ import os
 from pathlib import Path
 
 
-def write_json_atomic(path: str | os.PathLike, data) -> None:
-    """Write JSON so that a reader never sees half a file (temporary file + rename)."""
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """write(tmp_path), then rename: a reader, or Snakemake after a killed job, never sees
+    half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> None:
+    def dump(tmp: Path) -> None:
+        with open(tmp, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    atomic_write(path, dump)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from ddpscale.io import write_json_atomic
+
 LAST = "last.ckpt"
 FINGERPRINT = "fingerprint.json"
 FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
@@ -52,11 +54,7 @@ def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
     metrics. The retry re-emits this record instead of training again.
     """
     ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    final = {"fingerprint": fingerprint(settings), "record": record}
-    tmp = ckpt_dir / f".{FINAL}.tmp"
-    tmp.write_text(json.dumps(final))
-    os.replace(tmp, ckpt_dir / FINAL)
+    write_json_atomic(ckpt_dir / FINAL, {"fingerprint": fingerprint(settings), "record": record})
     if (ckpt_dir / LAST).exists():
         (ckpt_dir / LAST).unlink()
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ddpscale.io import atomic_write, write_json_atomic
+
 SPLITS = ("train", "val", "test")
 
 
@@ -54,10 +56,7 @@ def write_dataset(path: str, manifest_path: str, samples: int, noise: float, see
         stop = start + sizes[name]
         arrays[f"x_{name}"], arrays[f"y_{name}"] = x[start:stop], y[start:stop]
         start = stop
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{path}.tmp"
-    write_npz_reproducibly(tmp, arrays)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: write_npz_reproducibly(tmp, arrays))
     manifest = {
         "workload": "spiral",
         "file": os.path.basename(path),
@@ -68,10 +67,7 @@ def write_dataset(path: str, manifest_path: str, samples: int, noise: float, see
         "splits": sizes,
         "generator": {"samples": samples, "noise": noise, "seed": seed, "split": split},
     }
-    tmp_manifest = f"{manifest_path}.tmp"
-    with open(tmp_manifest, "w") as handle:
-        json.dump(manifest, handle, indent=2)
-    os.replace(tmp_manifest, manifest_path)
+    write_json_atomic(manifest_path, manifest)
     return manifest
 
 
