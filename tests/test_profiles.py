@@ -109,8 +109,8 @@ def test_zero_nodes_stops_the_dry_run():
 @pytest.mark.xfail(strict=True, reason=(
     "known limit: --set-resources on the command line replaces the profile's, dropping the "
     "site_* facts. Snakemake names the executor only once execution starts, so a dry run "
-    "cannot tell; a real submission is stopped by check_site_matches_executor (common.smk) "
-    "and the local launcher refuses multi-rank runs inside a SLURM job (tested in issue 3)"
+    "cannot tell. A real submission is stopped by check_site_matches_executor (common.smk; "
+    "tests/test_slurm.py) and the local launcher refuses multi-rank runs inside a SLURM job"
 ))
 def test_command_line_set_resources_keeps_the_slurm_site():
     rc, output = dry_run("raven", ["1x1", "2x4"], "--set-resources", "train:runtime=240")

@@ -241,3 +241,13 @@ def test_local_run_killed_mid_epoch_resumes(workspace):
     metrics = json.loads(workspace.metrics("1x2").read_text())
     assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
     assert len(metrics["epoch_times_s"]) == 8
+
+
+def test_cluster_run_without_site_facts_is_refused_before_submission(slurm_cluster, workspace):
+    """--set-resources on the command line replaces the profile's, site facts included: the
+    jobs would start every rank on one node. The run must stop before any sbatch."""
+    slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2"]))
+    code, log = run_slurm(workspace, "--set-resources", "train:runtime=5", timeout=120)
+    assert code != 0
+    assert "rule train has no site facts" in log and "repeat the profile's site_* entries" in log
+    assert not SUBMITTED.findall(log)
