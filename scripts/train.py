@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()
     per_device = batch_per_device(args.scaling, args.batch_size, topo)
+    effective = per_device * topo.world_size * args.accumulate_grad_batches
 
     model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
     data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     if trainer.global_rank == 0:
         print(f"ddpscale: topology {topo} = {topo.num_nodes} node(s) x {topo.devices_per_node} "
               f"device(s); batch per device {per_device}, effective "
-              f"{per_device * topo.world_size * args.accumulate_grad_batches} ({args.scaling} scaling)"
+              f"{effective} ({args.scaling} scaling)"
               + (f"; resuming from {ckpt}" if ckpt else ""), flush=True)
     fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         logged.update(runinfo.scalars(trainer))
     if trainer.global_rank == 0:
         record = runinfo.metrics_record(args, logged, trainer, metrics.summary(), metrics.ranks, started,
-                                        per_device, per_device * topo.world_size * args.accumulate_grad_batches)
+                                        per_device, effective)
         # wall time of this attempt's trainer.fit (set-up included); fit_time_s is the sum
         # of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s

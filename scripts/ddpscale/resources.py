@@ -61,6 +61,11 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
     return site
 
 
+def cluster_launched(topo: Topology, site: Site) -> bool:
+    """Whether the site's launcher (srun) starts the ranks; 1 rank or local: no launcher job."""
+    return topo.world_size > 1 and not site.is_local
+
+
 def slurm_resources(topo: Topology, site: Site) -> dict:
     """The plugin resources of one training job.
 
@@ -73,7 +78,6 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
       which breaks M nodes x 1 GPU; `gres` is per node, unlike `gpu` (a job-wide total).
     """
     gres = f"gpu:{site.gpu_type}:{topo.devices_per_node}" if site.gpu_type else f"gpu:{topo.devices_per_node}"
-    multi_rank = topo.world_size > 1 and not site.is_local
     return {
         "nodes": topo.num_nodes,
         "tasks": topo.world_size,
@@ -82,7 +86,7 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
         "cpus_per_task": site.cpus_per_gpu,
         # --mem is per node: one rank per device on each node.
         "mem_mb": site.mem_mb_per_gpu * topo.devices_per_node,
-        "mpi": site.launcher if multi_rank else "",
+        "mpi": site.launcher if cluster_launched(topo, site) else "",
     }
 
 
@@ -108,6 +112,6 @@ def launch_prefix(topo: Topology, site: Site, python: str) -> str:
 
 def cluster_env(topo: Topology, site: Site) -> str:
     """Which Lightning cluster environment the ranks must use (never guessed from variables)."""
-    if topo.world_size > 1 and not site.is_local:
+    if cluster_launched(topo, site):
         return "slurm"
     return "local"

@@ -38,11 +38,11 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
     if last.exists() and stamp.exists() and json.loads(stamp.read_text()).get("fingerprint") == wanted:
         return str(last)
     if is_rank_zero:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
         if last.exists():
             print(f"ddpscale: {last} was written with other settings; starting this run fresh")
             last.unlink()
-        stamp.write_text(json.dumps({"fingerprint": wanted, "settings": settings}, indent=2))
+        # atomic: the other ranks read this file while rank 0 writes it
+        write_json_atomic(stamp, {"fingerprint": wanted, "settings": settings})
     return None
 
 

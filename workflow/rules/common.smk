@@ -13,7 +13,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 # that parsing (and a dry run) stays fast: no torch, no Lightning.
 sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
 from ddpscale.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.spiral import corruption  # noqa: E402
+from ddpscale.spiral import corruption, manifest_path_for  # noqa: E402
 from ddpscale.resources import SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources  # noqa: E402
 from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
 
@@ -69,7 +69,7 @@ def get_prepare_flags():
     data_file = get_data_file()
     return (f"--samples {dataset['samples']} --noise {dataset['noise']} --seed {dataset['seed']} "
             f"--split {' '.join(map(str, dataset['split']))} --out {data_file} "
-            f"--manifest {Path(data_file).with_name('manifest.json')}")
+            f"--manifest {manifest_path_for(data_file)}")
 
 
 def check_generated_data():
@@ -118,7 +118,7 @@ def get_train_data(wildcards):
     if not GENERATED:
         return config["data"]["files"]
     data_file = get_data_file()
-    return [ancient(data_file), ancient(str(Path(data_file).with_name("manifest.json")))] + config["data"]["files"]
+    return [ancient(data_file), ancient(manifest_path_for(data_file))] + config["data"]["files"]
 
 
 if GENERATED:
