@@ -25,6 +25,18 @@ def _clean_distributed_env(monkeypatch):
             monkeypatch.delenv(name, raising=False)
 
 
+def load_profile(name: str) -> dict:
+    """A profile's config.yaml: a name under profiles/, or a folder relative to the repository."""
+    folder = ROOT / name if "/" in name else ROOT / "profiles" / name
+    return yaml.safe_load((folder / "config.yaml").read_text())
+
+
+def profile_site(name: str):
+    from ddpscale.resources import site_from_resources
+
+    return site_from_resources(load_profile(name)["set-resources"]["train"])
+
+
 def tiny_config(**overrides) -> dict:
     """The shipped config, shrunk so a whole workflow runs in seconds."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -7,21 +7,20 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
-from ddpscale.resources import cluster_env, launch_prefix, site_from_resources, slurm_resources
+from ddpscale.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.topology import parse_topology
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, SNAKEMAKE, profile_site
+
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
 def dry_run(profile, topologies, *extra):
     # sys.executable also becomes the workflow's PYTHON, so launch commands are predictable.
-    cmd = [sys.executable, "-m", "snakemake", "--profile", f"profiles/{profile}", "-n", "-p",
+    cmd = [*SNAKEMAKE, "--profile", f"profiles/{profile}", "-n", "-p",
            "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1"]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=120)
@@ -40,11 +39,6 @@ def train_jobs(output):
         assert wildcards["repeat"] == "0"
         jobs[wildcards["topology"]] = (resources, shell)
     return jobs
-
-
-def profile_site(profile):
-    config = yaml.safe_load((ROOT / "profiles" / profile / "config.yaml").read_text())
-    return site_from_resources(config["set-resources"]["train"])
 
 
 @pytest.fixture(scope="module", params=["gilbreth", "raven", "slurm", "local"])

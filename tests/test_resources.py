@@ -1,24 +1,15 @@
 """Site facts of every profile + topology -> SLURM plugin resources and launch command."""
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 
 from ddpscale.resources import Site, SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources
 from ddpscale.topology import parse_topology
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, load_profile, profile_site
+
 PROFILES = sorted(p.parent.name for p in ROOT.glob("profiles/*/config.yaml"))
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
-
-
-def load_profile(name):
-    return yaml.safe_load((ROOT / "profiles" / name / "config.yaml").read_text())
-
-
-def profile_site(name):
-    return site_from_resources(load_profile(name)["set-resources"]["train"])
 
 
 def test_every_profile_is_covered():

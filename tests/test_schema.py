@@ -1,13 +1,13 @@
 """config/config.yaml against workflow/schemas/config.schema.yaml, as common.smk validates it."""
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 SHIPPED = yaml.safe_load((ROOT / "config/config.yaml").read_text())
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -18,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import ROOT, SNAKEMAKE, tiny_config
+from conftest import ROOT, SNAKEMAKE, load_profile, tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 MINICLUSTER = ROOT / "tests/slurm/minicluster.sh"
@@ -45,7 +44,7 @@ def slurm_cluster():
 
 def slurm_workspace(workspace, **profile_changes):
     """The workspace with the test cluster's profile as profiles/minicluster."""
-    profile = yaml.safe_load((ROOT / "tests/slurm/profile/config.yaml").read_text())
+    profile = load_profile("tests/slurm/profile")
     for key, value in profile_changes.items():
         if key == "site":
             profile["set-resources"]["train"].update(value)
@@ -93,8 +92,7 @@ def training_processes(cwd: Path, topology: str) -> list[psutil.Process]:
 
 
 def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
-    generic = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
-    test = yaml.safe_load((ROOT / "tests/slurm/profile/config.yaml").read_text())
+    generic, test = load_profile("slurm"), load_profile("tests/slurm/profile")
     site_keys = {"jobs", "latency-wait", "slurm-init-seconds-before-status-checks", "default-resources"}
     assert {k: v for k, v in generic.items() if k not in site_keys | {"set-resources"}} == \
            {k: v for k, v in test.items() if k not in site_keys | {"set-resources"}}

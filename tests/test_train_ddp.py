@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,8 @@ import pytest
 
 from ddpscale.spiral import write_dataset
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
