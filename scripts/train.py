@@ -5,7 +5,6 @@ topology comes from explicit flags and is checked against the process group that
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -18,33 +17,17 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale import plugins, runinfo
 from ddpscale.io import write_json_atomic
+from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
-from ddpscale.topology import Topology, batch_per_device
+from ddpscale.topology import Topology
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--topology", required=True, help="label, e.g. 2x4")
+    add_run_args(p)
     p.add_argument("--repeat", type=int, default=0)
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--devices", type=int, required=True, help="devices (ranks) per node")
-    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu"])
-    p.add_argument("--cluster-env", default="local", choices=["local", "slurm"])
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank; 0: cores / local ranks")
     p.add_argument("--max-epochs", type=int, required=True)
     p.add_argument("--warmup-epochs", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scaling", choices=["weak", "strong"], required=True)
-    p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
-    p.add_argument("--precision", default="32-true")
-    p.add_argument("--accumulate-grad-batches", type=int, default=1)
-    p.add_argument("--loader", default='{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}',
-                   help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
-    p.add_argument("--model-class", required=True)
-    p.add_argument("--model-args", default="{}", help="JSON init arguments")
-    p.add_argument("--data-class", required=True)
-    p.add_argument("--data-args", default="{}", help="JSON init arguments")
-    p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
     p.add_argument("--ckpt-dir", required=True, help="resume checkpoints (not a workflow output)")
     p.add_argument("--metrics", required=True, help="metrics.json to write")
     p.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt of this job (retries count up)")
@@ -80,19 +63,12 @@ def main(argv=None) -> int:
             print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
             write_json_atomic(args.metrics, done)
         return 0
-    local_ranks = args.devices if args.cluster_env == "local" else 1
-    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (local_ranks * args.nodes)))
+    set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()
-    per_device = batch_per_device(args.scaling, args.batch_size, topo)
+    per_device = per_device_batch(args)
     effective = per_device * topo.world_size * args.accumulate_grad_batches
-
-    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
-    data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
-    data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device,
-                                       json.loads(args.loader), args.data_file)
-    model = model_cls(**json.loads(args.model_args))
-    datamodule = data_cls(**data_args)
+    model, datamodule = build_modules(args)
 
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
     # One file, overwritten every epoch. (save_last with save_top_k=0 writes nothing in

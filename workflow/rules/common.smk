@@ -177,19 +177,16 @@ def check_site_matches_executor():
         )
 
 
-def get_train_flags(wildcards):
-    """Every setting of a run as explicit flags, so the log shows exactly what ran."""
-    topo = parse_topology(wildcards.topology)
+def run_flags(topology_name):
+    """Every setting that defines a run, shared by train and probe, so both measure the same."""
+    topo = parse_topology(topology_name)
     flags = {
         "--topology": topo.name,
-        "--repeat": wildcards.repeat,
         "--nodes": topo.num_nodes,
         "--devices": topo.devices_per_node,
         "--accelerator": config["accelerator"],
         "--cluster-env": cluster_env(topo, SITE),
         "--threads": 0 if SITE.is_local else SITE.cpus_per_gpu,
-        "--max-epochs": config["max_epochs"],
-        "--warmup-epochs": config["warmup_epochs"],
         "--seed": config["seed"],
         "--scaling": config["batch"]["scaling"],
         "--batch-size": config["batch"]["size"],
@@ -200,8 +197,23 @@ def get_train_flags(wildcards):
         "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
         "--data-class": config["data"]["class_path"],
         "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
-        "--ckpt-dir": f"results/checkpoints/{topo.name}/r{wildcards.repeat}",
     }
     if GENERATED:
         flags["--data-file"] = get_data_file()
+    return flags
+
+
+def as_flags(flags):
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())
+
+
+def get_train_flags(wildcards):
+    """Every setting of a run as explicit flags, so the log shows exactly what ran."""
+    flags = run_flags(wildcards.topology)
+    flags.update({
+        "--repeat": wildcards.repeat,
+        "--max-epochs": config["max_epochs"],
+        "--warmup-epochs": config["warmup_epochs"],
+        "--ckpt-dir": f"results/checkpoints/{flags['--topology']}/r{wildcards.repeat}",
+    })
+    return as_flags(flags)

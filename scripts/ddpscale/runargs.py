@@ -1,0 +1,62 @@
+"""What defines a run, shared by train.py and probe.py so both measure the same model and data.
+
+Flags in, (model, datamodule) out: the workflow passes every setting explicitly, and both
+scripts build the user's modules through the same plugin contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ddpscale import plugins
+from ddpscale.topology import Topology, batch_per_device
+
+DEFAULT_LOADER = '{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}'
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, help="label, e.g. 2x4")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--devices", type=int, required=True, help="devices (ranks) per node")
+    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--cluster-env", default="local", choices=["local", "slurm"])
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank; 0: cores / local ranks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scaling", choices=["weak", "strong"], required=True)
+    p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
+    p.add_argument("--precision", default="32-true")
+    p.add_argument("--accumulate-grad-batches", type=int, default=1)
+    p.add_argument("--loader", default=DEFAULT_LOADER,
+                   help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
+    p.add_argument("--model-class", required=True)
+    p.add_argument("--model-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-class", required=True)
+    p.add_argument("--data-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
+
+
+def topology(args) -> Topology:
+    return Topology(args.nodes, args.devices)
+
+
+def per_device_batch(args) -> int:
+    return batch_per_device(args.scaling, args.batch_size, topology(args))
+
+
+def set_threads(args, torch) -> None:
+    """Ranks of one simulated node share its cores; a cluster rank gets its cpus-per-task."""
+    local_ranks = args.devices if args.cluster_env == "local" else 1
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (local_ranks * args.nodes)))
+
+
+def build_modules(args):
+    """The user's LightningModule and LightningDataModule, built from the flags."""
+    import pytorch_lightning as pl
+
+    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
+    data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
+    data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device_batch(args),
+                                       json.loads(args.loader), args.data_file)
+    return model_cls(**json.loads(args.model_args)), data_cls(**data_args)
