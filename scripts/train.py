@@ -15,7 +15,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
-from ddpscale import plugins, runinfo
+from ddpscale import gpufacts, plugins, runinfo
 from ddpscale.io import write_json_atomic
 from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
@@ -83,9 +83,15 @@ def main(argv=None) -> int:
               f"device(s); batch per device {per_device}, effective "
               f"{effective} ({args.scaling} scaling)"
               + (f"; resuming from {ckpt}" if ckpt else ""), flush=True)
+    root = trainer.strategy.root_device
+    sampler = gpufacts.UtilizationSampler(root.index or 0).start() if root.type == "cuda" else None
     fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
+    gpu = gpufacts.CPU_RECORD
+    if sampler is not None:  # the same on every rank, so every rank joins the gather
+        mine = {"peak_memory_mb": gpufacts.peak_memory_mb(root), "utilization": sampler.stop()}
+        gpu = gpufacts.summarize(gpufacts.gather(mine))
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
     if is_overridden("test_step", model):
         trainer.test(model, datamodule=datamodule, verbose=False)
@@ -96,6 +102,7 @@ def main(argv=None) -> int:
         # wall time of this attempt's trainer.fit (set-up included); fit_time_s is the sum
         # of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s
+        record.update(gpu)
         runinfo.finish(args.ckpt_dir, settings, record)
         write_json_atomic(args.metrics, record)  # last: its presence marks the run as done
     return 0

@@ -1,0 +1,394 @@
+"""scripts/probe.py (all-reduce bandwidth, where a step's time goes) and GPU facts of a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpscale import gpufacts
+from ddpscale.commbench import allreduce_benchmark, bandwidths, message_sizes
+
+from conftest import ROOT
+
+# SpiralMLP(hidden=[64, 32, 16]) on 2-D points, 2 classes: weights + biases of 4 layers
+SPIRAL_NUMEL = (2 * 64 + 64) + (64 * 32 + 32) + (32 * 16 + 16) + (16 * 2 + 2)
+
+
+# -- pure ---------------------------------------------------------------------------------
+
+def test_message_sizes_double_from_1kb_and_end_at_the_gradient():
+    assert message_sizes(11336) == [1024, 2048, 4096, 8192, 11336]
+    assert message_sizes(8192) == [1024, 2048, 4096, 8192]  # no repeated last size
+    assert message_sizes(1025) == [1024, 1025]
+    assert message_sizes(1024) == [1024]
+    assert message_sizes(300) == [300]
+    assert message_sizes(5000, start=2000) == [2000, 4000, 5000]
+    with pytest.raises(ValueError, match="no trainable gradient"):
+        message_sizes(0)
+
+
+def test_bandwidths_follow_nccl_tests():
+    assert bandwidths(2_000_000_000, 2.0, 4) == pytest.approx((1.0, 1.5))  # busbw = algbw * 2*3/4
+    assert bandwidths(1_000_000_000, 0.5, 2) == pytest.approx((2.0, 2.0))
+    assert bandwidths(1_000_000_000, 1.0, 8) == pytest.approx((1.0, 1.75))
+    assert bandwidths(1_000_000_000, 1.0, 1) == pytest.approx((1.0, 0.0))  # one rank moves nothing
+    assert bandwidths(1024, 0.0, 4) == (None, None)  # nothing was timed
+
+
+def test_parse_utilization():
+    assert gpufacts.parse_utilization("87\n") == 87
+    assert gpufacts.parse_utilization("\n  5 \n") == 5
+    assert gpufacts.parse_utilization("100 %") == 100
+    assert gpufacts.parse_utilization("[N/A]") is None
+    assert gpufacts.parse_utilization("") is None
+    assert gpufacts.parse_utilization("No devices were found") is None
+
+
+def test_smi_index_maps_through_cuda_visible_devices():
+    assert gpufacts.smi_index(1, "") == "1"
+    assert gpufacts.smi_index(1, "4,6") == "6"
+    assert gpufacts.smi_index(0, "GPU-1a2b, GPU-3c4d") == "GPU-1a2b"
+
+
+def test_gpu_summary_over_ranks():
+    ranks = [{"peak_memory_mb": 100.0, "utilization": [50, 70]},
+             {"peak_memory_mb": 250.5, "utilization": [90]}]
+    # each rank's mean (60, 90), then the mean over ranks; samples counted over ranks
+    assert gpufacts.summarize(ranks) == {"gpu_peak_memory_mb": 250.5, "gpu_utilization_pct": 75.0,
+                                         "gpu_utilization_samples": 3}
+    no_samples = [{"peak_memory_mb": 10.0, "utilization": []}]
+    assert gpufacts.summarize(no_samples) == {"gpu_peak_memory_mb": 10.0, "gpu_utilization_pct": None,
+                                              "gpu_utilization_samples": 0}
+    assert gpufacts.peak_memory_mb("cpu") is None
+
+
+def test_first_optimizer_in_every_form_lightning_accepts():
+    import torch
+
+    from ddpscale.plugins import PluginError
+    from ddpscale.stepprobe import first_optimizer
+
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    for conf in (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched},
+                 [{"optimizer": opt}]):
+        assert first_optimizer(conf, "M") is opt
+    with pytest.raises(PluginError, match=r"MyModule\.configure_optimizers\(\) returned no optimizer"):
+        first_optimizer(None, "MyModule")
+    with pytest.raises(PluginError, match="MyModule"):
+        first_optimizer([], "MyModule")
+
+
+def test_precision_plan():
+    import torch
+
+    from ddpscale.stepprobe import precision_plan
+
+    assert precision_plan("32-true", "cpu") == {"autocast": None, "params": None, "scaler": False}
+    assert precision_plan("bf16-mixed", "cpu")["autocast"] is torch.bfloat16
+    assert precision_plan("16-mixed", "cuda") == {"autocast": torch.float16, "params": None, "scaler": True}
+    assert precision_plan("bf16-true", "cuda")["params"] is torch.bfloat16
+    with pytest.raises(ValueError, match="needs a GPU"):
+        precision_plan("16-mixed", "cpu")
+    with pytest.raises(ValueError, match="does not know precision"):
+        precision_plan("8-bit", "cpu")
+
+
+def test_step_probe_of_a_module_that_logs_and_returns_a_dict():
+    """One rank in this process: a dict loss and self.log() outside a Trainer are fine, silently."""
+    import warnings
+
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ddpscale import stepprobe
+
+    class Logs(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 2)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.net(x), y)
+            self.log("train_loss", loss)
+            return {"loss": loss}
+
+        def configure_optimizers(self):
+            return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
+
+    loader = DataLoader(TensorDataset(torch.randn(20, 2), torch.randint(0, 2, (20,))), batch_size=8)
+    model, device = Logs(), torch.device("cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = stepprobe.measure(model, loader, stepprobe.precision_plan("32-true", "cpu"), device,
+                                 world_size=1, local_rank=0, steps=4, rounds=2, warmup=1, batch_per_device=8)
+    assert not [w for w in caught if "self.log" in str(w.message)]
+    assert step["steps"] == 4 and step["rounds"] == 2 and step["batch_per_device"] == 8
+    assert step["compute_s"] > 0 and step["data_s"] > 0 and step["exposed_comm_s"] == 0
+    assert stepprobe.gradient_numel(model) == (6, 24)
+
+
+# -- all-reduce benchmark, in this process ---------------------------------------------
+
+def test_allreduce_without_a_process_group_records_a_no_op():
+    import torch
+
+    rows = allreduce_benchmark([1024, 3000], torch.device("cpu"))
+    assert rows == [{"bytes": 1024, "time_s": 0.0, "algbw_gbps": None, "busbw_gbps": None, "iters": 0},
+                    {"bytes": 3000, "time_s": 0.0, "algbw_gbps": None, "busbw_gbps": None, "iters": 0}]
+
+
+def test_allreduce_on_a_one_rank_gloo_group_is_timed(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        rows = allreduce_benchmark([1024, 1026], torch.device("cpu"), warmup=1, iters=3)
+    finally:
+        dist.destroy_process_group()
+    assert [r["bytes"] for r in rows] == [1024, 1026]
+    for row in rows:
+        assert row["time_s"] > 0 and row["iters"] == 3
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
+        assert row["busbw_gbps"] == 0.0
+
+
+# -- utilisation sampler with a stand-in nvidia-smi (this machine has no GPU) ---------------
+
+def _fake_smi(folder: Path, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return folder
+
+
+def test_sampler_collects_what_nvidia_smi_prints(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    bin_dir = _fake_smi(tmp_path / "bin", f'echo "$@" >> {calls}\necho 42\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
+    sampler = gpufacts.UtilizationSampler(1, interval_s=0.02).start()
+    deadline = time.monotonic() + 20
+    while len(sampler.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    samples = sampler.stop()
+    assert len(samples) >= 3 and set(samples) == {42}
+    first_call = calls.read_text().splitlines()[0].split()
+    assert "--query-gpu=utilization.gpu" in first_call and "--format=csv,noheader,nounits" in first_call
+    assert first_call[-2:] == ["-i", "3"], "local CUDA device 1 is physical GPU 3 here"
+    count = len(samples)
+    time.sleep(0.1)
+    assert len(sampler.samples) == count, "sampling went on after stop()"
+
+
+def test_sampler_without_nvidia_smi_returns_nothing(tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    sampler = gpufacts.UtilizationSampler(0, interval_s=0.01).start()
+    time.sleep(0.05)
+    assert sampler.stop() == []
+
+
+def test_sampler_stops_quietly_when_nvidia_smi_fails(tmp_path, monkeypatch):
+    bin_dir = _fake_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    sampler = gpufacts.UtilizationSampler(0, interval_s=0.01).start()
+    time.sleep(0.2)
+    assert sampler.stop() == []
+
+
+# -- real probes on CPU ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> str:
+    import prepare_data
+
+    folder = tmp_path_factory.mktemp("probe-data")
+    prepare_data.main(["--samples", "2000", "--noise", "0.2", "--seed", "7", "--split", "0.7", "0.15", "0.15",
+                       "--out", str(folder / "data.npz"), "--manifest", str(folder / "manifest.json")])
+    return str(folder / "data.npz")
+
+
+def probe_command(out: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
+    """As the workflow runs it: the launcher of the topology, then probe.py with the run flags."""
+    probe = [sys.executable, str(ROOT / "scripts/probe.py"), "--topology", f"{nodes}x{devices}",
+             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
+             "--scaling", "strong", "--batch-size", "64", "--model-class", "ddpscale.models.SpiralMLP",
+             "--model-args", '{"hidden": [64, 32, 16]}',
+             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--out", str(out), *extra]
+    if nodes * devices == 1:
+        return probe
+    return [sys.executable, str(ROOT / "scripts/launch_local.py"), "--nodes", str(nodes),
+            "--procs-per-node", str(devices), "--", *probe]
+
+
+def run(command, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT, **kwargs)
+
+
+def check_step(step: dict, world_size: int) -> None:
+    assert step["steps"] == 20 and step["rounds"] == 5
+    assert step["batch_per_device"] == 64 // world_size
+    assert step["data_s"] > 0 and step["compute_s"] > 0 and step["sync_step_s"] > 0
+    assert step["exposed_comm_s"] >= 0
+    assert step["exposed_comm_s"] == pytest.approx(max(0.0, step["comm_diff_s"]))
+    assert step["sync_step_s"] == pytest.approx(step["compute_s"] + step["comm_diff_s"])
+    assert "20 training steps" in step["method"] and "5 rounds" in step["method"]
+    assert "slowest rank" in step["method"]
+
+
+@pytest.mark.slow
+def test_probe_on_one_rank(tmp_path, data_file):
+    out = tmp_path / "probe.json"
+    result = run(probe_command(out, data_file, 1, 1))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ddpscale probe: 1x1 world size 1" in result.stdout
+    probe = json.loads(out.read_text())
+    assert probe["world_size"] == 1 and probe["backend"] == "none"
+    assert probe["device_kind"] == "cpu" and probe["device_name"] == "cpu, simulated" and probe["simulated"]
+    assert probe["hosts"] == [socket.gethostname()]
+    assert probe["gradient_numel"] == SPIRAL_NUMEL and probe["gradient_bytes"] == 4 * SPIRAL_NUMEL
+    assert [r["bytes"] for r in probe["allreduce"]] == message_sizes(4 * SPIRAL_NUMEL)
+    assert all(r["time_s"] == 0 and r["busbw_gbps"] is None for r in probe["allreduce"])
+    check_step(probe["step"], 1)
+    assert probe["step"]["exposed_comm_s"] == 0 and probe["step"]["sync_step_s"] == probe["step"]["compute_s"]
+    assert "no DDP" in probe["step"]["method"]
+
+
+@pytest.mark.slow
+def test_probe_on_two_ranks_through_the_local_launcher(tmp_path, data_file):
+    out = tmp_path / "probe.json"
+    result = run(probe_command(out, data_file, 1, 2))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("ddpscale probe:") == 1, "only rank 0 reports"
+    probe = json.loads(out.read_text())
+    assert [p.name for p in tmp_path.iterdir()] == ["probe.json"]
+    assert probe["world_size"] == 2 and probe["backend"] == "gloo" and probe["node_ranks"] == [0, 0]
+    assert probe["hosts"] == [socket.gethostname()]
+    assert probe["gradient_bytes"] == 4 * SPIRAL_NUMEL == 4 * probe["gradient_numel"]
+    sizes = [r["bytes"] for r in probe["allreduce"]]
+    assert sizes[0] == 1024 and sizes[-1] == probe["gradient_bytes"]
+    assert all(b == 2 * a for a, b in zip(sizes[:-2], sizes[1:-1])) and sizes[-2] < sizes[-1] <= 2 * sizes[-2]
+    n = probe["world_size"]
+    for row in probe["allreduce"]:
+        assert row["time_s"] > 0 and row["iters"] == 10
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (n - 1) / n)
+    check_step(probe["step"], 2)
+    assert "no_sync()" in probe["step"]["method"]
+    assert 0 < probe["probe_wall_s"] < 60
+
+
+@pytest.mark.slow
+def test_a_module_without_an_optimizer_is_named(tmp_path, data_file):
+    (tmp_path / "noopt.py").write_text(
+        "from ddpscale.models import SpiralMLP\n\n"
+        "class NoOptimizer(SpiralMLP):\n"
+        "    def configure_optimizers(self):\n"
+        "        return None\n"
+    )
+    command = probe_command(tmp_path / "probe.json", data_file, 1, 1)
+    command[command.index("--model-class") + 1] = "noopt.NoOptimizer"
+    result = run(command, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("ddpscale probe: NoOptimizer.configure_optimizers()")
+    assert not (tmp_path / "probe.json").exists()
+
+
+@pytest.mark.slow
+def test_a_missing_data_file_exits_3(tmp_path):
+    result = run(probe_command(tmp_path / "probe.json", str(tmp_path / "missing.npz"), 1, 1))
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines()[-1].startswith("ddpscale probe: ")
+    assert "missing" in result.stderr
+
+
+# -- on a GPU -----------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_probe_on_gpus_uses_nccl(tmp_path, data_file):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 CUDA GPUs for an NCCL group; this machine has {torch.cuda.device_count()}")
+    out = tmp_path / "probe.json"
+    command = probe_command(out, data_file, 1, 2)
+    command[command.index("--accelerator") + 1] = "gpu"
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(out.read_text())
+    assert probe["world_size"] == 2 and probe["backend"] == "nccl"
+    assert probe["device_kind"] == "cuda" and probe["simulated"] is False
+    assert probe["device_name"] == torch.cuda.get_device_name(0)
+    assert all(r["time_s"] > 0 and r["busbw_gbps"] > 0 for r in probe["allreduce"])
+    check_step(probe["step"], 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_probe_on_one_gpu(tmp_path, data_file):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    out = tmp_path / "probe.json"
+    command = probe_command(out, data_file, 1, 1, "--precision", "bf16-mixed")
+    command[command.index("--accelerator") + 1] = "gpu"
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(out.read_text())
+    assert probe["device_kind"] == "cuda" and probe["device_name"] == torch.cuda.get_device_name(0)
+    check_step(probe["step"], 1)
+
+
+# -- GPU facts in a training run's metrics ---------------------------------------------------
+
+@pytest.mark.slow
+def test_training_on_cpu_records_no_gpu_facts(tmp_path, data_file):
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1",
+               "--devices", "1", "--accelerator", "cpu", "--max-epochs", "1", "--warmup-epochs", "0",
+               "--scaling", "weak", "--batch-size", "64", "--model-class", "ddpscale.models.SpiralMLP",
+               "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["gpu_peak_memory_mb"] is None
+    assert metrics["gpu_utilization_pct"] is None
+    assert metrics["gpu_utilization_samples"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_training_on_a_gpu_records_its_memory_and_utilization(tmp_path, data_file):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1",
+               "--devices", "1", "--accelerator", "gpu", "--max-epochs", "3", "--warmup-epochs", "0",
+               "--scaling", "weak", "--batch-size", "8", "--model-class", "ddpscale.models.SpiralMLP",
+               "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["gpu_peak_memory_mb"] > 0
+    samples = metrics["gpu_utilization_samples"]
+    if samples:  # one per second of fit; none if nvidia-smi is absent or fit took under a second
+        assert 0 <= metrics["gpu_utilization_pct"] <= 100
+    else:
+        assert metrics["gpu_utilization_pct"] is None
