@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ddpscale report: metrics.json files -> scaling.tsv, 3 PNGs, report.html."""
+"""ddpscale report: metrics.json and probe.json files -> tables (TSV), 5 PNGs, report.html."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale import analysis, plots  # noqa: E402
+from ddpscale import analysis, breakdown, plots, reportdata, verdict  # noqa: E402
 from ddpscale import html as report_html  # noqa: E402
 from ddpscale.io import atomic_write  # noqa: E402
 
@@ -18,36 +18,62 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--metrics", nargs="+", required=True, metavar="PATH",
                    help="metrics.json files, one per training run")
+    p.add_argument("--probes", nargs="*", default=[], metavar="PATH",
+                   help="probe.json files, one per topology (time breakdown, all-reduce)")
     p.add_argument("--baseline", default="1x1", help="baseline topology (default 1x1)")
     p.add_argument("--accuracy-metric", default="test_acc",
                    help="metric compared against the baseline (default test_acc)")
     p.add_argument("--accuracy-tolerance", type=float, default=0.02,
                    help="largest allowed drop vs the baseline (default 0.02)")
+    p.add_argument("--efficiency-threshold", type=float, default=0.8,
+                   help="the recommendation's lowest acceptable efficiency (default 0.8)")
+    p.add_argument("--expected", nargs="*", default=[], metavar="TOPOLOGY",
+                   help="every configured topology: those without metrics appear as rows marked so")
+    p.add_argument("--repeats", type=int, default=1, help="configured repeats per topology")
+    p.add_argument("--log-dir", type=Path, default=None,
+                   help="train logs (<dir>/<topology>/r<k>.log): a log without metrics is a failure")
+    p.add_argument("--compare", type=Path, default=None, help="an earlier scaling.tsv to compare with")
     p.add_argument("--out-dir", default="results/report", type=Path)
     return p.parse_args(argv)
+
+
+def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
+    tails = {}
+    for name in topologies:
+        logs = sorted((log_dir / name).glob("r*.log")) if log_dir else []
+        tails[name] = verdict.last_line(logs[-1]) if logs else None
+    return tails
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         runs = analysis.load_runs(args.metrics)
-        summary = analysis.summarize(runs, args.baseline, args.accuracy_metric,
-                                     args.accuracy_tolerance)
+        data = reportdata.build(
+            runs, breakdown.load_probes(args.probes), baseline=args.baseline,
+            metric=args.accuracy_metric, tolerance=args.accuracy_tolerance,
+            threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
+            log_tails=log_tails(args.log_dir, args.expected),
+            earlier=verdict.read_earlier(args.compare) if args.compare else None,
+            compared_with=str(args.compare) if args.compare else None)
     except ValueError as exc:
         # A user-facing problem with the inputs: one line, no traceback.
         print(f"ddpscale report: {exc}", file=sys.stderr)
         return 2
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "scaling.tsv", lambda tmp: analysis.rounded(summary).to_csv(
-        tmp, sep="\t", index=False, na_rep=""))
+    tables = {"scaling.tsv": analysis.rounded(data.summary), "breakdown.tsv": data.steps,
+              "prediction.tsv": data.prediction}
+    for name, table in tables.items():
+        atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
     images = {}
-    for name, plot in plots.FIGURES.items():
-        atomic_write(out / name, lambda tmp, plot=plot: plot(summary, tmp))
+    for name, plot in plots.figures().items():
+        atomic_write(out / name, lambda tmp, plot=plot: plot(data, tmp))
         images[name] = (out / name).read_bytes()
-    page = report_html.build_report(summary, runs, images)
+    page = report_html.build_report(data, images)
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
-    print(f"ddpscale report: wrote {out}/report.html ({len(summary)} topologies)")
+    print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
+          f"{data.recommendation}")
     return 0
 
 

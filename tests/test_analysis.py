@@ -47,7 +47,7 @@ def test_speedup_efficiency_hours_and_order():
             make_run("1x4", throughput_samples_s=360.0, fit_time_s=120.0)]
     s = summarize(runs)
     assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held"]
+        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS)
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
     t = by_topology(s)
@@ -183,3 +183,27 @@ def test_rounded_keeps_small_hours():
     # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
     assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
     assert r["speedup"].iloc[1] == 1.235
+
+
+def test_spread_min_max_and_interval_from_three_repeats():
+    runs = [make_run("1x1", repeat=i, throughput_samples_s=v, fit_time_s=f)
+            for i, (v, f) in enumerate([(100.0, 30.0), (110.0, 29.0), (90.0, 31.0)])]
+    row = by_topology(summarize(runs)).loc["1x1"]
+    assert (row.throughput_samples_s_min, row.throughput_samples_s_max) == (90.0, 110.0)
+    # mean 100, sd 10, n 3: half width = 4.303 * 10 / sqrt(3)
+    half = 4.303 * 10 / 3 ** 0.5
+    assert row.throughput_samples_s_ci_low == pytest.approx(100 - half)
+    assert row.throughput_samples_s_ci_high == pytest.approx(100 + half)
+    assert row.fit_time_s_ci_low == pytest.approx(30 - 4.303 / 3 ** 0.5)
+
+
+def test_no_interval_below_three_repeats():
+    runs = [make_run("1x1", repeat=i, throughput_samples_s=v) for i, v in enumerate([100.0, 120.0])]
+    row = by_topology(summarize(runs)).loc["1x1"]
+    assert (row.throughput_samples_s_min, row.throughput_samples_s_max) == (100.0, 120.0)
+    assert pd.isna(row.throughput_samples_s_ci_low) and pd.isna(row.throughput_samples_s_ci_high)
+
+
+@pytest.mark.parametrize("dof, expected", [(2, 4.303), (4, 2.776), (11, 2.228), (100, 2.000)])
+def test_t_quantile_rounds_down_to_a_conservative_value(dof, expected):
+    assert analysis.t975(dof) == expected

@@ -8,14 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddpscale import analysis
+from ddpscale import analysis, reportdata
 from ddpscale import html as report_html
 from test_analysis import make_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
-OUTPUTS = ["scaling.tsv", "speedup.png", "efficiency.png", "throughput.png", "report.html"]
+PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]
+OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", *PNGS, "report.html"]
 
 
 def run_report(metrics, out_dir, *extra):
@@ -54,7 +55,7 @@ def sim_report(tmp_path_factory):
 def test_all_outputs_written(sim_report):
     for name in OUTPUTS:
         assert (sim_report / name).stat().st_size > 0, name
-    for name in OUTPUTS[1:4]:
+    for name in PNGS:
         assert (sim_report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # no temp files left behind by the atomic writes
     assert sorted(p.name for p in sim_report.iterdir()) == sorted(OUTPUTS)
@@ -63,7 +64,7 @@ def test_all_outputs_written(sim_report):
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held"]
+        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + ["status"]
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
     t = tsv.set_index("topology")
     assert t.loc["1x1", "repeats"] == 2
@@ -79,10 +80,10 @@ def test_report_html_is_self_contained(sim_report):
     page = (sim_report / "report.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*https?://""", page, re.I)
     assert "http://" not in page and "https://" not in page
-    assert page.count('src="data:image/png;base64,') == 3
+    assert page.count('src="data:image/png;base64,') == 5
     assert BANNER in page
     assert "CPU-simulated devices" in page and "Device-hours" in page
-    assert 'class="l held"' in page and 'class="l failed"' in page
+    assert 'class="held"' in page and 'class="failed"' in page and 'class="failed-row"' in page
     assert "<evil>" not in page and "&lt;evil&gt;host" in page
     assert "2x2 (4 CPU-simulated devices) reached 3.0x speedup, 74% efficiency" in page
     assert "NOT held in 2x2" in page
@@ -95,8 +96,9 @@ def test_gpu_report_has_no_banner(tmp_path):
                simulated=False, backend="nccl", scaling="strong", test_acc=None)
     runs = pd.DataFrame([make_run("1x1", **gpu),
                          make_run("1x4", throughput_samples_s=380.0, **gpu)])
-    summary = analysis.summarize(runs, "1x1", "test_acc", 0.02)
-    page = report_html.build_report(summary, runs, {"x.png": b"\x89PNG"})
+    data = reportdata.build(runs, {}, baseline="1x1", metric="test_acc", tolerance=0.02,
+                            threshold=0.8, expected=[], repeats=1, log_tails={})
+    page = report_html.build_report(data, {"x.png": b"\x89PNG"})
     assert BANNER not in page and "CPU-simulated" not in page
     assert "GPU-hours" in page and "not logged" in page
     assert "1x4 (4 GPUs) reached 3.8x speedup, 95% efficiency" in page
@@ -147,4 +149,61 @@ def test_baseline_only_report(tmp_path):
     assert proc.returncode == 0, proc.stderr
     page = (tmp_path / "out" / "report.html").read_text()
     assert "Only the baseline 1x1 (1 CPU-simulated device) ran" in page
-    assert page.count('src="data:image/png;base64,') == 3
+    assert page.count('src="data:image/png;base64,') == 5
+
+
+def test_partial_report_marks_failed_and_missing_topologies(tmp_path):
+    logs = tmp_path / "logs"
+    (logs / "2x2").mkdir(parents=True)
+    (logs / "2x2" / "r0.log").write_text("ddpscale train: training loss became non-finite\n")
+    paths = write_fixtures(tmp_path, SIM_RUNS[:3])
+    proc = run_report(paths, tmp_path / "out", "--expected", "1x1", "1x2", "2x2", "4x2",
+                      "--repeats", "2", "--log-dir", str(logs))
+    assert proc.returncode == 0, proc.stderr
+    tsv = pd.read_csv(tmp_path / "out" / "scaling.tsv", sep="\t").set_index("topology")
+    assert tsv["status"].to_dict() == {
+        "1x1": "ok", "1x2": "1 of 2 repeats finished",
+        "2x2": "failed: ddpscale train: training loss became non-finite", "4x2": "not run"}
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.count('class="missing-row"') == 2
+    assert "Not complete: 1x2: 1 of 2 repeats finished; 2x2: failed" in page
+
+
+def test_probes_give_breakdown_prediction_and_bandwidth(tmp_path):
+    from test_breakdown import probe
+
+    runs = [make_run("1x1", batch_per_device=64, throughput_samples_s=6400.0),
+            make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0105)]
+    probes = []
+    for name, record in {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+                         "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}.items():
+        record["allreduce"] = [{**r, "algbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None,
+                                "busbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None}
+                               for r in record["allreduce"]]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(record))
+        probes.append(path)
+    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", *map(str, probes))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    for heading in ("Where the time goes", "Predicted vs measured", "All-reduce at the gradient size"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "compute (forward + backward + optimizer) is off: 6.00 ms per step measured" in page
+    pred = pd.read_csv(tmp_path / "out" / "prediction.tsv", sep="\t").set_index("topology")
+    assert pred.loc["1x2", "measured_efficiency"] < pred.loc["1x2", "predicted_efficiency"]
+
+
+def test_compare_with_an_earlier_table(tmp_path, sim_report):
+    paths = write_fixtures(tmp_path, [make_run("1x1", throughput_samples_s=210.0),
+                                      make_run("1x2", throughput_samples_s=380.0)])
+    proc = run_report(paths, tmp_path / "out", "--compare", str(sim_report / "scaling.tsv"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "<h2>Change since the earlier run</h2>" in page and "+100.0%" in page
+    assert "only earlier" in page  # 2x2 ran before, not now
+
+
+def test_missing_earlier_table_is_a_one_line_error(tmp_path):
+    proc = run_report(write_fixtures(tmp_path, [make_run("1x1")]), tmp_path / "out",
+                      "--compare", str(tmp_path / "nope.tsv"))
+    _assert_one_line_error(proc, "nope.tsv", "report.compare_with")

@@ -108,7 +108,7 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
     print(f"\nworkflow with 4 topologies through SLURM: {time.monotonic() - start:.1f} s")
     assert code == 0, log[-4000:]
     submitted = SUBMITTED.findall(log)
-    assert len(submitted) == 4, "one SLURM job per training run; data and report run locally"
+    assert len(submitted) == 8, "one SLURM job per training run and per probe; data and report run locally"
     expected = {"1x1": [0], "1x2": [0, 0], "2x1": [0, 1], "2x2": [0, 0, 1, 1]}
     job_ids = set()
     for topology, node_ranks in expected.items():
@@ -119,6 +119,9 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         assert metrics["node_ranks"] == node_ranks
         assert metrics["slurm_job_id"] in submitted
         job_ids.add(metrics["slurm_job_id"])
+        # the probe ran on the same shape of allocation: its all-reduce spans every rank
+        probe = json.loads((workspace.path / f"results/runs/{topology}/probe.json").read_text())
+        assert probe["world_size"] == len(node_ranks)
     assert len(job_ids) == 4
     assert (workspace.path / "results/report/report.html").exists()
 
@@ -129,7 +132,7 @@ def test_cancelled_run_is_the_only_one_resubmitted(slurm_cluster, workspace):
 
     def cancel_2x2():
         for job_id, state, comment in squeue_jobs():
-            if "2x2" in comment and state in ("PENDING", "RUNNING"):
+            if comment.startswith("rule_train_") and "2x2" in comment and state in ("PENDING", "RUNNING"):
                 subprocess.run(["scancel", job_id], check=True)
                 cancelled.append(job_id)
                 return True
@@ -167,14 +170,15 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
         if not checkpoint.exists():
             return False
         for job_id, state, comment in squeue_jobs():
-            if "1x1" in comment and state == "RUNNING":
+            if comment.startswith("rule_train_") and "1x1" in comment and state == "RUNNING":
                 subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=0:10"], check=True)
                 shortened.append(job_id)
                 return True
         return False
 
     start = time.monotonic()
-    code, log = run_slurm(workspace, timeout=480, during=shorten_time_limit)
+    # target `scaling`: training only, so every submission below is the training job's
+    code, log = run_slurm(workspace, "scaling", timeout=480, during=shorten_time_limit)
     print(f"\nTIMEOUT + retry scenario: {time.monotonic() - start:.1f} s")
     assert code == 0, log[-4000:]
     assert shortened, "the job finished before its limit could be shortened; lengthen it"
@@ -234,7 +238,7 @@ def test_local_run_killed_mid_epoch_resumes(workspace):
     result = workspace.snakemake()
     assert result.returncode == 0, result.stderr[-4000:]
     assert "wildcards: topology=1x2, repeat=0" in result.stderr
-    assert "topology=1x1" not in result.stderr, "nothing else reruns"
+    assert "topology=1x1, repeat=0" not in result.stderr, "no other training run reruns"
     assert workspace.metrics("1x1").read_bytes() == kept
     metrics = json.loads(workspace.metrics("1x2").read_text())
     assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1

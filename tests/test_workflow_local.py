@@ -26,7 +26,8 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     workspace.write_config(tiny_config(topologies=["1x1", "1x2", "2x1"]))
     first = workspace.snakemake()
     assert first.returncode == 0, first.stderr[-4000:]
-    assert job_counts(first.stderr) == {"all": 1, "prepare_data": 1, "train": 3, "report_scaling": 1}
+    assert job_counts(first.stderr) == {"all": 1, "prepare_data": 1, "train": 3, "probe": 3,
+                                        "report_scaling": 1}
 
     for topology, world, node_ranks in [("1x1", 1, [0]), ("1x2", 2, [0, 0]), ("2x1", 2, [0, 1])]:
         metrics = json.loads(workspace.metrics(topology).read_text())
@@ -38,7 +39,12 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert list(table.topology) == ["1x1", "1x2", "2x1"]
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
-    assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 3
+    assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
+    probe = json.loads((workspace.path / "results/runs/2x1/probe.json").read_text())
+    assert probe["world_size"] == 2 and probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"]
+    steps = pd.read_csv(report / "breakdown.tsv", sep="\t")
+    assert list(steps.topology) == ["1x1", "1x2", "2x1"] and (steps.compute_s > 0).all()
+    assert "<h2>Predicted vs measured</h2>" in html
     data_manifest = json.loads((workspace.path / "results/data/spiral/manifest.json").read_text())
     assert data_manifest["splits"] == {"train": 840, "val": 180, "test": 180}
 
@@ -79,7 +85,7 @@ def test_corrupt_data_stops_before_any_job_and_keeps_finished_runs(workspace):
     result = workspace.snakemake()
     assert result.returncode == 0, result.stderr[-4000:]
     assert data.read_bytes() == pristine
-    assert job_counts(result.stderr) == {"all": 1, "train": 1, "report_scaling": 1}
+    assert job_counts(result.stderr) == {"all": 1, "train": 1, "probe": 2, "report_scaling": 1}
     assert workspace.metrics("1x1").read_bytes() == baseline
 
 
@@ -95,9 +101,20 @@ def test_failing_runs_do_not_stop_the_others_and_rerun_alone(workspace):
     assert "lacks site_launcher: srun" in (workspace.path / "results/logs/train/2x1/r0.log").read_text()
     kept = workspace.metrics("1x1").read_bytes()
 
+    # the partial report is built from what finished; the failures are rows, not gaps
+    partial = workspace.snakemake("partial_report")
+    assert partial.returncode == 0, partial.stderr[-4000:]
+    table = pd.read_csv(workspace.path / "results/report/partial/scaling.tsv", sep="\t")
+    status = dict(zip(table.topology, table.status))
+    assert status["1x1"] == "ok"
+    for topology in ("1x2", "2x1"):
+        assert status[topology].startswith("failed: ") and "srun" in status[topology]
+    page = (workspace.path / "results/report/partial/report.html").read_text()
+    assert page.count('class="missing-row"') == 2 and "Not complete: 1x2: failed" in page
+
     second = workspace.snakemake()
     assert second.returncode == 0, second.stderr[-4000:]
-    assert job_counts(second.stderr) == {"all": 1, "train": 2, "report_scaling": 1}
+    assert job_counts(second.stderr) == {"all": 1, "train": 2, "probe": 2, "report_scaling": 1}
     assert workspace.metrics("1x1").read_bytes() == kept
 
 

@@ -31,6 +31,15 @@ SUMMARY_COLUMNS = (
     "gpu_hours",
 )
 
+# Spread over repeats of the two figures a user compares: min, max, and a 95% interval
+# of the mean (Student's t) once there are 3 or more repeats.
+SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
+                       for stat in ("min", "max", "ci_low", "ci_high"))
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the stack).
+_T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 60: 2.000}
+
 # 0.90 - 0.88 is -0.0200000000000000018 in binary floating point; without
 # slack a drop of exactly the tolerance would be reported as a failure.
 _FLOAT_SLACK = 1e-9
@@ -83,6 +92,30 @@ def check_world_sizes(runs: pd.DataFrame) -> None:
             f"its metrics file")
 
 
+def t975(dof: int) -> float:
+    """Student's t 97.5% quantile, rounded down to the nearest tabulated dof (conservative)."""
+    below = [d for d in _T975 if d <= dof]
+    return _T975[max(below)] if below else float("nan")
+
+
+def spread(values: pd.Series) -> dict:
+    """min, max and the 95% interval of the mean (NaN below 3 values: too few to trust)."""
+    values = pd.to_numeric(values, errors="coerce").dropna()
+    out = {"min": values.min(), "max": values.max(), "ci_low": float("nan"), "ci_high": float("nan")}
+    if len(values) >= 3:
+        half = t975(len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
+        out.update(ci_low=values.mean() - half, ci_high=values.mean() + half)
+    return out
+
+
+def _spreads(grouped) -> pd.DataFrame:
+    rows = {}
+    for topology, group in grouped:
+        rows[topology] = {f"{col}_{stat}": value for col in ("fit_time_s", "throughput_samples_s")
+                          for stat, value in spread(group[col]).items()}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def _join_unique(values: pd.Series) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values))
 
@@ -121,7 +154,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         effective_batch=("effective_batch", "first"),
     )
     medians = grouped[median_cols].median()
-    table = table.join(medians).reset_index()
+    table = table.join(medians).join(_spreads(grouped)).reset_index()
 
     base = table.loc[table["topology"] == baseline].iloc[0]
     table["speedup"] = table["throughput_samples_s"] / base["throughput_samples_s"]
@@ -137,7 +170,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
 
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
-                                           "accuracy_held"]].reset_index(drop=True)
+                                           "accuracy_held"] + list(SPREAD_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
     table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric,
                        tolerance=float(tolerance))
@@ -166,7 +199,7 @@ def hours_label(summary: pd.DataFrame) -> str:
 # smoke runs last seconds and would otherwise round to 0.
 _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
              "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6,
-             "accuracy_delta": 4}
+             "accuracy_delta": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 
 def rounded(summary: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from html import escape
 import pandas as pd
 
 from ddpscale.analysis import device_word, hours_label
+from ddpscale.html_tables import TABLES
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
@@ -26,27 +27,20 @@ table{border-collapse:collapse;font-size:.92em;margin:1em 0}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
 th{background:#f2f2f2} td.l,th.l{text-align:left}
 .held{color:#1a7f37;font-weight:600} .failed{color:#cf222e;font-weight:600}
-.na{color:#777} figure{display:inline-block;margin:.5em} img{max-width:100%}
-code{background:#f6f8fa;padding:0 .25em}
+.na{color:#777} code{background:#f6f8fa;padding:0 .25em}
+#verdict{border:2px solid #0969da;border-radius:6px;padding:.6em 1.2em;margin:1em 0;background:#f6faff}
+.recommendation{font-size:1.25em;font-weight:600;margin:.3em 0}
+tr.failed-row td{background:#ffebe9} tr.missing-row td{background:#f6f8fa;color:#555}
+.spread{color:#666;font-size:.85em} .off{color:#9a6700}
+figure{display:inline-block;margin:.5em;vertical-align:top;width:480px}
+figure img{width:100%} figcaption{font-size:.85em;color:#444}
+h2{margin-top:1.4em;border-bottom:1px solid #ddd} p.note{font-size:.9em;color:#444;margin:.2em 0}
 """
 
 
 def _cap(text: str) -> str:
     # str.capitalize() would turn "GPU-hours" into "Gpu-hours".
     return text[:1].upper() + text[1:]
-
-
-def _num(value, places: int) -> str:
-    return "n/a" if pd.isna(value) else f"{value:,.{places}f}"
-
-
-def _held_cell(held, tolerance: float) -> str:
-    if pd.isna(held):
-        return '<td class="l na">not logged</td>'
-    if bool(held):
-        return '<td class="l held">&#10003; held</td>'
-    return (f'<td class="l failed">&#10007; not held (drop &gt; '
-            f'{escape(f"{tolerance:g}")})</td>')
 
 
 def headline(summary: pd.DataFrame) -> str:
@@ -73,32 +67,6 @@ def headline(summary: pd.DataFrame) -> str:
     if missing and len(missing) < len(summary):
         acc += f" (not logged in {', '.join(missing)})"
     return f"{text}; {acc}"
-
-
-def format_table(summary: pd.DataFrame) -> str:
-    metric = summary.attrs.get("accuracy_metric", "accuracy")
-    tol = summary.attrs.get("tolerance", 0.0)
-    heads = ["Topology", "Devices", "Repeats", "Speedup", "Efficiency",
-             "Time speedup", "Fit time (s)", "Time / epoch (s)",
-             "Throughput (samples/s)", _cap(hours_label(summary)),
-             metric, "&Delta; vs baseline", "Accuracy"]
-    rows = []
-    for _, r in summary.iterrows():
-        cells = [f'<td class="l">{escape(str(r["topology"]))}</td>',
-                 f"<td>{int(r['world_size'])}</td>", f"<td>{int(r['repeats'])}</td>",
-                 f"<td>{_num(r['speedup'], 2)}x</td>",
-                 f"<td>{'n/a' if pd.isna(r['efficiency']) else format(r['efficiency'], '.0%')}</td>",
-                 f"<td>{_num(r['time_speedup'], 2)}x</td>",
-                 f"<td>{_num(r['fit_time_s'], 1)}</td>",
-                 f"<td>{_num(r['time_per_epoch_s'], 2)}</td>",
-                 f"<td>{_num(r['throughput_samples_s'], 0)}</td>",
-                 f"<td>{_num(r['gpu_hours'], 4)}</td>",
-                 f"<td>{_num(r[metric], 4)}</td>",
-                 f"<td>{'n/a' if pd.isna(r['accuracy_delta']) else format(r['accuracy_delta'], '+.4f')}</td>",
-                 _held_cell(r["accuracy_held"], tol)]
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    head = "".join(f"<th>{h if h.startswith('&') else escape(h)}</th>" for h in heads)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _unique(runs: pd.DataFrame, col: str) -> list:
@@ -155,25 +123,66 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
-def build_report(summary: pd.DataFrame, runs: pd.DataFrame,
-                 images: dict[str, bytes]) -> str:
-    """images: figure title -> PNG bytes, embedded in the given order."""
-    banner = ""
+CAPTIONS = {
+    "speedup.png": "Speedup of steady-state throughput over the baseline: measured (dots), "
+                   "ideal linear scaling (dashed) and predicted from the baseline step plus the "
+                   "measured all-reduce (squares).",
+    "efficiency.png": "Parallel efficiency = speedup / device ratio; the dotted line is the "
+                      "threshold the recommendation uses.",
+    "throughput.png": "Steady-state samples per second per device; equal bars mean perfect scaling.",
+    "breakdown.png": "Fractions of one training step: data wait, compute, exposed gradient "
+                     "communication and framework overhead (label: step time).",
+    "busbw.png": "All-reduce bus bandwidth over message sizes from 1 KB to the gradient size.",
+}
+
+
+def _verdict(data) -> str:
+    summary = data.summary
+    finished = data.finished
+    parts = [f'<p class="recommendation">{escape(data.recommendation)}.</p>']
+    if len(finished):
+        parts.append(f"<p>{escape(headline(finished))}.</p>")
+    failed = finished.loc[finished["accuracy_held"].fillna(True).eq(False), "topology"].tolist()
+    if failed:
+        parts.append(f'<p class="failed">Accuracy fell more than the tolerance in '
+                     f'{escape(", ".join(failed))}: excluded from the recommendation.</p>')
+    unfinished = summary[summary["status"] != "ok"]
+    if len(unfinished):
+        items = "; ".join(f"{t}: {s}" for t, s in zip(unfinished["topology"], unfinished["status"]))
+        parts.append(f'<p class="failed">Not complete: {escape(items)}.</p>')
     if bool(summary["simulated"].any()):
-        sim = runs[runs["simulated"].astype(bool)]
+        sim = data.runs[data.runs["simulated"].astype(bool)]
         backend = ", ".join(_unique(sim, "backend")) or "gloo"
-        banner = f'<div class="banner">{escape(BANNER.format(backend=backend))}</div>'
+        parts.append(f'<div class="banner">{escape(BANNER.format(backend=backend))}</div>')
+    return '<section id="verdict"><h2>Verdict</h2>' + "".join(parts) + "</section>"
+
+
+def _tables(data) -> str:
+    out = []
+    for make in TABLES:
+        made = make(data)
+        if made is not None:
+            heading, note, table = made
+            out.append(f'<h2>{escape(heading)}</h2><p class="note">{note}</p>{table}')
+    return '<section id="tables">' + "".join(out) + "</section>"
+
+
+def _plots(images: dict[str, bytes]) -> str:
     figures = "".join(
-        f'<figure><img alt="{escape(name)}" src="data:image/png;base64,'
-        f'{base64.b64encode(data).decode("ascii")}"></figure>'
-        for name, data in images.items())
+        f'<figure><img alt="{escape(name.removesuffix(".png"))}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode("ascii")}"><figcaption>{escape(CAPTIONS.get(name, ""))}'
+        "</figcaption></figure>" for name, png in images.items())
+    return f'<section id="plots"><h2>Plots</h2>{figures}</section>'
+
+
+def build_report(data, images: dict[str, bytes]) -> str:
+    """The whole page: verdict first, then the tables, then the plots, then the methods."""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<title>ddpscale: DDP scaling report</title>"
         f"<style>{CSS}</style></head><body>"
         "<h1>ddpscale: DDP scaling report</h1>"
-        f'<p class="headline">{escape(headline(summary))}.</p>{banner}'
-        f"<h2>Results</h2>{format_table(summary)}"
-        f"<h2>Plots</h2>{figures}"
-        f"<h2>How these numbers are computed</h2>{_methods(summary, runs)}"
+        f"{_verdict(data)}{_tables(data)}{_plots(images)}"
+        f'<section id="methods"><h2>How these numbers are computed</h2>'
+        f"{_methods(data.summary, data.runs)}</section>"
         "</body></html>\n")

@@ -1,4 +1,4 @@
-"""The three report figures, one function each, written as PNG.
+"""The scaling figures (speedup, efficiency, throughput per device), one function each, as PNG.
 
 Figures are built on matplotlib.figure.Figure with an explicit Agg canvas
 instead of pyplot: no global backend switch, no display needed, and no
@@ -18,7 +18,7 @@ FIGSIZE = (6.0, 4.0)
 DPI = 110
 
 
-def _title(summary: pd.DataFrame, what: str) -> str:
+def title(summary: pd.DataFrame, what: str) -> str:
     # Simulated numbers must never be mistaken for GPU results, even when a
     # figure is copied out of the report on its own.
     if bool(summary["simulated"].any()):
@@ -35,21 +35,26 @@ def _new_axes():
     return fig, ax
 
 
-def _save(fig: Figure, path: str | Path) -> None:
+def save(fig: Figure, path: str | Path) -> None:
     fig.tight_layout()
     # format given explicitly so callers may write to a temp name first.
     fig.savefig(path, format="png", dpi=DPI)
 
 
-def plot_speedup(summary: pd.DataFrame, path: str | Path) -> None:
-    """Measured throughput speedup against the ideal linear line."""
+def plot_speedup(data, path: str | Path) -> None:
+    """Measured throughput speedup against the ideal line and the prediction."""
+    summary = data.finished
     fig, ax = _new_axes()
     base_ws = baseline_world_size(summary)
     ws = summary["world_size"].astype(float)
     xs = sorted(set(ws) | {float(base_ws)})
     ax.plot(xs, [x / base_ws for x in xs], "--", color="grey", label="ideal (linear)")
-    ax.plot(ws, summary["speedup"], "o", color="tab:blue", markersize=7,
-            label="measured")
+    pred = data.prediction
+    if len(pred):
+        pred = pred.sort_values("world_size")
+        ax.plot(pred["world_size"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
+                "s:", color="tab:purple", markersize=6, label="predicted (baseline + all-reduce)")
+    ax.plot(ws, summary["speedup"], "o", color="tab:blue", markersize=7, label="measured")
     for _, row in summary.iterrows():
         ax.annotate(str(row["topology"]), (row["world_size"], row["speedup"]),
                     textcoords="offset points", xytext=(6, -10), fontsize=9)
@@ -58,46 +63,50 @@ def plot_speedup(summary: pd.DataFrame, path: str | Path) -> None:
     ax.set_xticks(xs)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left")
-    ax.set_title(_title(summary, "Speedup vs ideal"), fontsize=11)
-    _save(fig, path)
+    ax.legend(loc="upper left", fontsize=9)
+    ax.set_title(title(summary, "Speedup: measured vs ideal and predicted"), fontsize=11)
+    save(fig, path)
 
 
-def _bar(summary: pd.DataFrame, column: str, color: str):
+def _bar(summary: pd.DataFrame, values, color: str):
     fig, ax = _new_axes()
     labels = summary["topology"].astype(str).tolist()
-    bars = ax.bar(labels, summary[column], color=color)
+    bars = ax.bar(labels, values, color=color)
     ax.set_xlabel("topology (nodes x devices per node)")
     return fig, ax, bars
 
 
-def plot_efficiency(summary: pd.DataFrame, path: str | Path) -> None:
+def plot_efficiency(data, path: str | Path) -> None:
     """Parallel efficiency per topology; 1.0 means perfect linear scaling."""
-    fig, ax, bars = _bar(summary, "efficiency", "tab:green")
+    summary = data.finished
+    fig, ax, bars = _bar(summary, summary["efficiency"], "tab:green")
     ax.axhline(1.0, color="grey", linestyle="--", label="ideal (1.0)")
-    ax.bar_label(bars, labels=[f"{v:.0%}" for v in summary["efficiency"]],
-                 fontsize=9, padding=2)
+    ax.axhline(data.threshold, color="tab:red", linestyle=":", label=f"threshold ({data.threshold:.0%})")
+    ax.bar_label(bars, labels=[f"{v:.0%}" for v in summary["efficiency"]], fontsize=9, padding=2)
     top = max(1.0, float(summary["efficiency"].max()))
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("parallel efficiency (speedup / device ratio)")
-    ax.legend(loc="lower left")
-    ax.set_title(_title(summary, "Parallel efficiency"), fontsize=11)
-    _save(fig, path)
+    ax.legend(loc="lower left", fontsize=9)
+    ax.set_title(title(summary, "Parallel efficiency"), fontsize=11)
+    save(fig, path)
 
 
-def plot_throughput(summary: pd.DataFrame, path: str | Path) -> None:
-    """Steady-state training throughput (all ranks) per topology."""
-    fig, ax, bars = _bar(summary, "throughput_samples_s", "tab:orange")
-    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in summary["throughput_samples_s"]],
-                 fontsize=9, padding=2)
-    ax.set_ylim(0, float(summary["throughput_samples_s"].max()) * 1.15)
-    ax.set_ylabel("throughput (samples/s, steady state)")
-    ax.set_title(_title(summary, "Steady-state throughput"), fontsize=11)
-    _save(fig, path)
+def plot_throughput(data, path: str | Path) -> None:
+    """Steady-state throughput per device: flat bars mean every device stays as busy."""
+    summary = data.finished
+    per_device = summary["throughput_samples_s"] / summary["world_size"]
+    fig, ax, bars = _bar(summary, per_device, "tab:orange")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in per_device], fontsize=9, padding=2)
+    ax.set_ylim(0, float(per_device.max()) * 1.15)
+    ax.set_ylabel("samples/s per device (steady state)")
+    ax.set_title(title(summary, "Throughput per device"), fontsize=11)
+    save(fig, path)
 
 
-FIGURES = {
-    "speedup.png": plot_speedup,
-    "efficiency.png": plot_efficiency,
-    "throughput.png": plot_throughput,
-}
+def figures() -> dict:
+    """File name -> plot function, in the order the report shows them."""
+    from ddpscale.plots_time import plot_breakdown, plot_busbw  # it imports this module
+
+    return {"speedup.png": plot_speedup, "efficiency.png": plot_efficiency,
+            "throughput.png": plot_throughput, "breakdown.png": plot_breakdown,
+            "busbw.png": plot_busbw}

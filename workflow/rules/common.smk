@@ -109,6 +109,71 @@ def get_report_dir(wildcards, output):
     return str(Path(output.html).parent)
 
 
+def get_all_probes(wildcards):
+    return expand(f"{RUNS_DIR}/{{topology}}/probe.json", topology=TOPOLOGY_NAMES)
+
+
+def get_compare_with(wildcards):
+    """The earlier scaling.tsv to compare with (checked at parse time), or nothing."""
+    path = config["report"]["compare_with"]
+    return [path] if path else []
+
+
+def finished(paths):
+    return [path for path in paths if Path(path).exists()]
+
+
+def get_finished_metrics(wildcards):
+    """What a partial report is built from: every run that finished, none that did not."""
+    done = finished(get_metrics(TOPOLOGY_NAMES))
+    if not done:
+        raise WorkflowError("no training run has finished yet, so there is nothing to report; "
+                            "run the workflow (or its `baseline` target) first")
+    return done
+
+
+def get_finished_probes(wildcards):
+    return finished(get_all_probes(wildcards))
+
+
+def get_failures(wildcards):
+    """The last line of each train log without metrics: a new failure reruns the partial report."""
+    tails = {}
+    for metrics in get_metrics(TOPOLOGY_NAMES):
+        log = Path(metrics.replace(RUNS_DIR, "results/logs/train").replace("/metrics.json", ".log"))
+        if not Path(metrics).exists() and log.exists():
+            tails[str(log)] = log.read_text(errors="replace").strip().splitlines()[-1:]
+    return json.dumps(tails, sort_keys=True)
+
+
+def get_report_flags(wildcards):
+    """The report's settings as explicit flags (inputs come separately)."""
+    flags = {
+        "--baseline": parse_topology(config["baseline"]).name,
+        "--accuracy-metric": config["accuracy"]["metric"],
+        "--accuracy-tolerance": config["accuracy"]["tolerance"],
+        "--efficiency-threshold": config["report"]["efficiency_threshold"],
+        "--repeats": config["repeats"],
+        "--log-dir": "results/logs/train",
+    }
+    if config["report"]["compare_with"]:
+        flags["--compare"] = config["report"]["compare_with"]
+    return as_flags(flags) + " --expected " + " ".join(TOPOLOGY_NAMES)
+
+
+def check_compare_with():
+    path = config["report"]["compare_with"]
+    if path and not Path(path).is_file():
+        raise WorkflowError(
+            f"config/config.yaml: report.compare_with is {path!r}, which is not a file; point it at "
+            "a scaling.tsv from an earlier run (copy results/report/scaling.tsv before rerunning) "
+            "or set it to null"
+        )
+
+
+check_compare_with()
+
+
 def get_train_data(wildcards):
     """What a training run reads: the generated dataset, or the files the user's module reads.
 
@@ -186,7 +251,9 @@ def run_flags(topology_name):
         "--devices": topo.devices_per_node,
         "--accelerator": config["accelerator"],
         "--cluster-env": cluster_env(topo, SITE),
-        "--threads": 0 if SITE.is_local else SITE.cpus_per_gpu,
+        # Locally one simulated device is one core: a 1-device run must not get every core, or
+        # adding devices would add no hardware and speedup would mean nothing.
+        "--threads": 1 if SITE.is_local else SITE.cpus_per_gpu,
         "--seed": config["seed"],
         "--scaling": config["batch"]["scaling"],
         "--batch-size": config["batch"]["size"],
@@ -205,6 +272,10 @@ def run_flags(topology_name):
 
 def as_flags(flags):
     return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())
+
+
+def get_probe_flags(wildcards):
+    return as_flags(run_flags(wildcards.topology))
 
 
 def get_train_flags(wildcards):

@@ -5,7 +5,8 @@ rule train:
         script="scripts/train.py",
         data=get_train_data,
     output:
-        metrics=f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json",
+        metrics=report(f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json", caption="../report/run.rst",
+                       category="Runs", labels={"topology": "{topology}", "repeat": "{repeat}"}),
     params:
         launch=get_launch,
         flags=get_train_flags,

@@ -1,0 +1,48 @@
+"""Everything the report shows, computed once from the inputs (pure pandas, no torch)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ddpscale import analysis, breakdown, verdict
+
+
+@dataclass
+class ReportData:
+    summary: pd.DataFrame  # one row per expected topology, with status
+    runs: pd.DataFrame  # one row per metrics.json
+    probes: dict  # topology -> probe.json record
+    steps: pd.DataFrame  # breakdown.breakdown
+    prediction: pd.DataFrame  # breakdown.predict
+    cost: pd.DataFrame
+    recommendation: str
+    threshold: float
+    comparison: pd.DataFrame | None = None
+    compared_with: str | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def finished(self) -> pd.DataFrame:
+        """Rows with measurements (plots skip topologies that did not finish)."""
+        done = self.summary[self.summary["throughput_samples_s"].notna()].reset_index(drop=True)
+        done.attrs.update(self.summary.attrs)
+        return done
+
+
+def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float,
+          threshold: float, expected: list[str], repeats: int, log_tails: dict,
+          earlier: pd.DataFrame | None = None, compared_with: str | None = None) -> ReportData:
+    summary = analysis.summarize(runs, baseline, metric, tolerance)
+    summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
+    summary.attrs["threshold"] = threshold
+    done = summary[summary["throughput_samples_s"].notna()].copy()
+    done.attrs.update(summary.attrs)
+    return ReportData(
+        summary=summary, runs=runs, probes=probes,
+        steps=breakdown.breakdown(done, probes), prediction=breakdown.predict(done, probes),
+        cost=verdict.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
+        threshold=threshold,
+        comparison=None if earlier is None else verdict.compare(done, earlier),
+        compared_with=compared_with,
+    )

@@ -1,0 +1,88 @@
+"""Time breakdown and prediction (ddpscale.breakdown) on fixed summaries and probe records."""
+import pandas as pd
+import pytest
+
+from ddpscale import analysis, breakdown
+from test_analysis import make_run
+
+
+def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000):
+    return {"topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
+            "step": {"data_s": data_s, "compute_s": compute_s, "exposed_comm_s": comm_s,
+                     "method": "timed"},
+            "allreduce": [{"bytes": 1024, "time_s": allreduce_s / 4},
+                          {"bytes": grad, "time_s": allreduce_s}]}
+
+
+def summary(*runs):
+    return analysis.summarize(pd.DataFrame(list(runs)), "1x1", "test_acc", 0.02)
+
+
+# Strong scaling, global batch 64: the baseline's step takes 64 / 6400 = 10 ms.
+BASE = make_run("1x1", batch_per_device=64, throughput_samples_s=6400.0)
+
+
+def test_fractions_add_up_and_overhead_is_the_unprobed_rest():
+    s = summary(BASE)
+    steps = breakdown.breakdown(s, {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0)})
+    row = steps.iloc[0]
+    assert row.train_step_s == pytest.approx(0.010)
+    assert row.overhead_s == pytest.approx(0.003)
+    assert sum(row[f"{t}_frac"] for t in breakdown.TERMS) == pytest.approx(1.0)
+    assert row.compute_frac == pytest.approx(0.6)
+
+
+def test_probe_slower_than_training_scales_to_the_probed_total():
+    s = summary(BASE)
+    row = breakdown.breakdown(s, {"1x1": probe("1x1", 1, 0.004, 0.008, 0.0, 0.0)}).iloc[0]
+    assert row.overhead_s == 0 and row.step_s == pytest.approx(0.012)
+    assert row.data_frac + row.compute_frac == pytest.approx(1.0)
+
+
+def test_perfect_halving_is_predicted_and_agrees():
+    # 1x2: half the batch per device, compute halves, all-reduce 1 ms; measured exactly that.
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0075)
+    s = summary(BASE, two)
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+              "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)}
+    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    # predicted step: 0.5 + 3 + 1 + 3 (overhead) = 7.5 ms; speedup 10/7.5 over 2 devices
+    assert row.predicted_step_s == pytest.approx(0.0075)
+    assert row.predicted_efficiency == pytest.approx(10 / 7.5 / 2)
+    assert row.measured_efficiency == pytest.approx(row.predicted_efficiency)
+    assert row.explanation == "prediction and measurement agree"
+
+
+def test_compute_that_does_not_shrink_is_named():
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0105)
+    s = summary(BASE, two)
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+              "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}
+    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    assert row.measured_efficiency < row.predicted_efficiency - 0.05
+    assert row.explanation.startswith("compute (forward + backward + optimizer) is off: 6.00 ms")
+    assert "2.0x" in row.explanation and "did not shrink" in row.explanation
+
+
+def test_hidden_communication_is_named():
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0066)
+    s = summary(BASE, two)
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+              "1x2": probe("1x2", 2, 0.0005, 0.003, 0.0001, 0.003)}
+    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    assert row.explanation.startswith("exposed gradient communication is off")
+    assert "hid part of the all-reduce" in row.explanation
+
+
+def test_topology_without_probe_or_baseline_probe_is_left_out():
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=9000.0)
+    s = summary(BASE, two)
+    assert list(breakdown.breakdown(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}).topology) == ["1x2"]
+    assert breakdown.predict(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}).empty
+
+
+def test_load_probes_names_the_broken_file(tmp_path):
+    bad = tmp_path / "probe.json"
+    bad.write_text('{"topology": "1x2"}')
+    with pytest.raises(ValueError, match="probe.json: missing key 'world_size'"):
+        breakdown.load_probes([bad])

@@ -1,0 +1,91 @@
+"""Recommendation, cost, unfinished rows and comparison (ddpscale.verdict) on fixed summaries."""
+import pandas as pd
+import pytest
+
+from ddpscale import analysis, verdict
+from test_analysis import make_run
+
+
+def table(runs, expected=None, repeats=1, tails=None, simulated=False):
+    runs = [{**r, "simulated": simulated, "device_name": "A100"} for r in runs]
+    s = analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+    return verdict.add_missing(s, expected or list(s["topology"]), repeats, tails or {})
+
+
+RUNS = [make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0),
+        make_run("1x2", throughput_samples_s=190.0, fit_time_s=210.0),
+        make_run("1x4", throughput_samples_s=340.0, fit_time_s=118.0),
+        make_run("2x4", throughput_samples_s=560.0, fit_time_s=72.0)]
+
+
+def test_recommends_fastest_and_largest_above_threshold():
+    text = verdict.recommendation(table(RUNS), 0.8)
+    assert text == ("The fastest is 2x4 (8 GPUs, 5.60x, 70% efficient); the largest that stays "
+                    "above 80% efficiency is 1x4 (4 GPUs, 85%)")
+
+
+def test_a_topology_that_lost_accuracy_is_never_recommended():
+    runs = RUNS[:3] + [make_run("2x4", throughput_samples_s=560.0, test_acc=0.80)]
+    text = verdict.recommendation(table(runs), 0.8)
+    assert "2x4" not in text and text.startswith("The fastest is 1x4")
+
+
+def test_no_topology_above_threshold_says_so_and_simulated_is_labelled():
+    runs = [RUNS[0], make_run("1x2", throughput_samples_s=120.0)]
+    text = verdict.recommendation(table(runs, simulated=True), 0.8)
+    assert text.startswith("On CPU-simulated devices")
+    assert "none beyond the baseline 1x1 stays above 80% efficiency" in text
+
+
+def test_cost_is_measured_hours_and_extra_over_baseline():
+    cost = verdict.cost_table(table(RUNS)).set_index("topology")
+    assert cost.loc["1x1", "gpu_hours"] == pytest.approx(400 / 3600)
+    assert cost.loc["2x4", "gpu_hours"] == pytest.approx(72 * 8 / 3600)
+    assert cost.loc["2x4", "extra_gpu_hours"] == pytest.approx((576 - 400) / 3600)
+    assert cost.loc["2x4", "extra_pct"] == pytest.approx(44.0)
+    assert cost.loc["1x1", "gpu_hours_per_epoch"] == pytest.approx(10 / 3600)
+
+
+def test_unfinished_topologies_are_rows_marked_never_dropped():
+    tails = {"2x4": "ddpscale train: training loss became non-finite", "4x4": None}
+    s = table(RUNS[:2], expected=["1x1", "1x2", "2x4", "4x4"], tails=tails)
+    status = dict(zip(s["topology"], s["status"]))
+    assert status == {"1x1": "ok", "1x2": "ok",
+                      "2x4": "failed: ddpscale train: training loss became non-finite",
+                      "4x4": "not run"}
+    assert s.loc[s.topology == "4x4", "world_size"].item() == 16
+    assert pd.isna(s.loc[s.topology == "2x4", "throughput_samples_s"].item())
+    assert "2x4" not in verdict.recommendation(s, 0.8)
+    assert list(verdict.cost_table(s)["topology"]) == ["1x1", "1x2"]
+
+
+def test_missing_repeats_are_reported():
+    assert verdict.run_status(2, 3, None) == "2 of 3 repeats finished"
+    assert verdict.run_status(0, 3, "") == "failed (empty log)"
+
+
+def test_last_line_of_a_log(tmp_path):
+    log = tmp_path / "r0.log"
+    log.write_text("starting\nTraceback\nRuntimeError: boom\n\n")
+    assert verdict.last_line(log) == "RuntimeError: boom"
+    assert verdict.last_line(tmp_path / "none.log") is None
+
+
+def test_comparison_shows_change_and_topologies_in_only_one_run(tmp_path):
+    earlier_path = tmp_path / "scaling.tsv"
+    old = analysis.rounded(table([make_run("1x1", throughput_samples_s=80.0),
+                                  make_run("4x4", throughput_samples_s=900.0)]))
+    old.to_csv(earlier_path, sep="\t", index=False)
+    cmp = verdict.compare(table(RUNS[:2]), verdict.read_earlier(earlier_path)).set_index("topology")
+    assert cmp.loc["1x1", "throughput_samples_s_change_pct"] == pytest.approx(25.0)
+    assert cmp.loc["1x1", "present"] == "both"
+    assert cmp.loc["1x2", "present"] == "only now" and cmp.loc["4x4", "present"] == "only earlier"
+
+
+def test_earlier_table_errors_name_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="report.compare_with"):
+        verdict.read_earlier(tmp_path / "missing.tsv")
+    bad = tmp_path / "other.tsv"
+    bad.write_text("a\tb\n1\t2\n")
+    with pytest.raises(ValueError, match="not a ddpscale scaling.tsv"):
+        verdict.read_earlier(bad)

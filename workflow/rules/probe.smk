@@ -1,0 +1,27 @@
+# One probe job per topology, on the same resources and launcher as its training runs: it times
+# all-reduce over message sizes up to the gradient, and training steps with and without
+# gradient synchronisation, which the report turns into the time breakdown and the prediction.
+rule probe:
+    input:
+        script="scripts/probe.py",
+        data=get_train_data,
+    output:
+        probe=report(f"{RUNS_DIR}/{{topology}}/probe.json", caption="../report/probe.rst",
+                     category="Probes", labels={"topology": "{topology}"}),
+    params:
+        launch=get_launch,
+        flags=get_probe_flags,
+    resources:
+        nodes=get_nodes,
+        tasks=get_tasks,
+        tasks_per_gpu=0,
+        gres=get_gres,
+        cpus_per_task=get_cpus_per_task,
+        mem_mb=get_mem_mb,
+        mpi=get_mpi,
+        # never beside a training run on the local profile: both would measure a shared CPU
+        train_slots=1,
+    log:
+        "results/logs/probe/{topology}.log",
+    shell:
+        "{params.launch} {input.script} {params.flags} --out {output.probe} > {log} 2>&1"
