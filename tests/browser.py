@@ -1,0 +1,138 @@
+"""Open an HTML page in headless Chromium: what it really decoded and laid out, and a screenshot.
+
+Reading report.html as text cannot tell a corrupt data: URI from a good one, nor whether the
+sections come out in the order the reader sees them; a real browser can. Debian's `chromium`
+is used as a plain command (no driver, no Python package), one process per call.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+# Required by the spec: no sandbox (we run as root in containers), no GPU, no phoning home.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+# Virtual time runs ahead while the page is idle, so this costs no wall time; it only makes
+# sure every data: image is decoded and the load handler has run before the dump or capture.
+VIRTUAL_TIME_MS = 10_000
+TIMEOUT_S = 120
+MAX_HEIGHT = 16_000  # Chromium refuses or tiles far taller captures; a report is well below
+FIX = "apt-get install chromium"
+
+
+class BrowserUnavailable(RuntimeError):
+    """No Chromium here and none could be installed; the message names the fix."""
+
+
+class BrowserFailed(RuntimeError):
+    """Chromium ran but did not produce what was asked; carries the tail of its stderr."""
+
+
+@functools.cache  # only successes are cached: a failed install is tried again next call
+def chromium_binary() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise BrowserUnavailable(f"no chromium on PATH and cannot install it here (needs root "
+                                 f"and apt); fix: {FIX}")
+    install = subprocess.run(
+        "apt-get update -q && apt-get install -y -q chromium", shell=True,
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        raise BrowserUnavailable(f"installing chromium failed (rc {install.returncode}); fix: "
+                                 f"{FIX}\n{(install.stdout + install.stderr)[-1500:]}")
+    return found
+
+
+def _chromium(*args: str, width: int, height: int) -> subprocess.CompletedProcess:
+    # A fresh profile per call: concurrent runs (pytest-xdist, two terminals) share nothing.
+    with tempfile.TemporaryDirectory(prefix="ddpscale-chromium-") as profile:
+        cmd = [chromium_binary(), *FLAGS, f"--user-data-dir={profile}",
+               f"--virtual-time-budget={VIRTUAL_TIME_MS}", f"--window-size={width},{height}",
+               "--force-device-scale-factor=1", "--hide-scrollbars", *args]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise BrowserFailed(f"chromium did not finish in {TIMEOUT_S} s: {' '.join(cmd)}") from exc
+
+
+def _fail(what: str, result: subprocess.CompletedProcess) -> BrowserFailed:
+    # Chromium's stderr is mostly D-Bus noise in containers; the cause is at the end.
+    return BrowserFailed(f"chromium {what} (rc {result.returncode}):\n{result.stderr[-3000:]}")
+
+
+# Measures after window load, i.e. after every <img> has loaded or failed. Positions are
+# document coordinates (scroll added) so "above" means above on the page, not in the viewport.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const box = el => { const r = el.getBoundingClientRect();
+    return {top: r.top + window.scrollY, height: r.height, width: r.width}; };
+  const verdict = document.querySelector("#verdict");
+  // The heading a table belongs to: its <caption>, else the last heading before it in document order.
+  let heading = null; const tables = [];
+  for (const el of document.querySelectorAll("h1,h2,h3,h4,h5,h6,table")) {
+    if (el.tagName !== "TABLE") { heading = el; continue; }
+    const cap = el.querySelector("caption"), h = cap || heading;
+    tables.push({...box(el), rows: el.rows.length, heading: h ? h.innerText.trim() : "",
+                 heading_tag: h ? h.tagName.toLowerCase() : ""});
+  }
+  const images = [...document.images].map(img => { const fig = img.closest("figure");
+    const cap = fig && fig.querySelector("figcaption");
+    return {...box(img), alt: img.alt, complete: img.complete, naturalWidth: img.naturalWidth,
+            naturalHeight: img.naturalHeight, caption: cap ? cap.innerText.trim() : ""}; });
+  const out = document.createElement("pre");
+  out.id = "ddpscale-layout";
+  out.textContent = JSON.stringify({
+    verdict: verdict ? {exists: true, ...box(verdict), text: verdict.innerText.trim()} : {exists: false},
+    tables, images, scrollHeight: document.documentElement.scrollHeight});
+  document.body.appendChild(out);
+});
+</script>"""
+LAYOUT = re.compile(r'<pre id="ddpscale-layout">(.*?)</pre>', re.S)
+
+
+def rendered_layout(page: Path, width: int = 1280) -> dict:
+    """What Chromium laid out for `page` at this window width (see PROBE for the keys).
+
+    The probe goes into a temporary copy (same folder, so relative links still resolve);
+    the page under test itself carries no script."""
+    text = Path(page).read_text()
+    at = text.lower().rfind("</body>")
+    probed = text[:at] + PROBE + text[at:] if at >= 0 else text + PROBE
+    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=Path(page).parent,
+                                     prefix=".probe-", delete=False) as copy:
+        copy.write(probed)
+    try:
+        result = _chromium("--dump-dom", Path(copy.name).resolve().as_uri(), width=width, height=900)
+    finally:
+        os.unlink(copy.name)
+    found = LAYOUT.search(result.stdout)
+    if result.returncode != 0 or not found:
+        raise _fail("wrote no layout (page never fired load, or the dump failed)", result)
+    return json.loads(html.unescape(found.group(1)))  # the dump escapes &, <, > in text
+
+
+def page_height(layout: dict, cap: int = MAX_HEIGHT) -> int:
+    return min(int(layout["scrollHeight"]), cap)
+
+
+def screenshot(page: Path, png: Path, width: int = 1280, height: int | None = None) -> Path:
+    """A PNG of `page`; height None means the whole page (as measured by the probe, capped)."""
+    if height is None:
+        height = page_height(rendered_layout(page, width))
+    png = Path(png).resolve()
+    png.unlink(missing_ok=True)  # a stale file must not pass for a fresh capture
+    result = _chromium(f"--screenshot={png}", Path(page).resolve().as_uri(), width=width, height=height)
+    if result.returncode != 0 or not png.is_file() or png.stat().st_size == 0:
+        raise _fail(f"wrote no screenshot to {png}", result)
+    return png
