@@ -15,14 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-@pytest.fixture(autouse=True)
-def _clean_distributed_env(monkeypatch):
-    """Tests must not inherit rank or SLURM variables, nor leak their own."""
+def clean_distributed_env(monkeypatch) -> None:
+    """Drop rank and SLURM variables: a test must not inherit them, nor leak its own."""
     for name in list(os.environ):
         if name.startswith(("SLURM_", "DDPSCALE_")) or name in (
             "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
         ):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _clean_distributed_env(monkeypatch):
+    clean_distributed_env(monkeypatch)
 
 
 def load_profile(name: str) -> dict:

@@ -48,3 +48,16 @@ def test_missing_user_data_file_is_named_before_training(workspace):
 def test_missing_baseline(workspace):
     message = dry_run_error(workspace, tiny_config(topologies=["1x2"]))
     assert "baseline '1x1'" in message
+
+
+def test_earlier_table_to_compare_with_must_exist(workspace):
+    config = tiny_config()
+    config["report"] = {"efficiency_threshold": 0.8, "compare_with": "old/scaling.tsv"}
+    message = dry_run_error(workspace, config)
+    assert "report.compare_with is 'old/scaling.tsv', which is not a file" in message
+
+
+def test_efficiency_threshold_above_one_is_rejected(workspace):
+    config = tiny_config()
+    config["report"] = {"efficiency_threshold": 80}
+    assert "efficiency_threshold" in dry_run_error(workspace, config)

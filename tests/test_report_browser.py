@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import browser
-from conftest import ROOT, Workspace, tiny_config
+from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # may include installing chromium
 ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is git-ignored
@@ -44,14 +44,11 @@ def chromium():
 def report_html(chromium, tmp_path_factory):
     """The real local workflow, once for this module, in a throwaway copy of the repository."""
     workspace = Workspace(tmp_path_factory.mktemp("browser") / "ws")
-    workspace.write_config(tiny_config(topologies=["1x1", "1x2"]))
+    # 3 repeats: the screenshot then shows the spread and the 95% interval too
+    workspace.write_config(tiny_config(topologies=["1x1", "1x2"], repeats=3))
     # conftest's autouse env cleaning is per test and runs after module fixtures: do it here.
     with pytest.MonkeyPatch.context() as env:
-        for name in list(os.environ):
-            if name.startswith(("SLURM_", "DDPSCALE_")) or name in (
-                "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
-            ):
-                env.delenv(name)
+        clean_distributed_env(env)
         result = workspace.snakemake(timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
     return workspace.path / "results/report/report.html"

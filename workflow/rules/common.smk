@@ -218,6 +218,13 @@ def get_mpi(wildcards):
     return get_resources(wildcards)["mpi"]
 
 
+# The allocation of one topology, shared by its training runs and its probe.
+TOPOLOGY_RESOURCES = dict(
+    nodes=get_nodes, tasks=get_tasks, tasks_per_gpu=0, gres=get_gres,
+    cpus_per_task=get_cpus_per_task, mem_mb=get_mem_mb, mpi=get_mpi,
+)
+
+
 def get_attempt(wildcards, attempt):
     return attempt
 

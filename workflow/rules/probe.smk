@@ -12,13 +12,7 @@ rule probe:
         launch=get_launch,
         flags=get_probe_flags,
     resources:
-        nodes=get_nodes,
-        tasks=get_tasks,
-        tasks_per_gpu=0,
-        gres=get_gres,
-        cpus_per_task=get_cpus_per_task,
-        mem_mb=get_mem_mb,
-        mpi=get_mpi,
+        **TOPOLOGY_RESOURCES,
         # never beside a training run on the local profile: both would measure a shared CPU
         train_slots=1,
     log:

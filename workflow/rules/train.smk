@@ -11,13 +11,7 @@ rule train:
         launch=get_launch,
         flags=get_train_flags,
     resources:
-        nodes=get_nodes,
-        tasks=get_tasks,
-        tasks_per_gpu=0,
-        gres=get_gres,
-        cpus_per_task=get_cpus_per_task,
-        mem_mb=get_mem_mb,
-        mpi=get_mpi,
+        **TOPOLOGY_RESOURCES,
         # a retry may find the run already finished (killed while exiting): see train.py
         attempt=get_attempt,
         # The local profile allows one at a time, so runs never share the CPU they measure.
