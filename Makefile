@@ -1,12 +1,13 @@
 # make run: set up and run the whole benchmark on this machine (CPU-simulated devices).
 # make test: set up and run the whole test suite (.ci/run calls exactly this).
+# make bench: set up and print the performance figures (benchmarks/run.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 
-.PHONY: run test setup lint clean
+.PHONY: run test bench setup lint clean
 
 setup: $(STAMP)
 
@@ -27,6 +28,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# Performance figures (a printed table, never pass/fail): docs/performance.md explains them.
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/run.py
 
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint

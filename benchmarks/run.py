@@ -1,0 +1,158 @@
+"""ddpscale performance harness: prints a table of figures, never a pass/fail.
+
+    .venv/bin/python benchmarks/run.py            (or: make bench)
+
+1. Lightning training path vs plain PyTorch, same model/data/batch/optimizer/steps, rounds
+   alternating, on the reference workload (spiral MLP) and a compute-bound one (wide MLP);
+2. the same on 2 ranks (gloo), and weak-scaling efficiency against 1 rank;
+3. the local default pipeline end to end from empty results, and a dry run;
+4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+sys.path.insert(0, str(ROOT / "scripts"))
+from ddpscale.spiral import write_dataset  # noqa: E402
+
+TARGETS = {"ratio": 0.95, "pipeline_s": 90.0, "dry_run_s": 3.0, "resume": 1.2}
+
+
+def run_loops(workload: str, ranks: int, data_file: str, rounds: int, tmp: Path) -> dict:
+    out = tmp / f"{workload}-{ranks}.json"
+    cmd = [PY, "benchmarks/loops.py", "--workload", workload, "--data-file", data_file,
+           "--rounds", str(rounds), "--out", str(out)]
+    if ranks > 1:
+        cmd = [PY, "scripts/launch_local.py", "--nodes", "1", "--procs-per-node", str(ranks), "--", *cmd]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    return json.loads(out.read_text())
+
+
+def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
+    """A throwaway copy of the workflow, so results/ here is never touched."""
+    ws = tmp / f"ws-{time.monotonic_ns()}"
+    for name in ("workflow", "scripts", "profiles", "config"):
+        shutil.copytree(ROOT / name, ws / name, ignore=shutil.ignore_patterns("__pycache__"))
+    if config_changes:
+        config = yaml.safe_load((ws / "config/config.yaml").read_text())
+        config.update(config_changes)
+        (ws / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return ws
+
+
+def snakemake(ws: Path, *args) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([PY, "-m", "snakemake", "--profile", "profiles/local", *args], cwd=ws,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"snakemake {' '.join(args)} failed in {ws}:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def pipeline(tmp: Path) -> dict:
+    ws = workspace(tmp)
+    dry = snakemake(ws, "--dry-run")
+    return {"dry_run_s": dry, "pipeline_s": snakemake(ws)}
+
+
+def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
+    """Kill the baseline run mid-epoch after `kill_after` epochs, rerun it, compare."""
+    changes = {"topologies": ["1x1"], "max_epochs": epochs, "batch": {"scaling": "strong", "size": 32}}
+    full_ws = workspace(tmp, changes)
+    full_s = snakemake(full_ws, "baseline")
+    record = json.loads((full_ws / "results/runs/1x1/r0/metrics.json").read_text())
+    epoch_s = statistics.median(record["epoch_times_s"][1:])
+    startup_s = full_s - sum(record["epoch_times_s"])  # everything that is not an epoch
+
+    ws = workspace(tmp, changes)
+    proc = subprocess.Popen([PY, "-m", "snakemake", "--profile", "profiles/local", "baseline"], cwd=ws,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = ws / "results/checkpoints/1x1/r0/last.ckpt"
+    deadline = time.monotonic() + 300
+    seen = 0
+    while time.monotonic() < deadline and seen < kill_after:
+        if ckpt.exists() and ckpt.stat().st_mtime_ns != getattr(resume, "_last", None):
+            resume._last = ckpt.stat().st_mtime_ns
+            seen += 1
+        time.sleep(0.01)
+    time.sleep(epoch_s / 2)  # mid-epoch
+    # the training process dies (as on a failed node), Snakemake records the failure
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        if any(arg.endswith("train.py") for arg in child.cmdline()):
+            child.send_signal(signal.SIGKILL)
+    proc.wait(120)
+    rerun_s = snakemake(ws, "baseline")
+    done = json.loads((ws / "results/runs/1x1/r0/metrics.json").read_text())
+    resumed = done["resumed_from_epoch"]
+    remaining_s = startup_s + (epochs - resumed) * epoch_s
+    return {"resume_ratio": rerun_s / remaining_s, "rerun_s": rerun_s, "remaining_s": remaining_s,
+            "resumed_from_epoch": resumed, "epoch_s": epoch_s, "startup_s": startup_s}
+
+
+def fmt(value, target=None, higher_is_better=True) -> str:
+    text = f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if target is None:
+        return text
+    ok = value >= target if higher_is_better else value <= target
+    return f"{text}  ({'meets' if ok else 'misses'} {'>=' if higher_is_better else '<='} {target:g})"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3, help="alternating Lightning/plain rounds per comparison")
+    p.add_argument("--only", nargs="*", default=["loops", "pipeline", "resume"])
+    args = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ddpscale-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        data_file = str(tmp / "spiral.npz")
+        write_dataset(data_file, str(tmp / "manifest.json"), 10000, 0.2, 1234, [0.7, 0.15, 0.15])
+        if "loops" in args.only:
+            for workload in ("spiral", "wide"):
+                single = None
+                for ranks in (1, 2):
+                    res = run_loops(workload, ranks, data_file, args.rounds, tmp)
+                    light, plain = statistics.median(res["lightning"]), statistics.median(res["plain"])
+                    rows.append((f"{workload}, {ranks} rank(s), batch {res['batch_per_rank']}/rank: "
+                                 "Lightning / plain throughput", fmt(light / plain, TARGETS["ratio"])))
+                    rows.append((f"  samples/s Lightning | plain (median of {args.rounds})",
+                                 f"{light:,.0f} | {plain:,.0f}"))
+                    if ranks == 1:
+                        single = light
+                    else:
+                        rows.append((f"  weak-scaling efficiency, 2 ranks vs 1 (Lightning)", fmt(light / (2 * single))))
+        if "pipeline" in args.only:
+            res = pipeline(tmp)
+            rows.append(("local default pipeline, empty results -> report (s)",
+                         fmt(res["pipeline_s"], TARGETS["pipeline_s"], higher_is_better=False)))
+            rows.append(("dry run (s)", fmt(res["dry_run_s"], TARGETS["dry_run_s"], higher_is_better=False)))
+        if "resume" in args.only:
+            res = resume(tmp)
+            rows.append((f"resume: rerun / remaining work (resumed at epoch {res['resumed_from_epoch']})",
+                         fmt(res["resume_ratio"], TARGETS["resume"], higher_is_better=False)))
+            rows.append(("  rerun | remaining = start-up + epochs left x epoch (s)",
+                         f"{res['rerun_s']:.1f} | {res['remaining_s']:.1f} = {res['startup_s']:.1f} + "
+                         f"{res['epoch_s']:.2f}/epoch"))
+    width = max(len(r[0]) for r in rows)
+    print(f"\nddpscale benchmark on {os.cpu_count()} CPU core(s), torch threads 1 per rank")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
