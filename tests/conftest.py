@@ -50,6 +50,24 @@ def tiny_config(**overrides) -> dict:
     return config
 
 
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> str:
+    """A small spiral dataset, written as prepare_data writes it, shared by a test module."""
+    from ddpscale.spiral import write_dataset
+
+    folder = tmp_path_factory.mktemp("data")
+    write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])
+    return str(folder / "data.npz")
+
+
+def launched(command: list[str], nodes: int, devices: int) -> list[str]:
+    """The command as the local profile starts it: alone for one rank, else under launch_local."""
+    if nodes * devices == 1:
+        return command
+    return [sys.executable, str(ROOT / "scripts/launch_local.py"), "--nodes", str(nodes),
+            "--procs-per-node", str(devices), "--", *command]
+
+
 class Workspace:
     """A copy of the workflow in a temporary folder, so tests never touch results/ here."""
 

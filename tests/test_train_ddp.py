@@ -11,18 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.spiral import write_dataset
-
-from conftest import ROOT
+from conftest import ROOT, launched
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def data_file(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("data")
-    write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])
-    return str(folder / "data.npz")
 
 
 def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
@@ -32,10 +23,7 @@ def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *ext
              "--model-class", "ddpscale.models.SpiralMLP",
              "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
-    if nodes * devices == 1:
-        return train
-    return [sys.executable, str(ROOT / "scripts/launch_local.py"), "--nodes", str(nodes),
-            "--procs-per-node", str(devices), "--", *train]
+    return launched(train, nodes, devices)
 
 
 def run(command, **kwargs) -> subprocess.CompletedProcess:
