@@ -60,6 +60,15 @@ def data_file(tmp_path_factory) -> str:
     return str(folder / "data.npz")
 
 
+def require_cuda():
+    """torch, or a skip that says why: CI and this machine have no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    return torch
+
+
 def launched(command: list[str], nodes: int, devices: int) -> list[str]:
     """The command as the local profile starts it: alone for one rank, else under launch_local."""
     if nodes * devices == 1:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from ddpscale import gpufacts
+
+from conftest import require_cuda
 from test_train_ddp import run, train_command
 
 
@@ -101,9 +103,7 @@ def test_training_on_cpu_records_no_gpu_facts(tmp_path, data_file):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_training_on_a_gpu_records_its_memory_and_utilization(tmp_path, data_file):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    require_cuda()
     result = run(train_command(tmp_path, data_file, 1, 1, "--accelerator", "gpu", "--max-epochs", "3",
                                "--warmup-epochs", "0", "--batch-size", "8"))
     assert result.returncode == 0, result.stderr[-3000:]

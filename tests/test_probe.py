@@ -14,7 +14,7 @@ import pytest
 
 from ddpscale.commbench import allreduce_benchmark, bandwidths, message_sizes
 
-from conftest import ROOT, launched
+from conftest import ROOT, launched, require_cuda
 
 # SpiralMLP(hidden=[64, 32, 16]) on 2-D points, 2 classes: weights + biases of 4 layers
 SPIRAL_NUMEL = (2 * 64 + 64) + (64 * 32 + 32) + (32 * 16 + 16) + (16 * 2 + 2)
@@ -234,9 +234,7 @@ def test_a_missing_data_file_exits_3(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_probe_on_gpus_uses_nccl(tmp_path, data_file):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    torch = require_cuda()
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 CUDA GPUs for an NCCL group; this machine has {torch.cuda.device_count()}")
     out = tmp_path / "probe.json"
@@ -255,9 +253,7 @@ def test_probe_on_gpus_uses_nccl(tmp_path, data_file):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_probe_on_one_gpu(tmp_path, data_file):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    torch = require_cuda()
     out = tmp_path / "probe.json"
     command = probe_command(out, data_file, 1, 1, "--precision", "bf16-mixed")
     command[command.index("--accelerator") + 1] = "gpu"

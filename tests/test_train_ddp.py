@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, launched
+from conftest import ROOT, launched, require_cuda
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -117,9 +117,7 @@ def test_launcher_stops_every_rank_when_one_fails(tmp_path):
 
 @pytest.mark.gpu
 def test_single_gpu_run_reports_the_gpu(tmp_path, data_file):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU; this machine has none (CI never does)")
+    torch = require_cuda()
     command = train_command(tmp_path, data_file, 1, 1)
     command[command.index("--accelerator") + 1] = "gpu"
     result = run(command)
