@@ -33,4 +33,4 @@ def test_synthetic_data_is_reproducible_and_split():
     x, y = a.splits["train"].tensors
     assert x.shape == (80, 8) and set(y.tolist()) == {0, 1, 2, 3}
     assert (x == b.splits["train"].tensors[0]).all()
-    assert len(a.val_dataloader().dataset) == 20
+    assert len(a.val_dataloader().dataset) == 10 and len(a.test_dataloader().dataset) == 10

@@ -64,7 +64,7 @@ def test_all_outputs_written(sim_report):
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + ["status"]
+        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + ["status"]
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
     t = tsv.set_index("topology")
     assert t.loc["1x1", "repeats"] == 2
@@ -93,7 +93,8 @@ def test_report_html_is_self_contained(sim_report):
 
 def test_gpu_report_has_no_banner(tmp_path):
     gpu = dict(device_kind="cuda", device_name="NVIDIA A100-SXM4-80GB",
-               simulated=False, backend="nccl", scaling="strong", test_acc=None)
+               simulated=False, backend="nccl", scaling="strong", test_acc=None,
+               achieved_tflops=24.96, mfu=0.08)
     runs = pd.DataFrame([make_run("1x1", **gpu),
                          make_run("1x4", throughput_samples_s=380.0, **gpu)])
     data = reportdata.build(runs, {}, baseline="1x1", metric="test_acc", tolerance=0.02,
@@ -103,6 +104,7 @@ def test_gpu_report_has_no_banner(tmp_path):
     assert "GPU-hours" in page and "not logged" in page
     assert "1x4 (4 GPUs) reached 3.8x speedup, 95% efficiency" in page
     assert "fixed global batch" in page
+    assert ">MFU</th>" in page and "<td class=\"\">24.9600</td><td class=\"\">8.0%</td>" in page
 
 
 def _assert_one_line_error(proc, *fragments):

@@ -46,6 +46,11 @@ def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devi
     assert metrics["throughput_samples_s"] == pytest.approx(840 / metrics["train_times_s"][1], rel=1e-4)
     assert 0.0 <= metrics["val_acc"] <= 1.0 and 0.0 <= metrics["test_acc"] <= 1.0
     assert not (tmp_path / "ckpt/last.ckpt").exists(), "a finished run must not leave a resume checkpoint"
+    # SpiralMLP 2-64-32-16-2: forward 2 x 2720 multiply-adds per sample, backward the weight
+    # gradients (5440) plus the input gradients of the three upper layers (2 x 2592)
+    assert metrics["flops_per_sample"] == 16064
+    assert metrics["achieved_tflops"] == pytest.approx(16064 * metrics["throughput_samples_s"] / 1e12)
+    assert metrics["mfu"] is None and metrics["peak_tflops_per_device"] is None  # no peak for a CPU
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):

@@ -31,6 +31,9 @@ SUMMARY_COLUMNS = (
     "gpu_hours",
 )
 
+# Training FLOPs per sample, achieved TFLOP/s over all devices, MFU (GPU runs only).
+COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
+
 # Spread over repeats of the two figures a user compares: min, max, and a 95% interval
 # of the mean (Student's t) once there are 3 or more repeats.
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
@@ -153,6 +156,10 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         batch_per_device=("batch_per_device", "first"),
         effective_batch=("effective_batch", "first"),
     )
+    # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
+    for col in COMPUTE_COLUMNS:
+        runs[col] = pd.to_numeric(runs[col], errors="coerce") if col in runs else float("nan")
+    median_cols += list(COMPUTE_COLUMNS)
     medians = grouped[median_cols].median()
     table = table.join(medians).join(_spreads(grouped)).reset_index()
 
@@ -170,7 +177,8 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
 
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
-                                           "accuracy_held"] + list(SPREAD_COLUMNS)].reset_index(drop=True)
+                                           "accuracy_held"] + list(SPREAD_COLUMNS)
+                  + list(COMPUTE_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
     table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric,
                        tolerance=float(tolerance))

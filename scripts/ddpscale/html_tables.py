@@ -142,7 +142,8 @@ def _mb(value) -> str:
 
 def devices_table(data):
     runs = data.runs.sort_values(["world_size", "topology", "repeat"])
-    heads = ["Topology", "Repeat", "Device", "Count", "Hosts", "Peak memory", "Utilisation"]
+    heads = ["Topology", "Repeat", "Device", "Count", "Hosts", "Peak memory", "Utilisation",
+             "TFLOP/s", "MFU"]
     rows = []
     for _, r in runs.iterrows():
         name = str(r["device_name"])
@@ -152,9 +153,14 @@ def devices_table(data):
         rows.append(("", [escape(str(r["topology"])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
                           _mb(r.get("gpu_peak_memory_mb")),
-                          "n/a" if util is None or pd.isna(util) else f"{util:.0f}%"]))
+                          "n/a" if util is None or pd.isna(util) else f"{util:.0f}%",
+                          num(r.get("achieved_tflops"), 4), pct(r.get("mfu"), 1)]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
-            "the mean of nvidia-smi samples taken every second during training (GPU runs only).")
+            "the mean of nvidia-smi samples taken every second during training (GPU runs only). "
+            "TFLOP/s = training FLOPs per sample (matrix multiplies of one forward + backward, "
+            "counted by torch's FlopCounterMode) x steady-state throughput, over all devices; MFU = "
+            "TFLOP/s / (the GPU's dense peak for the precision x devices), n/a on CPU or an "
+            "unknown GPU.")
     return "Devices", note, _table(heads, rows, text_cols=(2, 4))
 
 

@@ -23,9 +23,10 @@ class SyntheticDataModule(pl.LightningDataModule):
         centres = torch.randn(self.classes, self.features, generator=gen)
         labels = torch.arange(self.samples) % self.classes
         points = centres[labels] + 2.0 * torch.randn(self.samples, self.features, generator=gen)
-        cut = int(self.samples * 0.8)
-        self.splits = {"train": TensorDataset(points[:cut], labels[:cut]),
-                       "val": TensorDataset(points[cut:], labels[cut:])}
+        train, val = int(self.samples * 0.8), int(self.samples * 0.9)
+        self.splits = {"train": TensorDataset(points[:train], labels[:train]),
+                       "val": TensorDataset(points[train:val], labels[train:val]),
+                       "test": TensorDataset(points[val:], labels[val:])}
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.splits["train"], batch_size=self.batch_size, shuffle=True,
@@ -33,3 +34,6 @@ class SyntheticDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.splits["val"], batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.splits["test"], batch_size=self.batch_size, num_workers=self.num_workers)
