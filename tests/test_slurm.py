@@ -195,9 +195,11 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
 
 
-# ~1 s per epoch with one CPU on this 2-core machine: the job is still training when SLURM's
-# next 30-s check comes, and the retry finishes well inside the profile's 5-minute limit.
-TIMEOUT_EPOCHS = 80
+# ~0.9 s per epoch with one CPU on this 2-core machine. The kill must land while the job still
+# trains: once slurmctld enforced the shortened limit only after the 70 s that 80 epochs took,
+# and the run (rightly) finished and was re-emitted instead of resumed. 160 epochs give it over
+# two minutes; the retry still finishes well inside the profile's 5-minute limit.
+TIMEOUT_EPOCHS = 160
 TIMEOUT_SAMPLES = 20000
 
 
