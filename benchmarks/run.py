@@ -83,10 +83,10 @@ def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = ws / "results/checkpoints/1x1/r0/last.ckpt"
     deadline = time.monotonic() + 300
-    seen = 0
+    seen, last = 0, None  # each epoch rewrites the checkpoint: count the rewrites
     while time.monotonic() < deadline and seen < kill_after:
-        if ckpt.exists() and ckpt.stat().st_mtime_ns != getattr(resume, "_last", None):
-            resume._last = ckpt.stat().st_mtime_ns
+        if ckpt.exists() and ckpt.stat().st_mtime_ns != last:
+            last = ckpt.stat().st_mtime_ns
             seen += 1
         time.sleep(0.01)
     time.sleep(epoch_s / 2)  # mid-epoch

@@ -24,10 +24,14 @@ class ReportData:
 
     @property
     def finished(self) -> pd.DataFrame:
-        """Rows with measurements (plots skip topologies that did not finish)."""
-        done = self.summary[self.summary["throughput_samples_s"].notna()].reset_index(drop=True)
-        done.attrs.update(self.summary.attrs)
-        return done
+        return finished_rows(self.summary)
+
+
+def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows with measurements (plots and predictions skip topologies that did not finish)."""
+    done = summary[summary["throughput_samples_s"].notna()].reset_index(drop=True)
+    done.attrs.update(summary.attrs)
+    return done
 
 
 def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float,
@@ -36,8 +40,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     summary = analysis.summarize(runs, baseline, metric, tolerance)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary.attrs["threshold"] = threshold
-    done = summary[summary["throughput_samples_s"].notna()].copy()
-    done.attrs.update(summary.attrs)
+    done = finished_rows(summary)
     return ReportData(
         summary=summary, runs=runs, probes=probes,
         steps=breakdown.breakdown(done, probes), prediction=breakdown.predict(done, probes),
