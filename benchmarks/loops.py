@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
 import train  # noqa: E402  the pipeline's own Trainer construction
 from ddpscale.models import SpiralMLP  # noqa: E402
+from ddpscale.resident import ResidentBatches  # noqa: E402
 from ddpscale.spiral_datamodule import SpiralDataModule  # noqa: E402
 from ddpscale.stepprobe import _TrainingStep, first_optimizer  # noqa: E402
 from ddpscale.synthetic_datamodule import SyntheticDataModule  # noqa: E402
@@ -33,9 +34,10 @@ from ddpscale.timing import ScalingMetrics  # noqa: E402
 # MLP on synthetic data whose steps are dominated by matrix multiplies (compute-bound).
 WORKLOADS = {
     "spiral": lambda a: (SpiralMLP(hidden=[64, 32, 16], dropout=0.2, lr=1e-3),
-                         SpiralDataModule(data_file=a.data_file, batch_size=a.batch)),
+                         SpiralDataModule(data_file=a.data_file, batch_size=a.batch, resident=a.resident)),
     "wide": lambda a: (SpiralMLP(hidden=[1024, 1024], dropout=0.0, lr=1e-3, input_dim=256, num_classes=10),
-                       SyntheticDataModule(batch_size=a.batch, samples=4096, features=256, classes=10)),
+                       SyntheticDataModule(batch_size=a.batch, samples=4096, features=256, classes=10,
+                                           resident=a.resident)),
 }
 
 
@@ -47,6 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--resident", action="store_true", help="both loops slice batches from resident tensors")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
@@ -64,9 +67,12 @@ def lightning_throughput(args, world: int, ckpt_dir: str) -> float:
 def plain_throughput(args, world: int) -> float:
     model, data = WORKLOADS[args.workload](args)
     data.setup("fit")
-    dataset = data.train_dataloader().dataset
-    sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
-    loader = DataLoader(dataset, batch_size=args.batch, shuffle=sampler is None, sampler=sampler)
+    dataset = data.splits["train"]  # both built-in data modules keep their TensorDatasets here
+    if args.resident:
+        loader = sampler = ResidentBatches(dataset.tensors, args.batch, shuffle=True, seed=torch.initial_seed())
+    else:
+        sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
+        loader = DataLoader(dataset, batch_size=args.batch, shuffle=sampler is None, sampler=sampler)
     optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
     step = _TrainingStep(model, None, "cpu")
     net = torch.nn.parallel.DistributedDataParallel(step) if world > 1 else step
@@ -104,7 +110,7 @@ def main(argv=None) -> int:
                 value = lightning_throughput(args, world, ckpt_dir) if kind == "lightning" else plain_throughput(args, world)
                 results[kind].append(value)
     if int(os.environ.get("RANK", 0)) == 0:
-        Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world,
+        Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world, "resident": args.resident,
                                               "batch_per_rank": args.batch, **results}))
     return 0
 

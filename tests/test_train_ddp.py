@@ -30,9 +30,9 @@ def run(command, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT, **kwargs)
 
 
-@pytest.mark.parametrize("nodes,devices", [(1, 2), (2, 1)])
-def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devices):
-    result = run(train_command(tmp_path, data_file, nodes, devices))
+@pytest.mark.parametrize("nodes,devices,data_args", [(1, 2, "{}"), (2, 1, "{}"), (1, 2, '{"resident": true}')])
+def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devices, data_args):
+    result = run(train_command(tmp_path, data_file, nodes, devices, "--data-args", data_args))
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2

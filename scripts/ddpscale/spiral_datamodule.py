@@ -6,16 +6,18 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from ddpscale import resident as resident_batches
 from ddpscale.spiral import load_checked
 
 
 class SpiralDataModule(pl.LightningDataModule):
     def __init__(self, data_file: str, batch_size: int = 32, num_workers: int = 0,
                  pin_memory: bool = False, persistent_workers: bool = False,
-                 prefetch_factor: int | None = None):
+                 prefetch_factor: int | None = None, resident: bool = False):
         super().__init__()
+        resident_batches.check_no_workers(resident, num_workers)
         self.data_file = data_file
-        self.batch_size = batch_size
+        self.batch_size, self.resident = batch_size, resident
         self.loader_args = {"num_workers": num_workers, "pin_memory": pin_memory}
         if num_workers > 0:
             # DataLoader rejects these two without worker processes
@@ -32,7 +34,9 @@ class SpiralDataModule(pl.LightningDataModule):
                 torch.from_numpy(arrays[f"x_{name}"]), torch.from_numpy(arrays[f"y_{name}"])
             )
 
-    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+    def _loader(self, name: str, shuffle: bool):
+        if self.resident:
+            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer)
         # Lightning swaps in a DistributedSampler under DDP, so each rank reads its shard.
         return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, **self.loader_args)
 

@@ -7,12 +7,15 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from ddpscale import resident as resident_batches
+
 
 class SyntheticDataModule(pl.LightningDataModule):
     def __init__(self, batch_size: int = 32, samples: int = 8192, features: int = 256,
-                 classes: int = 10, seed: int = 0, num_workers: int = 0):
+                 classes: int = 10, seed: int = 0, num_workers: int = 0, resident: bool = False):
         super().__init__()
-        self.batch_size, self.num_workers = batch_size, num_workers
+        resident_batches.check_no_workers(resident, num_workers)
+        self.batch_size, self.num_workers, self.resident = batch_size, num_workers, resident
         self.samples, self.features, self.classes, self.seed = samples, features, classes, seed
         self.splits: dict[str, TensorDataset] = {}
 
@@ -28,12 +31,16 @@ class SyntheticDataModule(pl.LightningDataModule):
                        "val": TensorDataset(points[train:val], labels[train:val]),
                        "test": TensorDataset(points[val:], labels[val:])}
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["train"], batch_size=self.batch_size, shuffle=True,
-                          num_workers=self.num_workers)
+    def _loader(self, name: str, shuffle: bool):
+        if self.resident:
+            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer)
+        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers)
 
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["val"], batch_size=self.batch_size, num_workers=self.num_workers)
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
 
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["test"], batch_size=self.batch_size, num_workers=self.num_workers)
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader("test", shuffle=False)
