@@ -23,10 +23,11 @@ from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
 import train  # noqa: E402  the pipeline's own Trainer construction
+from ddpscale import compiling  # noqa: E402
 from ddpscale.models import SpiralMLP  # noqa: E402
 from ddpscale.resident import ResidentBatches  # noqa: E402
 from ddpscale.spiral_datamodule import SpiralDataModule  # noqa: E402
-from ddpscale.stepprobe import _TrainingStep, first_optimizer  # noqa: E402
+from ddpscale.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
 from ddpscale.synthetic_datamodule import SyntheticDataModule  # noqa: E402
 from ddpscale.timing import ScalingMetrics  # noqa: E402
 
@@ -50,22 +51,31 @@ def parse_args(argv=None):
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--resident", action="store_true", help="both loops slice batches from resident tensors")
+    p.add_argument("--compile", default="none", choices=compiling.MODES, help="torch.compile mode in both loops")
+    p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
+    p.add_argument("--lightning-only", action="store_true", help="skip the plain loop (a fast path's before/after)")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
-def lightning_throughput(args, world: int, ckpt_dir: str) -> float:
+def modules(args):
     model, data = WORKLOADS[args.workload](args)
+    return compiling.wrap(model, args.compile), data
+
+
+def lightning_throughput(args, world: int, ckpt_dir: str) -> float:
+    model, data = modules(args)
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=world)
     checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False)
     flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
-                               precision="32-true", max_epochs=args.epochs, accumulate_grad_batches=1)
+                               precision=args.precision, max_epochs=args.epochs, accumulate_grad_batches=1)
     train.build_trainer(flags, [metrics, checkpoint]).fit(model, datamodule=data)
-    return metrics.summary()["throughput_samples_s"]
+    summary = metrics.summary()
+    return summary["throughput_samples_s"], summary["epoch_times_s"][0]
 
 
 def plain_throughput(args, world: int) -> float:
-    model, data = WORKLOADS[args.workload](args)
+    model, data = modules(args)
     data.setup("fit")
     dataset = data.splits["train"]  # both built-in data modules keep their TensorDatasets here
     if args.resident:
@@ -74,7 +84,7 @@ def plain_throughput(args, world: int) -> float:
         sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
         loader = DataLoader(dataset, batch_size=args.batch, shuffle=sampler is None, sampler=sampler)
     optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    step = _TrainingStep(model, None, "cpu")
+    step = _TrainingStep(model, precision_plan(args.precision, "cpu")["autocast"], "cpu")
     net = torch.nn.parallel.DistributedDataParallel(step) if world > 1 else step
     model.train()
     samples, seconds = 0, 0.0
@@ -101,16 +111,22 @@ def main(argv=None) -> int:
         dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                                 rank=int(os.environ["RANK"]), world_size=world)
     pl.seed_everything(0, verbose=False)
-    results = {"lightning": [], "plain": []}
+    results = {"lightning": [], "plain": [], "lightning_first_epoch_s": []}
+    kinds = ("lightning",) if args.lightning_only else ("lightning", "plain")
     with tempfile.TemporaryDirectory() as ckpt_dir:
         for round_ in range(args.rounds):
             # alternate which runs first, so a slow moment of the machine hits both alike
-            order = ("lightning", "plain") if round_ % 2 == 0 else ("plain", "lightning")
+            order = kinds if round_ % 2 == 0 else kinds[::-1]
             for kind in order:
-                value = lightning_throughput(args, world, ckpt_dir) if kind == "lightning" else plain_throughput(args, world)
-                results[kind].append(value)
+                if kind == "lightning":
+                    throughput, first_epoch_s = lightning_throughput(args, world, ckpt_dir)
+                    results["lightning_first_epoch_s"].append(first_epoch_s)
+                else:
+                    throughput = plain_throughput(args, world)
+                results[kind].append(throughput)
     if int(os.environ.get("RANK", 0)) == 0:
         Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world, "resident": args.resident,
+                                              "compile": args.compile, "precision": args.precision,
                                               "batch_per_rank": args.batch, **results}))
     return 0
 

@@ -4,7 +4,10 @@
 
 1. Lightning training path vs plain PyTorch, same model/data/batch/optimizer/steps, rounds
    alternating, on the reference workload (spiral MLP) and a compute-bound one (wide MLP);
+   both loops take their batches from resident tensors, as the pipeline does by default;
 2. the same on 2 ranks (gloo), and weak-scaling efficiency against 1 rank;
+   then each fast path's before/after on the Lightning loop (resident batches, torch.compile,
+   bf16-mixed);
 3. the local default pipeline end to end from empty results, and a dry run;
 4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work.
 """
@@ -32,14 +35,37 @@ from ddpscale.spiral import write_dataset  # noqa: E402
 TARGETS = {"ratio": 0.95, "pipeline_s": 90.0, "dry_run_s": 3.0, "resume": 1.2}
 
 
-def run_loops(workload: str, ranks: int, data_file: str, rounds: int, tmp: Path) -> dict:
-    out = tmp / f"{workload}-{ranks}.json"
+def run_loops(workload: str, ranks: int, data_file: str, rounds: int, tmp: Path, *options: str) -> dict:
+    out = tmp / f"{workload}-{ranks}-{time.monotonic_ns()}.json"
     cmd = [PY, "benchmarks/loops.py", "--workload", workload, "--data-file", data_file,
-           "--rounds", str(rounds), "--out", str(out)]
+           "--rounds", str(rounds), "--out", str(out), *options]
     if ranks > 1:
         cmd = [PY, "scripts/launch_local.py", "--nodes", "1", "--procs-per-node", str(ranks), "--", *cmd]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     return json.loads(out.read_text())
+
+
+# Each fast path: the pipeline's Lightning loop without it, then with it, one process per run,
+# alternating. The data path of the "before" is the one the pipeline used before the change.
+FAST_PATHS = [
+    ("resident batches instead of a DataLoader", "spiral", [], ["--resident"]),
+    ("resident batches instead of a DataLoader", "wide", [], ["--resident"]),
+    ("torch.compile (mode default)", "spiral", ["--resident"], ["--resident", "--compile", "default"]),
+    ("torch.compile (mode default)", "wide", ["--resident"], ["--resident", "--compile", "default"]),
+    ("bf16-mixed instead of 32-true", "wide", ["--resident"], ["--resident", "--precision", "bf16-mixed"]),
+]
+
+
+def fast_path(workload: str, before: list[str], after: list[str], data_file: str, rounds: int, tmp: Path) -> dict:
+    runs = {"before": [], "after": [], "after_first_epoch_s": []}
+    for round_ in range(rounds):
+        order = (("before", before), ("after", after))
+        for name, options in order if round_ % 2 == 0 else order[::-1]:
+            res = run_loops(workload, 1, data_file, 1, tmp, "--lightning-only", *options)
+            runs[name].append(res["lightning"][0])
+            if name == "after":
+                runs["after_first_epoch_s"].append(res["lightning_first_epoch_s"][0])
+    return {name: statistics.median(values) for name, values in runs.items()}
 
 
 def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
@@ -114,7 +140,8 @@ def fmt(value, target=None, higher_is_better=True) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3, help="alternating Lightning/plain rounds per comparison")
-    p.add_argument("--only", nargs="*", default=["loops", "pipeline", "resume"])
+    p.add_argument("--only", nargs="*", default=["loops", "fastpaths", "pipeline", "resume"],
+                   choices=["loops", "fastpaths", "pipeline", "resume"])
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ddpscale-bench-") as tmp_name:
@@ -125,7 +152,7 @@ def main(argv=None) -> int:
             for workload in ("spiral", "wide"):
                 single = None
                 for ranks in (1, 2):
-                    res = run_loops(workload, ranks, data_file, args.rounds, tmp)
+                    res = run_loops(workload, ranks, data_file, args.rounds, tmp, "--resident")
                     light, plain = statistics.median(res["lightning"]), statistics.median(res["plain"])
                     rows.append((f"{workload}, {ranks} rank(s), batch {res['batch_per_rank']}/rank: "
                                  "Lightning / plain throughput", fmt(light / plain, TARGETS["ratio"])))
@@ -135,6 +162,12 @@ def main(argv=None) -> int:
                         single = light
                     else:
                         rows.append((f"  weak-scaling efficiency, 2 ranks vs 1 (Lightning)", fmt(light / (2 * single))))
+        if "fastpaths" in args.only:
+            for name, workload, before, after in FAST_PATHS:
+                res = fast_path(workload, before, after, data_file, args.rounds, tmp)
+                rows.append((f"fast path, {workload}, 1 rank: {name}", fmt(res["after"] / res["before"]) + "x"))
+                rows.append((f"  Lightning samples/s before -> after (median of {args.rounds}); first epoch after",
+                             f"{res['before']:,.0f} -> {res['after']:,.0f}; {res['after_first_epoch_s']:.1f} s"))
         if "pipeline" in args.only:
             res = pipeline(tmp)
             rows.append(("local default pipeline, empty results -> report (s)",

@@ -15,7 +15,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
-from ddpscale import flops, gpufacts, plugins, runinfo
+from ddpscale import compiling, flops, gpufacts, plugins, runinfo
 from ddpscale.io import write_json_atomic
 from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
@@ -104,7 +104,10 @@ def main(argv=None) -> int:
         # of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s
         record.update(gpu)
-        record["flops_per_sample"] = flops.count(model, datamodule)
+        record["compile"] = args.compile
+        if args.compile != "none":
+            record.update(compiling.stats())
+        record["flops_per_sample"] = flops.count(compiling.unwrap(model), datamodule)
         record.update(flops.utilisation(record["flops_per_sample"], record["throughput_samples_s"],
                                         record["world_size"], record["device_name"], args.precision))
         runinfo.finish(args.ckpt_dir, settings, record)

@@ -30,6 +30,7 @@ def test_empty_config_gets_every_default():
     assert config["topologies"] == ["1x1", "1x2", "2x2"]
     assert config["baseline"] == "1x1"
     assert config["repeats"] == 1
+    assert config["compile"] == "none"
     assert config["max_epochs"] == 4
     assert config["batch"] == {"scaling": "weak", "size": 32}
     assert config["dataloader"] == {
@@ -70,6 +71,8 @@ def test_dataset_null_is_refused_clearly():
     ({"dataloader": {"num_workers": -1}}, ["-1 is less than the minimum of 0",
                                             "instance['dataloader']['num_workers']"]),
     ({"accelerator": "tpu"}, ["'tpu' is not one of", "instance['accelerator']"]),
+    ({"compile": "fast"}, ["'fast' is not one of ['none', 'default', 'reduce-overhead', 'max-autotune']",
+                           "instance['compile']"]),
 ])
 def test_bad_config_is_rejected_naming_the_key(changes, expected):
     with pytest.raises(WorkflowError) as err:

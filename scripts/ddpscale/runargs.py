@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 
-from ddpscale import plugins
+from ddpscale import compiling, plugins
 from ddpscale.topology import Topology, batch_per_device
 
 DEFAULT_LOADER = '{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}'
@@ -27,6 +27,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaling", choices=["weak", "strong"], required=True)
     p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
     p.add_argument("--precision", default="32-true")
+    p.add_argument("--compile", default="none", choices=compiling.MODES, help="torch.compile mode, or none")
     p.add_argument("--accumulate-grad-batches", type=int, default=1)
     p.add_argument("--loader", default=DEFAULT_LOADER,
                    help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
@@ -59,4 +60,12 @@ def build_modules(args):
     data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
     data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device_batch(args),
                                        json.loads(args.loader), args.data_file)
-    return model_cls(**json.loads(args.model_args)), data_cls(**data_args)
+    model = model_cls(**json.loads(args.model_args))
+    compiling.check_compiler(args.compile, on_cpu=args.accelerator == "cpu" or not _has_cuda())
+    return compiling.wrap(model, args.compile), data_cls(**data_args)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

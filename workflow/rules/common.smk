@@ -265,6 +265,7 @@ def run_flags(topology_name):
         "--scaling": config["batch"]["scaling"],
         "--batch-size": config["batch"]["size"],
         "--precision": config["precision"],
+        "--compile": config["compile"],
         "--accumulate-grad-batches": config["accumulate_grad_batches"],
         "--loader": json.dumps(config["dataloader"], sort_keys=True),
         "--model-class": config["model"]["class_path"],

@@ -1,0 +1,49 @@
+"""torch.compile as a run setting: the same compiled methods in training and in the probe.
+
+Lightning compiles a module's forward and *_step methods in place (`from_compiled`), which
+is what it does itself when handed the output of torch.compile; the probe calls
+training_step directly, so it needs that form, not the OptimizedModule wrapper.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+MODES = ("none", "default", "reduce-overhead", "max-autotune")
+
+
+def check_compiler(mode: str, on_cpu: bool) -> None:
+    """Inductor writes C++ for CPU kernels; without a compiler it fails mid-run, so stop first."""
+    compiler = os.environ.get("CXX", "g++")
+    if mode != "none" and on_cpu and shutil.which(compiler) is None:
+        raise ValueError(f"compile: {mode} on CPU needs a C++ compiler ({compiler}) and none is on PATH; "
+                         "install one (Debian: apt-get install g++) or set compile: none")
+
+
+def wrap(model, mode: str):
+    """The LightningModule with compiled forward and steps, or itself for mode 'none'."""
+    if mode == "none":
+        return model
+    import torch
+    from pytorch_lightning.utilities.compile import from_compiled
+
+    return from_compiled(torch.compile(model, mode=mode))
+
+
+def unwrap(model):
+    """The module with its original methods back (FLOPs are counted on eager code)."""
+    if getattr(model, "_compiler_ctx", None) is None:
+        return model
+    from pytorch_lightning.utilities.compile import to_uncompiled
+
+    return to_uncompiled(model)
+
+
+def stats() -> dict:
+    """Graphs dynamo compiled in this process, and its graph breaks (each one splits a step
+    into separately compiled pieces with Python between them)."""
+    from torch._dynamo.utils import counters
+
+    return {"compile_graphs": int(counters["stats"]["unique_graphs"]),
+            "compile_graph_breaks": int(sum(counters["graph_break"].values()))}
