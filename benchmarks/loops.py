@@ -1,11 +1,23 @@
-"""One rank of the comparison: the pipeline's Lightning training path against a plain PyTorch
-loop with the same model, data, batch, optimizer and steps, timed in alternating rounds.
+"""One rank of a comparison of training loops on one workload, timed in rotating rounds.
+
+Each --variant is a loop and its options, e.g. `lightning,resident` (the pipeline's own Lightning
+path) against `plain,resident` (a plain PyTorch loop with the same model, data, batch,
+optimizer and steps), or one fast path's before and after (`lightning` vs `lightning,resident`).
+Every variant runs in this same process, once per round, in an order that rotates each round,
+so a slow moment of a shared machine falls on all of them alike.
+
+Options: resident (batches sliced from in-memory tensors), compile (torch.compile, mode
+default), bf16 (bf16-mixed autocast), log-step (the model logs its loss every step, as
+tutorials do; the built-in model does not); for diagnosis only, no-checkpoint and
+no-sigterm-broadcast take one part out of the Lightning path to measure what it costs.
 
 Run as one process (1 rank) or under scripts/launch_local.py (N ranks, gloo). Rank 0 writes
-the steady-state throughputs (samples/s over all ranks, warm-up epochs excluded) as JSON.
+each variant's steady-state throughputs (samples/s over all ranks, warm-up epochs excluded)
+and its first-epoch times as JSON.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -31,15 +43,51 @@ from ddpscale.stepprobe import _TrainingStep, first_optimizer, precision_plan  #
 from ddpscale.synthetic_datamodule import SyntheticDataModule  # noqa: E402
 from ddpscale.timing import ScalingMetrics  # noqa: E402
 
+
+class StepLoggingMLP(SpiralMLP):
+    """The built-in model as a typical tutorial writes it: its training loss logged every step."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+
 # The reference workload of seed 004 (few thousand parameters: overhead-bound), and a wide
 # MLP on synthetic data whose steps are dominated by matrix multiplies (compute-bound).
 WORKLOADS = {
-    "spiral": lambda a: (SpiralMLP(hidden=[64, 32, 16], dropout=0.2, lr=1e-3),
+    "spiral": lambda a: ((StepLoggingMLP if a.log_step else SpiralMLP)(hidden=[64, 32, 16], dropout=0.2, lr=1e-3),
                          SpiralDataModule(data_file=a.data_file, batch_size=a.batch, resident=a.resident)),
-    "wide": lambda a: (SpiralMLP(hidden=[1024, 1024], dropout=0.0, lr=1e-3, input_dim=256, num_classes=10),
+    "wide": lambda a: ((StepLoggingMLP if a.log_step else SpiralMLP)(hidden=[1024, 1024], dropout=0.0, lr=1e-3, input_dim=256, num_classes=10),
                        SyntheticDataModule(batch_size=a.batch, samples=4096, features=256, classes=10,
                                            resident=a.resident)),
 }
+
+
+LOOPS = ("lightning", "plain")
+OPTIONS = ("resident", "compile", "bf16", "log-step", "no-checkpoint", "no-sigterm-broadcast")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    loop: str
+    options: frozenset
+
+    @classmethod
+    def parse(cls, text: str) -> "Variant":
+        loop, *options = text.split(",")
+        if loop not in LOOPS or not set(options) <= set(OPTIONS):
+            raise argparse.ArgumentTypeError(f"'{text}': write LOOP[,OPTION...], LOOP one of {LOOPS}, "
+                                             f"OPTION of {OPTIONS}")
+        if loop == "plain" and {"no-checkpoint", "no-sigterm-broadcast"} & set(options):
+            raise argparse.ArgumentTypeError(f"'{text}': the plain loop has no Lightning parts to remove")
+        return cls(loop, frozenset(options))
+
+    def settings(self, args) -> argparse.Namespace:
+        return argparse.Namespace(**vars(args), resident="resident" in self.options,
+                                  compile="default" if "compile" in self.options else "none",
+                                  precision="bf16-mixed" if "bf16" in self.options else "32-true",
+                                  log_step="log-step" in self.options)
 
 
 def parse_args(argv=None):
@@ -50,45 +98,59 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--resident", action="store_true", help="both loops slice batches from resident tensors")
-    p.add_argument("--compile", default="none", choices=compiling.MODES, help="torch.compile mode in both loops")
-    p.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
-    p.add_argument("--lightning-only", action="store_true", help="skip the plain loop (a fast path's before/after)")
+    p.add_argument("--variant", dest="variants", action="append", required=True,
+                   help="LOOP[,OPTION...], e.g. lightning,resident; give two or more to compare")
     p.add_argument("--out", required=True)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.parsed = [Variant.parse(v) for v in args.variants]
+    except argparse.ArgumentTypeError as err:
+        p.error(str(err))
+    return args
 
 
-def modules(args):
-    model, data = WORKLOADS[args.workload](args)
-    return compiling.wrap(model, args.compile), data
+def modules(s):
+    model, data = WORKLOADS[s.workload](s)
+    return compiling.wrap(model, s.compile), data
 
 
-def lightning_throughput(args, world: int, ckpt_dir: str) -> float:
-    model, data = modules(args)
-    metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=world)
-    checkpoint = ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, enable_version_counter=False)
+def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float, float]:
+    model, data = modules(s)
+    metrics = ScalingMetrics(warmup_epochs=s.warmup_epochs, expected_world_size=world)
+    callbacks = [metrics]
+    if "no-checkpoint" not in variant.options:
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
+                                         enable_version_counter=False))
     flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
-                               precision=args.precision, max_epochs=args.epochs, accumulate_grad_batches=1)
-    train.build_trainer(flags, [metrics, checkpoint]).fit(model, datamodule=data)
+                               precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
+    trainer = train.build_trainer(flags, callbacks)
+    if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
+    if "no-sigterm-broadcast" in variant.options:
+        # Lightning 2.6 broadcasts rank 0's SIGTERM flag and reads it on the host before every
+        # training step of a multi-rank run. Its SIGTERM handler pairs a broadcast with that one,
+        # so the pipeline cannot skip it (a SIGTERMed run then hangs): a measurement only.
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
+    trainer.fit(model, datamodule=data)
     summary = metrics.summary()
     return summary["throughput_samples_s"], summary["epoch_times_s"][0]
 
 
-def plain_throughput(args, world: int) -> float:
-    model, data = modules(args)
+def plain_run(s, world: int) -> tuple[float, float]:
+    model, data = modules(s)
     data.setup("fit")
     dataset = data.splits["train"]  # both built-in data modules keep their TensorDatasets here
-    if args.resident:
-        loader = sampler = ResidentBatches(dataset.tensors, args.batch, shuffle=True, seed=torch.initial_seed())
+    if s.resident:
+        loader = sampler = ResidentBatches(dataset.tensors, s.batch, shuffle=True, seed=torch.initial_seed())
     else:
         sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
-        loader = DataLoader(dataset, batch_size=args.batch, shuffle=sampler is None, sampler=sampler)
+        loader = DataLoader(dataset, batch_size=s.batch, shuffle=sampler is None, sampler=sampler)
     optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    step = _TrainingStep(model, precision_plan(args.precision, "cpu")["autocast"], "cpu")
+    step = _TrainingStep(model, precision_plan(s.precision, "cpu")["autocast"], "cpu")
     net = torch.nn.parallel.DistributedDataParallel(step) if world > 1 else step
     model.train()
-    samples, seconds = 0, 0.0
-    for epoch in range(args.epochs):
+    samples, seconds, first_epoch_s = 0, 0.0, None
+    for epoch in range(s.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
         count, start = 0, time.perf_counter()
@@ -98,9 +160,10 @@ def plain_throughput(args, world: int) -> float:
             optimizer.step()
             count += len(batch[0])
         elapsed = time.perf_counter() - start
-        if epoch >= args.warmup_epochs:
+        first_epoch_s = elapsed if first_epoch_s is None else first_epoch_s
+        if epoch >= s.warmup_epochs:
             samples, seconds = samples + count * world, seconds + elapsed
-    return samples / seconds
+    return samples / seconds, first_epoch_s
 
 
 def main(argv=None) -> int:
@@ -111,23 +174,20 @@ def main(argv=None) -> int:
         dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                                 rank=int(os.environ["RANK"]), world_size=world)
     pl.seed_everything(0, verbose=False)
-    results = {"lightning": [], "plain": [], "lightning_first_epoch_s": []}
-    kinds = ("lightning",) if args.lightning_only else ("lightning", "plain")
+    names = args.variants
+    results = {name: {"throughput": [], "first_epoch_s": []} for name in names}
     with tempfile.TemporaryDirectory() as ckpt_dir:
         for round_ in range(args.rounds):
-            # alternate which runs first, so a slow moment of the machine hits both alike
-            order = kinds if round_ % 2 == 0 else kinds[::-1]
-            for kind in order:
-                if kind == "lightning":
-                    throughput, first_epoch_s = lightning_throughput(args, world, ckpt_dir)
-                    results["lightning_first_epoch_s"].append(first_epoch_s)
-                else:
-                    throughput = plain_throughput(args, world)
-                results[kind].append(throughput)
+            shift = round_ % len(names)  # rotate the order: each variant goes first in turn
+            for name, variant in list(zip(names, args.parsed))[shift:] + list(zip(names, args.parsed))[:shift]:
+                s = variant.settings(args)
+                run = (lightning_run(s, variant, world, ckpt_dir) if variant.loop == "lightning"
+                       else plain_run(s, world))
+                results[name]["throughput"].append(run[0])
+                results[name]["first_epoch_s"].append(run[1])
     if int(os.environ.get("RANK", 0)) == 0:
-        Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world, "resident": args.resident,
-                                              "compile": args.compile, "precision": args.precision,
-                                              "batch_per_rank": args.batch, **results}))
+        Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world,
+                                              "batch_per_rank": args.batch, "variants": results}))
     return 0
 
 

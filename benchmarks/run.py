@@ -4,10 +4,11 @@
 
 1. Lightning training path vs plain PyTorch, same model/data/batch/optimizer/steps, rounds
    alternating, on the reference workload (spiral MLP) and a compute-bound one (wide MLP);
-   both loops take their batches from resident tensors, as the pipeline does by default;
+   both loops take their batches from resident tensors, as the pipeline does by default, and
+   Lightning's extra time per step is split into what removing a part of it saves;
 2. the same on 2 ranks (gloo), and weak-scaling efficiency against 1 rank;
    then each fast path's before/after on the Lightning loop (resident batches, torch.compile,
-   bf16-mixed);
+   bf16-mixed), every comparison's variants run in the same processes in rotating order;
 3. the local default pipeline end to end from empty results, and a dry run;
 4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work.
 """
@@ -45,27 +46,38 @@ def run_loops(workload: str, ranks: int, data_file: str, rounds: int, tmp: Path,
     return json.loads(out.read_text())
 
 
-# Each fast path: the pipeline's Lightning loop without it, then with it, one process per run,
-# alternating. The data path of the "before" is the one the pipeline used before the change.
+LIGHTNING, PLAIN = "lightning,resident", "plain,resident"  # the pipeline's default data path
+# Parts of the Lightning path that a diagnosis run takes out, one at a time, to price them.
+# The SIGTERM broadcast only exists with more than one rank.
+ABLATED = {"ModelCheckpoint": "lightning,resident,no-checkpoint",
+           "SIGTERM broadcast": "lightning,resident,no-sigterm-broadcast"}
+# Each fast path: the Lightning loop before and after the change, in one process.
 FAST_PATHS = [
-    ("resident batches instead of a DataLoader", "spiral", [], ["--resident"]),
-    ("resident batches instead of a DataLoader", "wide", [], ["--resident"]),
-    ("torch.compile (mode default)", "spiral", ["--resident"], ["--resident", "--compile", "default"]),
-    ("torch.compile (mode default)", "wide", ["--resident"], ["--resident", "--compile", "default"]),
-    ("bf16-mixed instead of 32-true", "wide", ["--resident"], ["--resident", "--precision", "bf16-mixed"]),
+    ("resident batches instead of a DataLoader", "spiral", "lightning", LIGHTNING),
+    ("resident batches instead of a DataLoader", "wide", "lightning", LIGHTNING),
+    ("torch.compile (mode default)", "spiral", LIGHTNING, LIGHTNING + ",compile"),
+    ("torch.compile (mode default)", "wide", LIGHTNING, LIGHTNING + ",compile"),
+    ("bf16-mixed instead of 32-true", "wide", LIGHTNING, LIGHTNING + ",bf16"),
+    ("no self.log of the loss every step", "spiral", LIGHTNING + ",log-step", LIGHTNING),
 ]
 
 
-def fast_path(workload: str, before: list[str], after: list[str], data_file: str, rounds: int, tmp: Path) -> dict:
-    runs = {"before": [], "after": [], "after_first_epoch_s": []}
-    for round_ in range(rounds):
-        order = (("before", before), ("after", after))
-        for name, options in order if round_ % 2 == 0 else order[::-1]:
-            res = run_loops(workload, 1, data_file, 1, tmp, "--lightning-only", *options)
-            runs[name].append(res["lightning"][0])
-            if name == "after":
-                runs["after_first_epoch_s"].append(res["lightning_first_epoch_s"][0])
-    return {name: statistics.median(values) for name, values in runs.items()}
+def compare(workload: str, ranks: int, variants: list[str], data_file: str, rounds: int, tmp: Path) -> dict:
+    """Median throughput and first-epoch time of each variant, all run in the same processes."""
+    res = run_loops(workload, ranks, data_file, rounds, tmp, *[x for v in variants for x in ("--variant", v)])
+    batch = res["batch_per_rank"]
+    return {name: {"throughput": statistics.median(v["throughput"]),
+                   "first_epoch_s": statistics.median(v["first_epoch_s"]),
+                   "step_ms": 1000 * batch * ranks / statistics.median(v["throughput"])}
+            for name, v in res["variants"].items()}
+
+
+def gap_parts(step_ms: dict[str, float], parts: dict[str, str]) -> dict[str, float]:
+    """Lightning's extra time per step over the plain loop, split into what each removed part
+    cost (its variant's step time saved) and the rest, Lightning's own loop."""
+    gap = step_ms[LIGHTNING] - step_ms[PLAIN]
+    priced = {label: step_ms[LIGHTNING] - step_ms[variant] for label, variant in parts.items()}
+    return {"gap": gap, **priced, "Lightning loop (rest)": gap - sum(priced.values())}
 
 
 def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
@@ -139,7 +151,7 @@ def fmt(value, target=None, higher_is_better=True) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3, help="alternating Lightning/plain rounds per comparison")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per comparison (each variant once per round; the median is shown)")
     p.add_argument("--only", nargs="*", default=["loops", "fastpaths", "pipeline", "resume"],
                    choices=["loops", "fastpaths", "pipeline", "resume"])
     args = p.parse_args(argv)
@@ -152,22 +164,29 @@ def main(argv=None) -> int:
             for workload in ("spiral", "wide"):
                 single = None
                 for ranks in (1, 2):
-                    res = run_loops(workload, ranks, data_file, args.rounds, tmp, "--resident")
-                    light, plain = statistics.median(res["lightning"]), statistics.median(res["plain"])
-                    rows.append((f"{workload}, {ranks} rank(s), batch {res['batch_per_rank']}/rank: "
-                                 "Lightning / plain throughput", fmt(light / plain, TARGETS["ratio"])))
+                    parts = {k: v for k, v in ABLATED.items() if ranks > 1 or k != "SIGTERM broadcast"}
+                    res = compare(workload, ranks, [LIGHTNING, PLAIN, *parts.values()], data_file, args.rounds, tmp)
+                    light, plain = res[LIGHTNING]["throughput"], res[PLAIN]["throughput"]
+                    rows.append((f"{workload}, {ranks} rank(s), batch 32/rank: Lightning / plain throughput",
+                                 fmt(light / plain, TARGETS["ratio"])))
                     rows.append((f"  samples/s Lightning | plain (median of {args.rounds})",
                                  f"{light:,.0f} | {plain:,.0f}"))
+                    split = gap_parts({name: r["step_ms"] for name, r in res.items()}, parts)
+                    rows.append(("  ms per step Lightning | plain; the gap = " + " + ".join(list(split)[1:]),
+                                 f"{res[LIGHTNING]['step_ms']:.2f} | {res[PLAIN]['step_ms']:.2f}; "
+                                 f"{split['gap']:.2f} = " + " + ".join(f"{v:.2f}" for v in list(split.values())[1:])))
                     if ranks == 1:
                         single = light
                     else:
-                        rows.append((f"  weak-scaling efficiency, 2 ranks vs 1 (Lightning)", fmt(light / (2 * single))))
+                        rows.append(("  weak-scaling efficiency, 2 ranks vs 1 (Lightning)", fmt(light / (2 * single))))
         if "fastpaths" in args.only:
             for name, workload, before, after in FAST_PATHS:
-                res = fast_path(workload, before, after, data_file, args.rounds, tmp)
-                rows.append((f"fast path, {workload}, 1 rank: {name}", fmt(res["after"] / res["before"]) + "x"))
-                rows.append((f"  Lightning samples/s before -> after (median of {args.rounds}); first epoch after",
-                             f"{res['before']:,.0f} -> {res['after']:,.0f}; {res['after_first_epoch_s']:.1f} s"))
+                res = compare(workload, 1, [before, after], data_file, args.rounds, tmp)
+                rows.append((f"fast path, {workload}, 1 rank: {name}",
+                             fmt(res[after]["throughput"] / res[before]["throughput"]) + "x"))
+                rows.append((f"  Lightning samples/s before -> after (median of {args.rounds}); first epoch",
+                             f"{res[before]['throughput']:,.0f} -> {res[after]['throughput']:,.0f}; "
+                             f"{res[before]['first_epoch_s']:.1f} s -> {res[after]['first_epoch_s']:.1f} s"))
         if "pipeline" in args.only:
             res = pipeline(tmp)
             rows.append(("local default pipeline, empty results -> report (s)",

@@ -7,15 +7,15 @@ is used as a plain command (no driver, no Python package), one process per call.
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+import system_tools
 
 # Required by the spec: no sandbox (we run as root in containers), no GPU, no phoning home.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -24,34 +24,17 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 VIRTUAL_TIME_MS = 10_000
 TIMEOUT_S = 120
 MAX_HEIGHT = 16_000  # Chromium refuses or tiles far taller captures; a report is well below
-FIX = "apt-get install chromium"
-
-
-class BrowserUnavailable(RuntimeError):
-    """No Chromium here and none could be installed; the message names the fix."""
 
 
 class BrowserFailed(RuntimeError):
     """Chromium ran but did not produce what was asked; carries the tail of its stderr."""
 
 
-@functools.cache  # only successes are cached: a failed install is tried again next call
+CHROMIUM = ("chromium", "chromium-browser")  # Debian's name, and Ubuntu's
+
+
 def chromium_binary() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise BrowserUnavailable(f"no chromium on PATH and cannot install it here (needs root "
-                                 f"and apt); fix: {FIX}")
-    install = subprocess.run(
-        "apt-get update -q && apt-get install -y -q chromium", shell=True,
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        raise BrowserUnavailable(f"installing chromium failed (rc {install.returncode}); fix: "
-                                 f"{FIX}\n{(install.stdout + install.stderr)[-1500:]}")
-    return found
+    return system_tools.ensure(CHROMIUM, "chromium")
 
 
 def _chromium(*args: str, width: int, height: int) -> subprocess.CompletedProcess:

@@ -1,7 +1,10 @@
 """The performance harness runs and measures both loops; it never judges timings (those are
 printed by `make bench`, see docs/performance.md)."""
 
+import argparse
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -12,31 +15,56 @@ from conftest import ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
+def loops(tmp_path, *args: str) -> dict:
+    out = tmp_path / "loops.json"
+    done = subprocess.run([sys.executable, "benchmarks/loops.py", *args, "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 def test_both_loops_train_the_same_workload_and_report_throughput(tmp_path):
-    out = tmp_path / "wide.json"
-    cmd = [sys.executable, "benchmarks/loops.py", "--workload", "wide", "--epochs", "2", "--rounds", "2",
-           "--resident", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = loops(tmp_path, "--workload", "wide", "--epochs", "2", "--rounds", "2",
+                   "--variant", "lightning,resident", "--variant", "plain,resident")
     assert result["workload"] == "wide" and result["world_size"] == 1 and result["batch_per_rank"] == 32
-    assert result["resident"] is True and result["compile"] == "none"
-    # one steady-state figure per round for each loop, measured (positive, finite)
-    for kind in ("lightning", "plain"):
-        assert len(result[kind]) == 2 and all(0 < v < float("inf") for v in result[kind])
-    assert len(result["lightning_first_epoch_s"]) == 2
+    # one steady-state figure and one first-epoch time per round for each loop, measured
+    for name in ("lightning,resident", "plain,resident"):
+        run = result["variants"][name]
+        assert len(run["throughput"]) == 2 and all(0 < v < float("inf") for v in run["throughput"])
+        assert len(run["first_epoch_s"]) == 2 and all(v > 0 for v in run["first_epoch_s"])
 
 
-def test_a_fast_path_run_measures_the_lightning_loop_alone(tmp_path, data_file):
-    out = tmp_path / "spiral.json"
-    cmd = [sys.executable, "benchmarks/loops.py", "--workload", "spiral", "--data-file", data_file,
-           "--epochs", "2", "--rounds", "1", "--lightning-only", "--resident", "--precision", "bf16-mixed",
-           "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["precision"] == "bf16-mixed" and result["plain"] == []
-    assert len(result["lightning"]) == 1 and result["lightning"][0] > 0
+def test_a_diagnosis_run_takes_parts_out_of_the_lightning_loop(tmp_path, data_file):
+    result = loops(tmp_path, "--workload", "spiral", "--data-file", data_file, "--epochs", "2", "--rounds", "1",
+                   "--variant", "lightning,resident,bf16,no-checkpoint")
+    assert list(result["variants"]) == ["lightning,resident,bf16,no-checkpoint"]
+    assert result["variants"]["lightning,resident,bf16,no-checkpoint"]["throughput"][0] > 0
+    assert not (ROOT / "checkpoints").exists(), "Lightning's default checkpoint callback replaced ours"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("pytorch", "LOOP one of ('lightning', 'plain')"),
+    ("lightning,fast", "OPTION of"),
+    ("plain,no-checkpoint", "the plain loop has no Lightning parts to remove"),
+])
+def test_a_misspelt_variant_is_refused_naming_the_choices(text, message):
+    loops_module = load_benchmark("loops")
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+        loops_module.Variant.parse(text)
+
+
+def test_the_gap_is_split_into_priced_parts_and_the_rest():
+    run = load_benchmark("run")
+    steps = {run.LIGHTNING: 7.5, run.PLAIN: 4.5, "a": 7.0, "b": 6.5}
+    parts = run.gap_parts(steps, {"first": "a", "second": "b"})
+    assert parts == pytest.approx({"gap": 3.0, "first": 0.5, "second": 1.0, "Lightning loop (rest)": 1.5})
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / f"benchmarks/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_synthetic_data_is_reproducible_and_split():

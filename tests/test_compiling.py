@@ -4,10 +4,12 @@ Lightning compiles are the ones restored for FLOP counting, and a compiled DDP r
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
 
+import system_tools
 from conftest import ROOT, launched
 from ddpscale import compiling
 from ddpscale.models import SpiralMLP
@@ -34,7 +36,7 @@ def test_wrap_compiles_the_steps_in_place_and_unwrap_restores_them():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_compiled_two_rank_run_trains_and_counts_eager_flops(tmp_path, data_file):
-    import subprocess
+    system_tools.require(("g++",), "g++")  # Inductor's CPU kernels are C++
 
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
              "--devices", "2", "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import shutil
 
 import matplotlib
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 
 import browser
+import system_tools
 from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # may include installing chromium
@@ -31,13 +31,7 @@ ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is 
 
 @pytest.fixture(scope="module")
 def chromium():
-    """Skip without a browser, except under CI=true (as tests/test_slurm.py does for SLURM)."""
-    try:
-        return browser.chromium_binary()
-    except browser.BrowserUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the browser tests, but: {exc}")
-        pytest.skip(str(exc))
+    return system_tools.require(browser.CHROMIUM, "chromium")
 
 
 @pytest.fixture(scope="module")
