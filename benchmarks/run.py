@@ -49,7 +49,7 @@ def run_loops(workload: str, ranks: int, data_file: str, rounds: int, tmp: Path,
 LIGHTNING, PLAIN = "lightning,resident", "plain,resident"  # the pipeline's default data path
 # Parts of the Lightning path that a diagnosis run takes out, one at a time, to price them.
 # The SIGTERM broadcast only exists with more than one rank.
-ABLATED = {"ModelCheckpoint": "lightning,resident,no-checkpoint",
+ABLATED = {"checkpoint callback": "lightning,resident,no-checkpoint",
            "SIGTERM broadcast": "lightning,resident,no-sigterm-broadcast"}
 # Each fast path: the Lightning loop before and after the change, in one process.
 FAST_PATHS = [
@@ -59,6 +59,7 @@ FAST_PATHS = [
     ("torch.compile (mode default)", "wide", LIGHTNING, LIGHTNING + ",compile"),
     ("bf16-mixed instead of 32-true", "wide", LIGHTNING, LIGHTNING + ",bf16"),
     ("no self.log of the loss every step", "spiral", LIGHTNING + ",log-step", LIGHTNING),
+    ("EpochCheckpoint instead of ModelCheckpoint", "spiral", LIGHTNING + ",stock-checkpoint", LIGHTNING),
 ]
 
 

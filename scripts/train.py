@@ -11,11 +11,11 @@ import time
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale import compiling, flops, gpufacts, plugins, runinfo
+from ddpscale.checkpoint import epoch_checkpoint
 from ddpscale.io import write_json_atomic
 from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
@@ -71,11 +71,7 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
-    # One file, overwritten every epoch. (save_last with save_top_k=0 writes nothing in
-    # Lightning 2.6: "last" is only saved when a top-k checkpoint was saved in that step.)
-    checkpoint = ModelCheckpoint(dirpath=args.ckpt_dir, filename=runinfo.LAST.removesuffix(".ckpt"),
-                                 save_top_k=1, enable_version_counter=False)
-    trainer = build_trainer(args, [metrics, checkpoint])
+    trainer = build_trainer(args, [metrics, epoch_checkpoint(args.ckpt_dir)])
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
 
     if trainer.global_rank == 0:

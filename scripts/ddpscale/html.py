@@ -76,6 +76,16 @@ def _unique(runs: pd.DataFrame, col: str) -> list:
                               (isinstance(v, float) and pd.isna(v))))
 
 
+def _settings(runs: pd.DataFrame) -> str:
+    """Precision and torch.compile as the runs recorded them (runs before compile existed: none)."""
+    text = f"precision {', '.join(_unique(runs, 'precision')) or 'unknown'}; torch.compile "
+    text += ", ".join(_unique(runs, "compile")) or "none"
+    if "compile_graph_breaks" in runs.columns and runs["compile_graph_breaks"].notna().any():
+        text += (f" ({', '.join(_unique(runs, 'compile_graphs'))} graph(s), "
+                 f"{', '.join(_unique(runs, 'compile_graph_breaks'))} graph break(s) per run)")
+    return text
+
+
 def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
     base = escape(str(summary.attrs.get("baseline")))
     hours = hours_label(summary)
@@ -111,6 +121,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
     items.append(f"<b>Hosts:</b> {escape(', '.join(hosts) or 'unknown')}.")
     items.append(f"<b>Devices:</b> {escape(', '.join(_unique(runs, 'device_name')))} "
                  f"({escape(', '.join(_unique(runs, 'backend')))} backend).")
+    items.append(f"<b>Training settings:</b> {escape(_settings(runs))}.")
     versions = {", ".join(f"{k} {v}" for k, v in (vs or {}).items())
                 for vs in runs.get("versions", [])}
     items.append(f"<b>Versions:</b> {escape('; '.join(sorted(versions)) or 'unknown')}.")
