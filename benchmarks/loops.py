@@ -8,8 +8,7 @@ so a slow moment of a shared machine falls on all of them alike.
 
 Options: resident (batches sliced from in-memory tensors), compile (torch.compile, mode
 default), bf16 (bf16-mixed autocast), log-step (the model logs its loss every step, as
-tutorials do; the built-in model does not), stock-checkpoint (Lightning's ModelCheckpoint
-instead of the pipeline's EpochCheckpoint); for diagnosis only, no-checkpoint and
+tutorials do; the built-in model does not); for diagnosis only, no-checkpoint and
 no-sigterm-broadcast take one part out of the Lightning path to measure what it costs.
 
 Run as one process (1 rank) or under scripts/launch_local.py (N ranks, gloo). Rank 0 writes
@@ -67,7 +66,7 @@ WORKLOADS = {
 
 
 LOOPS = ("lightning", "plain")
-OPTIONS = ("resident", "compile", "bf16", "log-step", "stock-checkpoint", "no-checkpoint", "no-sigterm-broadcast")
+OPTIONS = ("resident", "compile", "bf16", "log-step", "no-checkpoint", "no-sigterm-broadcast")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +80,7 @@ class Variant:
         if loop not in LOOPS or not set(options) <= set(OPTIONS):
             raise argparse.ArgumentTypeError(f"'{text}': write LOOP[,OPTION...], LOOP one of {LOOPS}, "
                                              f"OPTION of {OPTIONS}")
-        if loop == "plain" and {"stock-checkpoint", "no-checkpoint", "no-sigterm-broadcast"} & set(options):
+        if loop == "plain" and {"no-checkpoint", "no-sigterm-broadcast"} & set(options):
             raise argparse.ArgumentTypeError(f"'{text}': the plain loop has no Lightning parts to remove")
         return cls(loop, frozenset(options))
 
@@ -119,12 +118,7 @@ def modules(s):
 def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float, float]:
     model, data = modules(s)
     metrics = ScalingMetrics(warmup_epochs=s.warmup_epochs, expected_world_size=world)
-    callbacks = [metrics]
-    if "stock-checkpoint" in variant.options:  # what the pipeline used before EpochCheckpoint
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
-                                         enable_version_counter=False))
-    elif "no-checkpoint" not in variant.options:
-        callbacks.append(epoch_checkpoint(ckpt_dir))
+    callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
                                precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
     trainer = train.build_trainer(flags, callbacks)

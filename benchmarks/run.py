@@ -8,7 +8,8 @@
    Lightning's extra time per step is split into what removing a part of it saves;
 2. the same on 2 ranks (gloo), and weak-scaling efficiency against 1 rank;
    then each fast path's before/after on the Lightning loop (resident batches, torch.compile,
-   bf16-mixed), every comparison's variants run in the same processes in rotating order;
+   bf16-mixed, per-step logging), every comparison's variants run in the same processes in
+   rotating order, and the per-step cost of ddpscale's own callbacks, timed directly;
 3. the local default pipeline end to end from empty results, and a dry run;
 4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work.
 """
@@ -59,7 +60,6 @@ FAST_PATHS = [
     ("torch.compile (mode default)", "wide", LIGHTNING, LIGHTNING + ",compile"),
     ("bf16-mixed instead of 32-true", "wide", LIGHTNING, LIGHTNING + ",bf16"),
     ("no self.log of the loss every step", "spiral", LIGHTNING + ",log-step", LIGHTNING),
-    ("EpochCheckpoint instead of ModelCheckpoint", "spiral", LIGHTNING + ",stock-checkpoint", LIGHTNING),
 ]
 
 
@@ -180,7 +180,15 @@ def main(argv=None) -> int:
                         single = light
                     else:
                         rows.append(("  weak-scaling efficiency, 2 ranks vs 1 (Lightning)", fmt(light / (2 * single))))
+        if {"loops", "fastpaths"} & set(args.only):
+            from callbacks import per_step_us  # imports torch: only when a part needs it
+
+            hooks = per_step_us()
+            rows.append(("ddpscale's callbacks, us per step through Lightning's hook dispatch",
+                         f"ScalingMetrics {hooks['ScalingMetrics']:.1f}, EpochCheckpoint {hooks['EpochCheckpoint']:.1f}"))
         if "fastpaths" in args.only:
+            rows.append(("fast path: EpochCheckpoint instead of ModelCheckpoint (us per step)",
+                         f"{hooks['ModelCheckpoint']:.1f} -> {hooks['EpochCheckpoint']:.1f}"))
             for name, workload, before, after in FAST_PATHS:
                 res = compare(workload, 1, [before, after], data_file, args.rounds, tmp)
                 rows.append((f"fast path, {workload}, 1 rank: {name}",

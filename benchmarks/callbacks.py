@@ -1,0 +1,68 @@
+"""What ddpscale's own callbacks cost per training step, through Lightning's own dispatch.
+
+A whole step varies by more than these costs between runs on a shared machine, so they are
+timed directly: the six callback hooks Lightning calls around every step, dispatched by
+Lightning's _call_callback_hooks on a fitted Trainer, with only the callback under test
+attached, minus the same dispatch with no callback at all.
+"""
+
+import argparse
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import pytorch_lightning as pl  # noqa: E402
+import torch  # noqa: E402
+from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
+from pytorch_lightning.trainer import call  # noqa: E402
+
+import train  # noqa: E402
+from ddpscale.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.models import SpiralMLP  # noqa: E402
+from ddpscale.resident import ResidentBatches  # noqa: E402
+from ddpscale.timing import ScalingMetrics  # noqa: E402
+
+
+class _Data(pl.LightningDataModule):
+    def train_dataloader(self):
+        return ResidentBatches((torch.randn(64, 2), torch.randint(0, 2, (64,))), 32, shuffle=True)
+
+
+def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
+    """Microseconds per step that each callback adds to Lightning's hook dispatch (best of repeat)."""
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as ckpt_dir:
+        callbacks = {"ScalingMetrics": ScalingMetrics(warmup_epochs=1, expected_world_size=1),
+                     "EpochCheckpoint": epoch_checkpoint(ckpt_dir),
+                     # what the pipeline used before EpochCheckpoint, for its before/after
+                     "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
+                                                        enable_version_counter=False)}
+        flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu",
+                                   precision="32-true", max_epochs=1, accumulate_grad_batches=1)
+        trainer = train.build_trainer(flags, list(callbacks.values())[:2])
+        trainer.fit(SpiralMLP(), datamodule=_Data())
+        batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
+        loss, optimizer = torch.tensor(0.5), trainer.optimizers[0]
+        hooks = [("on_train_batch_start", (batch, 0)), ("on_before_backward", (loss,)),
+                 ("on_after_backward", ()), ("on_before_optimizer_step", (optimizer,)),
+                 ("on_before_zero_grad", (optimizer,)), ("on_train_batch_end", (loss, batch, 0))]
+
+        def step():
+            for name, args in hooks:
+                call._call_callback_hooks(trainer, name, *args)
+
+        def timed(attached) -> float:
+            trainer.callbacks = attached
+            return min(timeit.repeat(step, number=number, repeat=repeat)) / number * 1e6
+
+        empty = timed([])
+        return {name: timed([cb]) - empty for name, cb in callbacks.items()}
+
+
+if __name__ == "__main__":
+    for name, us in per_step_us().items():
+        print(f"{name}: {us:.1f} us per step")
