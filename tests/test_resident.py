@@ -105,3 +105,15 @@ def test_both_data_paths_of_the_built_in_modules_give_the_same_samples(data_file
         labels = torch.cat([y for _, y in loader])
         assert len(labels) == train_size
         assert sorted(labels.tolist()) == sorted(module.splits["train"].tensors[1].tolist())
+
+
+def test_the_shuffle_seed_is_lightnings_global_seed_alike_on_every_rank(monkeypatch):
+    dataset = TensorDataset(torch.arange(40.0), torch.arange(40))
+    monkeypatch.setenv("PL_GLOBAL_SEED", "7")
+    torch.manual_seed(1)  # torch's own seed differs between ranks in a user's script; it must not matter
+    first = from_dataset(dataset, 8, shuffle=True)
+    torch.manual_seed(2)
+    assert seen(from_dataset(dataset, 8, shuffle=True)) == seen(first)
+    assert first.seed == 7
+    monkeypatch.delenv("PL_GLOBAL_SEED")
+    assert from_dataset(dataset, 8, shuffle=True).seed == 0  # as Lightning's DistributedSampler

@@ -15,6 +15,7 @@ epoch e is the same whether the run was interrupted or not.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.distributed as dist
@@ -83,6 +84,8 @@ def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None) -> Resid
     """A TensorDataset's tensors as resident batches, on the trainer's device when the data
     module is attached to one (outside a Trainer, e.g. in the probe, they stay where they are).
 
-    The shuffle seed is torch's, which pl.seed_everything sets alike on every rank."""
+    The shuffle seed is the one Lightning gives its DistributedSampler: PL_GLOBAL_SEED, set by
+    pl.seed_everything, else 0. It must be the same on every rank, or the shards overlap."""
     device = trainer.strategy.root_device if trainer is not None else None
-    return ResidentBatches(dataset.tensors, batch_size, shuffle, seed=torch.initial_seed(), device=device)
+    return ResidentBatches(dataset.tensors, batch_size, shuffle, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),
+                           device=device)

@@ -56,13 +56,12 @@ def build_modules(args):
     """The user's LightningModule and LightningDataModule, built from the flags."""
     import pytorch_lightning as pl
 
+    compiling.check_compiler(args.compile, on_cpu=args.accelerator == "cpu" or not _has_cuda())
     model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
     data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
     data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device_batch(args),
                                        json.loads(args.loader), args.data_file)
-    model = model_cls(**json.loads(args.model_args))
-    compiling.check_compiler(args.compile, on_cpu=args.accelerator == "cpu" or not _has_cuda())
-    return compiling.wrap(model, args.compile), data_cls(**data_args)
+    return compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile), data_cls(**data_args)
 
 
 def _has_cuda() -> bool:
