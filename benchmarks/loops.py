@@ -38,7 +38,7 @@ import train  # noqa: E402  the pipeline's own Trainer construction
 from ddpscale import compiling  # noqa: E402
 from ddpscale.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.models import SpiralMLP  # noqa: E402
-from ddpscale.resident import ResidentBatches  # noqa: E402
+from ddpscale.resident import from_dataset  # noqa: E402
 from ddpscale.spiral_datamodule import SpiralDataModule  # noqa: E402
 from ddpscale.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
 from ddpscale.synthetic_datamodule import SyntheticDataModule  # noqa: E402
@@ -139,7 +139,7 @@ def plain_run(s, world: int) -> tuple[float, float]:
     data.setup("fit")
     dataset = data.splits["train"]  # both built-in data modules keep their TensorDatasets here
     if s.resident:
-        loader = sampler = ResidentBatches(dataset.tensors, s.batch, shuffle=True, seed=torch.initial_seed())
+        loader = sampler = from_dataset(dataset, s.batch, shuffle=True)  # as the data modules build it
     else:
         sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
         loader = DataLoader(dataset, batch_size=s.batch, shuffle=sampler is None, sampler=sampler)
@@ -177,7 +177,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as ckpt_dir:
         for round_ in range(args.rounds):
             shift = round_ % len(names)  # rotate the order: each variant goes first in turn
-            for name, variant in list(zip(names, args.parsed))[shift:] + list(zip(names, args.parsed))[:shift]:
+            pairs = list(zip(names, args.parsed))
+            for name, variant in pairs[shift:] + pairs[:shift]:
                 s = variant.settings(args)
                 run = (lightning_run(s, variant, world, ckpt_dir) if variant.loop == "lightning"
                        else plain_run(s, world))
