@@ -74,6 +74,13 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
     # each epoch counted once: the interrupted partial epoch is not in the total
     assert metrics["epochs_completed"] == 8 and len(metrics["epoch_times_s"]) == 8
     assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
+    # the resumed process had its own cold epoch: it is warm-up too, not steady state
+    resumed = metrics["resumed_from_epoch"]
+    assert metrics["epoch_attempts"] == [1] * resumed + [2] * (8 - resumed)
+    cold = {0, resumed}
+    assert metrics["steady_epochs"] == [i for i in range(8) if i not in cold]
+    steady_time = sum(metrics["train_times_s"][i] for i in metrics["steady_epochs"])
+    assert metrics["throughput_samples_s"] == pytest.approx(metrics["steady_samples"] / steady_time, rel=1e-3)
 
 
 def test_checkpoint_of_other_settings_is_not_resumed(tmp_path, data_file):

@@ -2,6 +2,8 @@
 
 Its state (epoch times, sample counts, attempts) is saved in every checkpoint, so a run resumed
 after a kill keeps the time of the epochs it already finished and counts each epoch once.
+Every process a run trained in has its own cold start (CUDA context, caches, compilation), so
+the warm-up epochs are left out of steady state in each attempt, not only in the first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)  # else the clock stops before the GPU has finished
 
 
-def _batch_len(batch) -> int:
+def batch_len(batch) -> int:
     while isinstance(batch, (list, tuple)):
         batch = batch[0]
     if isinstance(batch, dict):
@@ -42,6 +44,7 @@ class ScalingMetrics(pl.Callback):
         self.epoch_times: list[float] = []  # train + validation of each finished epoch
         self.train_times: list[float] = []  # training batches only
         self.samples: list[int] = []  # training samples over all ranks
+        self.epoch_attempts: list[int] = []  # the attempt (process) each epoch ran in, from 1
         self.attempts = 0
         self.resumed_from_epoch: int | None = None
         self.ranks: list[dict] = []
@@ -56,13 +59,15 @@ class ScalingMetrics(pl.Callback):
     # -- checkpointed state -------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"epoch_times": self.epoch_times, "train_times": self.train_times,
-                "samples": self.samples, "attempts": self.attempts}
+                "samples": self.samples, "attempts": self.attempts, "epoch_attempts": self.epoch_attempts}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch_times = list(state["epoch_times"])
         self.train_times = list(state["train_times"])
         self.samples = list(state["samples"])
         self.attempts = int(state["attempts"])
+        # a checkpoint from before attempts were recorded per epoch: assume all in attempt 1
+        self.epoch_attempts = list(state.get("epoch_attempts", [1] * len(self.epoch_times)))
 
     # -- hooks ------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -100,7 +105,7 @@ class ScalingMetrics(pl.Callback):
         self._epoch_open = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._count += _batch_len(batch)
+        self._count += batch_len(batch)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
             # summed on the device; checked once per epoch, so no host sync per step
@@ -141,14 +146,15 @@ class ScalingMetrics(pl.Callback):
         self.samples.append(int(totals[0].item()))
         self.train_times.append(self._t_train)
         self.epoch_times.append(elapsed)
+        self.epoch_attempts.append(self.attempts)
         self._epoch_open = False
 
     # -- summary ----------------------------------------------------------------------
     def summary(self) -> dict:
-        steady = slice(self.warmup_epochs, None)
-        steady_samples = sum(self.samples[steady])
-        steady_time = sum(self.train_times[steady])
-        steady_epochs = self.epoch_times[steady]
+        steady = steady_epochs(self.epoch_attempts, self.warmup_epochs)
+        steady_samples = sum(self.samples[i] for i in steady)
+        steady_time = sum(self.train_times[i] for i in steady)
+        steady_epoch_times = [self.epoch_times[i] for i in steady]
         return {
             "epochs_completed": len(self.epoch_times),
             "warmup_epochs": self.warmup_epochs,
@@ -158,7 +164,22 @@ class ScalingMetrics(pl.Callback):
             "steady_samples": steady_samples,
             "steady_time_s": steady_time,
             "throughput_samples_s": steady_samples / steady_time if steady_time > 0 else None,
-            "time_per_epoch_s": sum(steady_epochs) / len(steady_epochs) if steady_epochs else None,
+            "time_per_epoch_s": sum(steady_epoch_times) / len(steady_epoch_times) if steady_epoch_times else None,
+            "steady_epochs": steady,
+            "epoch_attempts": list(self.epoch_attempts),
             "attempts": self.attempts,
             "resumed_from_epoch": self.resumed_from_epoch,
         }
+
+
+def steady_epochs(epoch_attempts: list[int], warmup_epochs: int) -> list[int]:
+    """Indices of the epochs counted as steady state: in every attempt (process), the first
+    warmup_epochs it trained are cold (start-up, compilation) and left out. None may be left:
+    then the run reports no throughput rather than a cold one."""
+    seen: dict[int, int] = {}
+    steady = []
+    for index, attempt in enumerate(epoch_attempts):
+        seen[attempt] = seen.get(attempt, 0) + 1
+        if seen[attempt] > warmup_epochs:
+            steady.append(index)
+    return steady
