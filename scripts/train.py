@@ -5,6 +5,7 @@ topology comes from explicit flags and is checked against the process group that
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -46,6 +47,20 @@ def build_trainer(args, callbacks) -> pl.Trainer:
         logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0,
     )
+
+
+def count_flops(args, model, datamodule) -> dict:
+    """Training FLOPs per sample on the shapes of a real batch (flops.count), and the module's
+    own analytic figure where it states one (`flops_per_sample()`), which must agree."""
+    batch = next(iter(datamodule.train_dataloader()))
+    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
+    counted = flops.count(model_cls, json.loads(args.model_args), batch, args.precision,
+                          trained=compiling.unwrap(model))
+    analytic = model.flops_per_sample() if callable(getattr(model, "flops_per_sample", None)) else None
+    warning = flops.check_analytic(counted, analytic)
+    if warning:
+        print(warning, flush=True)
+    return {"flops_per_sample": counted, "flops_per_sample_analytic": analytic}
 
 
 def is_first_rank() -> bool:
@@ -103,7 +118,7 @@ def main(argv=None) -> int:
         record["compile"] = args.compile
         if args.compile != "none":
             record.update(compiling.stats())
-        record["flops_per_sample"] = flops.count(compiling.unwrap(model), datamodule)
+        record.update(count_flops(args, model, datamodule))
         record.update(flops.utilisation(record["flops_per_sample"], record["throughput_samples_s"],
                                         record["world_size"], record["device_name"], args.precision))
         runinfo.finish(args.ckpt_dir, settings, record)
