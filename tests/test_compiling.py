@@ -51,4 +51,33 @@ def test_a_compiled_two_rank_run_trains_and_counts_eager_flops(tmp_path, data_fi
     assert metrics["compile"] == "default" and metrics["world_size"] == 2
     assert metrics["compile_graphs"] >= 1, "dynamo compiled nothing: the model ran eagerly"
     assert metrics["flops_per_sample"] == 16064  # counted on the restored eager methods
-    assert metrics["steady_samples"] == 840 and metrics["test_acc"] > 0.5
+    # one training shape under compile: the partial last batch is dropped (13 x 32 per rank)
+    assert metrics["steady_samples"] == 2 * 13 * 32 and metrics["test_acc"] > 0.5
+    assert isinstance(metrics["compile_recompiles"], int)
+    assert not any("expected 32, actual 4" in r for r in metrics["compile_recompile_reasons"])
+
+
+def test_recompilations_are_counted_with_their_reason():
+    system_tools.require(("g++",), "g++")
+    import torch
+
+    from ddpscale import compiling
+
+    before = compiling.stats()["compile_recompiles"]
+    step = torch.compile(lambda x: torch.relu(x) * 3)
+    for rows in (8, 8, 5):  # a partial last batch: a new shape, compiled again
+        step(torch.randn(rows, 4))
+    after = compiling.stats()
+    assert after["compile_recompiles"] == before + 1
+    assert any("size mismatch" in reason for reason in after["compile_recompile_reasons"])
+
+
+def test_compiled_runs_ask_the_data_module_for_one_batch_shape():
+    from ddpscale import compiling
+
+    takes = {"batch_size", "drop_last"}
+    assert compiling.static_shape_args("default", takes, {}) == {"drop_last": True}
+    assert compiling.static_shape_args("none", takes, {}) == {}
+    assert compiling.static_shape_args("default", takes, {"drop_last": False}) == {}  # the user chose
+    assert compiling.static_shape_args("default", {"batch_size"}, {}) == {}
+    assert compiling.static_shape_args("default", None, {}) == {}  # **kwargs: do not guess

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from lightning_fabric.utilities.data import _set_sampler_epoch
-from torch.utils.data import DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddpscale.resident import ResidentBatches, check_no_workers, from_dataset, shard_indices
 from ddpscale.spiral_datamodule import SpiralDataModule
@@ -117,3 +117,15 @@ def test_the_shuffle_seed_is_lightnings_global_seed_alike_on_every_rank(monkeypa
     assert first.seed == 7
     monkeypatch.delenv("PL_GLOBAL_SEED")
     assert from_dataset(dataset, 8, shuffle=True).seed == 0  # as Lightning's DistributedSampler
+
+
+@pytest.mark.parametrize("n, batch, world", [(10, 3, 1), (10, 3, 2), (9, 3, 1), (7, 8, 1)])
+def test_drop_last_gives_full_batches_only_as_a_dataloader_does(n, batch, world):
+    x = torch.arange(n)
+    for rank in range(world):
+        loader = ResidentBatches((x,), batch, shuffle=False, drop_last=True)
+        loader.rank, loader.world = rank, world
+        sizes = [len(b[0]) for b in loader]
+        assert all(size == batch for size in sizes) and len(sizes) == len(loader)
+        shard = shard_indices(n, rank, world)
+        assert len(loader) == len(DataLoader(TensorDataset(shard), batch_size=batch, drop_last=True))

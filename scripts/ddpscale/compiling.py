@@ -41,9 +41,26 @@ def unwrap(model):
 
 
 def stats() -> dict:
-    """Graphs dynamo compiled in this process, and its graph breaks (each one splits a step
-    into separately compiled pieces with Python between them)."""
-    from torch._dynamo.utils import counters
+    """Graphs dynamo compiled in this process, its graph breaks (each one splits a step into
+    separately compiled pieces with Python between them) and its recompilations: a guard that
+    failed, usually a new batch shape (a last partial batch, validation), compiles the function
+    again inside the measured epochs, and with reduce-overhead records new CUDA graphs too."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
 
+    reasons = [m.recompile_reason for m in get_compilation_metrics()
+               if getattr(m, "recompile_reason", None)]
     return {"compile_graphs": int(counters["stats"]["unique_graphs"]),
-            "compile_graph_breaks": int(sum(counters["graph_break"].values()))}
+            "compile_graph_breaks": int(sum(counters["graph_break"].values())),
+            "compile_recompiles": len(reasons),
+            # the first few, e.g. "tensor 'x' size mismatch at index 0. expected 64, actual 16"
+            "compile_recompile_reasons": list(dict.fromkeys(reasons))[:3]}
+
+
+def static_shape_args(mode: str, data_cls_accepts: set[str] | None, user_args: dict) -> dict:
+    """What the pipeline sets so that compiled training sees one batch shape: drop_last for a
+    data module that takes it (the built-in ones do) and whose config did not choose."""
+    if mode == "none" or "drop_last" in user_args:
+        return {}
+    if data_cls_accepts is None or "drop_last" not in data_cls_accepts:
+        return {}  # a module taking **kwargs may pass it on to something that does not know it
+    return {"drop_last": True}

@@ -40,13 +40,15 @@ def shard_indices(n: int, rank: int, world: int, order: torch.Tensor | None = No
 
 class ResidentBatches:
     def __init__(self, tensors: tuple[torch.Tensor, ...], batch_size: int, shuffle: bool,
-                 seed: int = 0, device: torch.device | str | None = None):
+                 seed: int = 0, device: torch.device | str | None = None, drop_last: bool = False):
         if not tensors or any(len(t) != len(tensors[0]) for t in tensors):
             raise ValueError("resident batches need tensors of equal length")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.tensors = tuple(t.to(device) for t in tensors) if device is not None else tuple(tensors)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        # drop_last: no partial last batch, so a compiled step sees one shape (no recompile)
+        self.drop_last = drop_last
         self.epoch = 0
         self.rank, self.world = rank_and_world()
         # Lightning reads these DataLoader attributes: set_epoch is called on `sampler`, and
@@ -65,11 +67,12 @@ class ResidentBatches:
         return shard_indices(n, self.rank, self.world, order).to(self.tensors[0].device)
 
     def __len__(self) -> int:
-        return math.ceil(math.ceil(len(self.tensors[0]) / self.world) / self.batch_size)
+        per_rank = math.ceil(len(self.tensors[0]) / self.world)
+        return per_rank // self.batch_size if self.drop_last else math.ceil(per_rank / self.batch_size)
 
     def __iter__(self):
         indices = self._indices()
-        for start in range(0, len(indices), self.batch_size):
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
             chosen = indices[start:start + self.batch_size]
             yield tuple(t.index_select(0, chosen) for t in self.tensors)
 
@@ -80,7 +83,7 @@ def check_no_workers(resident: bool, num_workers: int) -> None:
                          "DataLoader workers; set dataloader.num_workers: 0 or data.init_args.resident: false")
 
 
-def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None) -> ResidentBatches:
+def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_last: bool = False) -> ResidentBatches:
     """A TensorDataset's tensors as resident batches, on the trainer's device when the data
     module is attached to one (outside a Trainer, e.g. in the probe, they stay where they are).
 
@@ -88,4 +91,4 @@ def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None) -> Resid
     pl.seed_everything, else 0. It must be the same on every rank, or the shards overlap."""
     device = trainer.strategy.root_device if trainer is not None else None
     return ResidentBatches(dataset.tensors, batch_size, shuffle, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),
-                           device=device)
+                           device=device, drop_last=drop_last)

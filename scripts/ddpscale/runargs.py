@@ -59,8 +59,10 @@ def build_modules(args):
     compiling.check_compiler(args.compile, on_cpu=args.accelerator == "cpu" or not _has_cuda())
     model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
     data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
-    data_args = plugins.data_init_args(data_cls, json.loads(args.data_args), per_device_batch(args),
+    user_data_args = json.loads(args.data_args)
+    data_args = plugins.data_init_args(data_cls, user_data_args, per_device_batch(args),
                                        json.loads(args.loader), args.data_file)
+    data_args.update(compiling.static_shape_args(args.compile, plugins.accepted(data_cls), user_data_args))
     return compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile), data_cls(**data_args)
 
 

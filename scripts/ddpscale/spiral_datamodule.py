@@ -13,10 +13,12 @@ from ddpscale.spiral import load_checked
 class SpiralDataModule(pl.LightningDataModule):
     def __init__(self, data_file: str, batch_size: int = 32, num_workers: int = 0,
                  pin_memory: bool = False, persistent_workers: bool = False,
-                 prefetch_factor: int | None = None, resident: bool = False):
+                 prefetch_factor: int | None = None, resident: bool = False, drop_last: bool = False):
         super().__init__()
         resident_batches.check_no_workers(resident, num_workers)
         self.data_file = data_file
+        # drop_last (training only): set by the pipeline under torch.compile, for one batch shape
+        self.drop_last = drop_last
         self.batch_size, self.resident = batch_size, resident
         self.loader_args = {"num_workers": num_workers, "pin_memory": pin_memory}
         if num_workers > 0:
@@ -35,10 +37,13 @@ class SpiralDataModule(pl.LightningDataModule):
             )
 
     def _loader(self, name: str, shuffle: bool):
+        drop_last = self.drop_last and name == "train"
         if self.resident:
-            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer)
+            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer,
+                                                 drop_last=drop_last)
         # Lightning swaps in a DistributedSampler under DDP, so each rank reads its shard.
-        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, **self.loader_args)
+        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
+                          **self.loader_args)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -12,9 +12,12 @@ from ddpscale import resident as resident_batches
 
 class SyntheticDataModule(pl.LightningDataModule):
     def __init__(self, batch_size: int = 32, samples: int = 8192, features: int = 256,
-                 classes: int = 10, seed: int = 0, num_workers: int = 0, resident: bool = False):
+                 classes: int = 10, seed: int = 0, num_workers: int = 0, resident: bool = False,
+                 drop_last: bool = False):
         super().__init__()
         resident_batches.check_no_workers(resident, num_workers)
+        # drop_last (training only): set by the pipeline under torch.compile, for one batch shape
+        self.drop_last = drop_last
         self.batch_size, self.num_workers, self.resident = batch_size, num_workers, resident
         self.samples, self.features, self.classes, self.seed = samples, features, classes, seed
         self.splits: dict[str, TensorDataset] = {}
@@ -32,9 +35,12 @@ class SyntheticDataModule(pl.LightningDataModule):
                        "test": TensorDataset(points[val:], labels[val:])}
 
     def _loader(self, name: str, shuffle: bool):
+        drop_last = self.drop_last and name == "train"
         if self.resident:
-            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer)
-        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers)
+            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer,
+                                                 drop_last=drop_last)
+        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
+                          num_workers=self.num_workers)
 
     def train_dataloader(self):
         return self._loader("train", shuffle=True)
