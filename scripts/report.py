@@ -74,6 +74,8 @@ def main(argv=None) -> int:
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
           f"{data.recommendation}")
+    for note in data.notes:
+        print(f"ddpscale report: note: {note}")
     return 0
 
 

@@ -47,7 +47,8 @@ def test_speedup_efficiency_hours_and_order():
             make_run("1x4", throughput_samples_s=360.0, fit_time_s=120.0)]
     s = summarize(runs)
     assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS)
+        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(
+        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS)
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
     t = by_topology(s)

@@ -64,7 +64,8 @@ def test_all_outputs_written(sim_report):
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + ["status"]
+        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
+        analysis.CAVEAT_COLUMNS) + ["status", "caveats"]
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
     t = tsv.set_index("topology")
     assert t.loc["1x1", "repeats"] == 2

@@ -34,6 +34,15 @@ SUMMARY_COLUMNS = (
 # Training FLOPs per sample, achieved TFLOP/s over all devices, MFU (GPU runs only).
 COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 
+# What decides whether a row's numbers can mean what they seem (verdict.caveats words them).
+# Older metrics files lack the newer keys: those stay NA, "not known", and say nothing.
+# device_kind: "cuda" or "cpu". ranks_per_host: world size / distinct hosts. usable_cores and
+# oversubscribed (more ranks on a host than usable cores: a CPU-simulated run that measured
+# contention). simulated_nodes_on_one_host: several "nodes" on one host, so no network was
+# crossed. compile_recompiles: torch.compile recompilations beyond each function's first compile.
+CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscribed",
+                  "simulated_nodes_on_one_host", "compile_recompiles")
+
 # Spread over repeats of the two figures a user compares: min, max, and a 95% interval
 # of the mean (Student's t) once there are 3 or more repeats.
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
@@ -95,6 +104,90 @@ def check_world_sizes(runs: pd.DataFrame) -> None:
             f"its metrics file")
 
 
+def _known(value) -> bool:
+    """False for None, NaN and pd.NA (a key an older metrics file does not have)."""
+    try:
+        return not pd.isna(value)
+    except (TypeError, ValueError):  # a list or dict: present
+        return True
+
+
+def _column(runs: pd.DataFrame, key: str) -> pd.Series:
+    return runs[key] if key in runs.columns else pd.Series(None, index=runs.index, dtype=object)
+
+
+def device_kinds(runs: pd.DataFrame) -> pd.Series:
+    """"cuda" or "cpu" per run: the recorded device_kind, else what `simulated` implies."""
+    kinds = _column(runs, "device_kind")
+    return pd.Series([str(k) if _known(k) else ("cpu" if bool(sim) else "cuda")
+                      for k, sim in zip(kinds, runs["simulated"])], index=runs.index)
+
+
+def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
+    """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
+
+    simulated_nodes_on_one_host, when not recorded, is read off the hosts the ranks reported:
+    more than one node on a single host name is the same fact, measured.
+    """
+    hosts = [sorted({str(h) for h in hs}) if isinstance(hs, (list, tuple)) and len(hs) else None
+             for hs in runs["hosts"]]
+    ranks = [int(ws) // len(h) if h and _known(ws) else pd.NA
+             for ws, h in zip(runs["world_size"], hosts)]
+    sim_nodes = [bool(v) if _known(v) else (h is not None and len(h) == 1 and int(n) > 1
+                                            if h is not None and _known(n) else pd.NA)
+                 for v, h, n in zip(_column(runs, "simulated_nodes_on_one_host"), hosts,
+                                    runs["num_nodes"])]
+    return pd.DataFrame({
+        "topology": runs["topology"], "repeat": runs["repeat"],
+        "device_kind": device_kinds(runs),
+        "ranks_per_host": pd.array(ranks, dtype="Int64"),
+        "usable_cores": pd.to_numeric(_column(runs, "usable_cores"), errors="coerce").astype("Int64"),
+        "oversubscribed": pd.array([bool(v) if _known(v) else pd.NA
+                                    for v in _column(runs, "oversubscribed")], dtype="boolean"),
+        "simulated_nodes_on_one_host": pd.array(sim_nodes, dtype="boolean"),
+        "compile_recompiles": pd.to_numeric(_column(runs, "compile_recompiles"),
+                                            errors="coerce").astype("Int64"),
+    }, index=runs.index)
+
+
+def _any_known(values: pd.Series):
+    """True if any repeat is True, False if all known are False, NA when none is known."""
+    known = values.dropna()
+    return pd.NA if known.empty else bool(known.astype(bool).any())
+
+
+def _facts_by_topology(runs: pd.DataFrame) -> pd.DataFrame:
+    facts = run_facts(runs).groupby("topology", sort=False)
+    out = facts.agg(device_kind=("device_kind", _join_unique),
+                    ranks_per_host=("ranks_per_host", "max"),
+                    usable_cores=("usable_cores", "min"),
+                    oversubscribed=("oversubscribed", _any_known),
+                    simulated_nodes_on_one_host=("simulated_nodes_on_one_host", _any_known),
+                    compile_recompiles=("compile_recompiles", "max"))
+    for col in ("oversubscribed", "simulated_nodes_on_one_host"):
+        out[col] = out[col].astype("boolean")
+    for col in ("ranks_per_host", "usable_cores", "compile_recompiles"):
+        out[col] = out[col].astype("Int64")
+    return out
+
+
+RUNS_DIR = "results/runs"
+
+
+def check_device_kinds(runs: pd.DataFrame) -> None:
+    """GPU and CPU runs in one report would make speedups across different hardware: refuse."""
+    gpu = device_kinds(runs).eq("cuda")
+    if gpu.all() or not gpu.any():
+        return
+    names = {"GPU": list(dict.fromkeys(runs.loc[gpu, "topology"])),
+             "CPU": list(dict.fromkeys(runs.loc[~gpu, "topology"]))}
+    listing = "; ".join(f"{kind}: {', '.join(map(str, tops))}" for kind, tops in names.items())
+    raise ValueError(f"the runs mix GPU and CPU devices ({listing}), and a speedup across them "
+                     f"would compare different hardware; rerun with one accelerator: delete the "
+                     f"stale {RUNS_DIR}/<topology> folders of the kind you do not want and run "
+                     f"the workflow again")
+
+
 def t975(dof: int) -> float:
     """Student's t 97.5% quantile, rounded down to the nearest tabulated dof (conservative)."""
     below = [d for d in _T975 if d <= dof]
@@ -131,6 +224,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
             f"accuracy metric '{accuracy_metric}' is not in any metrics file; "
             f"choose one the runs log, e.g. val_acc or test_acc")
     check_world_sizes(runs)
+    check_device_kinds(runs)
     if baseline not in set(runs["topology"]):
         raise ValueError(
             f"baseline '{baseline}' has no finished run; add it to topologies "
@@ -161,7 +255,8 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         runs[col] = pd.to_numeric(runs[col], errors="coerce") if col in runs else float("nan")
     median_cols += list(COMPUTE_COLUMNS)
     medians = grouped[median_cols].median()
-    table = table.join(medians).join(_spreads(grouped)).reset_index()
+    table = (table.join(medians).join(_spreads(grouped)).join(_facts_by_topology(runs))
+             .reset_index())
 
     base = table.loc[table["topology"] == baseline].iloc[0]
     table["speedup"] = table["throughput_samples_s"] / base["throughput_samples_s"]
@@ -178,7 +273,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
                                            "accuracy_held"] + list(SPREAD_COLUMNS)
-                  + list(COMPUTE_COLUMNS)].reset_index(drop=True)
+                  + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
     table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric,
                        tolerance=float(tolerance))

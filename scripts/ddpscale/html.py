@@ -11,8 +11,10 @@ from html import escape
 
 import pandas as pd
 
+from ddpscale import boundness
 from ddpscale.analysis import device_word, hours_label
 from ddpscale.html_tables import TABLES
+from ddpscale.verdict import RECOMPILES_ALLOWED, markers
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
@@ -35,6 +37,9 @@ tr.failed-row td{background:#ffebe9} tr.missing-row td{background:#f6f8fa;color:
 figure{display:inline-block;margin:.5em;vertical-align:top;width:480px}
 figure img{width:100%} figcaption{font-size:.85em;color:#444}
 h2{margin-top:1.4em;border-bottom:1px solid #ddd} p.note{font-size:.9em;color:#444;margin:.2em 0}
+.caveat{color:#9a6700;font-weight:600} tr.caveat-row td{background:#fff8c5}
+p.caveat{color:#222;font-weight:normal;border-left:4px solid #d39e00;padding-left:.6em}
+.tag{display:block;min-width:10em;font-size:.85em} p.caveat code{white-space:nowrap}
 """
 
 
@@ -48,11 +53,12 @@ def headline(summary: pd.DataFrame) -> str:
     baseline = summary.attrs.get("baseline")
     top = summary.iloc[-1]  # sorted by world size, then nodes: the biggest run
     n = int(top["world_size"])
+    devices = "; ".join([f"{n} {device_word(summary, n)}", *markers(top)])
     if len(summary) == 1:
-        text = (f"Only the baseline {top['topology']} ({n} {device_word(summary, n)}) "
+        text = (f"Only the baseline {top['topology']} ({devices}) "
                 f"ran; add more topologies to measure scaling")
     else:
-        text = (f"{top['topology']} ({n} {device_word(summary, n)}) reached "
+        text = (f"{top['topology']} ({devices}) reached "
                 f"{top['speedup']:.1f}x speedup, {top['efficiency']:.0%} efficiency "
                 f"over {baseline}")
     held = summary["accuracy_held"]
@@ -82,8 +88,31 @@ def _settings(runs: pd.DataFrame) -> str:
     text += ", ".join(_unique(runs, "compile")) or "none"
     if "compile_graph_breaks" in runs.columns and runs["compile_graph_breaks"].notna().any():
         text += (f" ({', '.join(_unique(runs, 'compile_graphs'))} graph(s), "
-                 f"{', '.join(_unique(runs, 'compile_graph_breaks'))} graph break(s) per run)")
+                 f"{', '.join(_unique(runs, 'compile_graph_breaks'))} graph break(s)")
+        recompiles = pd.to_numeric(runs.get("compile_recompiles", pd.Series(dtype=float)),
+                                   errors="coerce")
+        if recompiles.notna().any():  # runs without the key make the column float: show ints
+            counts = dict.fromkeys(str(int(v)) for v in recompiles.dropna())
+            text += f", {', '.join(counts)} recompilation(s)"
+        text += " per run)"
     return text
+
+
+def _caveat_rules(summary: pd.DataFrame) -> str:
+    """How the verdict decides what a number cannot mean (verdict.caveats, boundness)."""
+    rules = []
+    if bool(summary["simulated"].any()):
+        rules.append("a CPU-simulated run with more ranks on one host than usable cores is "
+                     "<i>oversubscribed</i> (its ranks took turns on the cores: contention, not "
+                     "scaling) and left out of the recommendation")
+    rules += [
+        "a topology whose nodes were simulated on one host crossed no network",
+        "the workload is called <i>overhead-bound</i> when compute is under "
+        f"{boundness.COMPUTE_SHARE_MIN:.0%} of the baseline's step (probe) or, on GPUs, the "
+        f"baseline's mean utilisation is under {boundness.GPU_UTILIZATION_MIN_PCT:.0f}%",
+        f"more than {RECOMPILES_ALLOWED} torch.compile recompilation in a topology is named",
+    ]
+    return "<b>Caveats</b>: " + "; ".join(rules) + "."
 
 
 def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
@@ -117,6 +146,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
         f"&minus; baseline value &ge; &minus;{escape(str(summary.attrs.get('tolerance')))}"
         " (a gain is fine); &ldquo;not logged&rdquo; when the run has no such value.",
     ]
+    items.append(_caveat_rules(summary))
     hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})
     items.append(f"<b>Hosts:</b> {escape(', '.join(hosts) or 'unknown')}.")
     items.append(f"<b>Devices:</b> {escape(', '.join(_unique(runs, 'device_name')))} "
@@ -153,6 +183,9 @@ def _verdict(data) -> str:
     parts = [f'<p class="recommendation">{escape(data.recommendation)}.</p>']
     if len(finished):
         parts.append(f"<p>{escape(headline(finished))}.</p>")
+    command = escape(f"--configfile {boundness.TRANSFORMER_CONFIG}")
+    parts += [f'<p class="caveat">{escape(note).replace(command, f"<code>{command}</code>")}</p>'
+              for note in data.notes]
     failed = finished.loc[finished["accuracy_held"].fillna(True).eq(False), "topology"].tolist()
     if failed:
         parts.append(f'<p class="failed">Accuracy fell more than the tolerance in '

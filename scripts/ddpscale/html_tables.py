@@ -8,8 +8,9 @@ from html import escape
 
 import pandas as pd
 
-from ddpscale.analysis import hours_label
+from ddpscale.analysis import hours_label, run_facts
 from ddpscale.breakdown import TERMS
+from ddpscale.verdict import SIMULATED_NODES, flag, label, oversubscription
 
 
 def num(value, places: int) -> str:
@@ -65,12 +66,20 @@ def scaling_table(data):
     rows = []
     for _, r in s.iterrows():
         held = r.get("accuracy_held")
+        over = oversubscription(r)
         cls = ("missing-row" if r["status"] != "ok" and pd.isna(r["throughput_samples_s"])
-               else "failed-row" if held is not None and pd.notna(held) and not bool(held) else "")
+               else "failed-row" if held is not None and pd.notna(held) and not bool(held)
+               else "caveat-row" if over else "")
         status = escape(str(r["status"]))
+        status = status if r["status"] == "ok" else f'<span class="failed">{status}</span>'
+        if over:  # it finished, but what it measured is contention
+            marker = f'<span class="caveat">{escape(over)}: excluded</span>'
+            status = marker if r["status"] == "ok" else f"{status}<br>{marker}"
+        name = escape(str(r["topology"]))
+        if flag(r, "simulated_nodes_on_one_host"):
+            name += f' <span class="caveat tag">({escape(SIMULATED_NODES)})</span>'
         rows.append((cls, [
-            escape(str(r["topology"])), str(int(r["world_size"])),
-            status if r["status"] == "ok" else f'<span class="failed">{status}</span>',
+            name, str(int(r["world_size"])), status,
             str(int(r["repeats"])), f"{num(r['speedup'], 2)}x", pct(r["efficiency"]),
             _with_spread(r, "throughput_samples_s", 0), _with_spread(r, "fit_time_s", 1),
             num(r["time_per_epoch_s"], 2), num(r.get(metric), 4),
@@ -82,6 +91,9 @@ def scaling_table(data):
             f"the 95% interval of the mean. Throughput leaves out the first {escape(warm)} "
             "warm-up epoch(s). Rows in red failed the accuracy check and are excluded from "
             "the recommendation; grey rows did not finish.")
+    if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
+        note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
+                 "measured contention, not scaling, and are excluded from the recommendation.")
     return "Scaling", note, _table(heads, rows, text_cols)
 
 
@@ -142,15 +154,16 @@ def _mb(value) -> str:
 
 def devices_table(data):
     runs = data.runs.sort_values(["world_size", "topology", "repeat"])
+    facts = run_facts(runs)
     heads = ["Topology", "Repeat", "Device", "Count", "Hosts", "Peak memory", "Utilisation",
              "TFLOP/s", "MFU"]
     rows = []
-    for _, r in runs.iterrows():
+    for i, r in runs.iterrows():
         name = str(r["device_name"])
         if r["simulated"] and "simulated" not in name:
             name += " (CPU-simulated)"
         util = r.get("gpu_utilization_pct")
-        rows.append(("", [escape(str(r["topology"])), str(int(r["repeat"])), escape(name),
+        rows.append(("", [escape(label(facts.loc[i])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
                           _mb(r.get("gpu_peak_memory_mb")),
                           "n/a" if util is None or pd.isna(util) else f"{util:.0f}%",
@@ -166,11 +179,13 @@ def devices_table(data):
 
 def allreduce_table(data):
     rows = []
+    summary = data.summary.set_index("topology", drop=False)
     for name, p in sorted(data.probes.items(), key=lambda kv: kv[1]["world_size"]):
         if p["world_size"] < 2 or not p["allreduce"]:
             continue
         r = max(p["allreduce"], key=lambda x: x["bytes"])
-        rows.append(("", [escape(name), str(p["world_size"]), escape(str(p.get("backend"))),
+        shown = label(summary.loc[name]) if name in summary.index else name
+        rows.append(("", [escape(shown), str(p["world_size"]), escape(str(p.get("backend"))),
                           f"{r['bytes']:,}", num(r["time_s"] * 1e6, 1),
                           num(r["algbw_gbps"], 3), num(r["busbw_gbps"], 3)]))
     if not rows:

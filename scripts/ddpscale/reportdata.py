@@ -20,7 +20,7 @@ class ReportData:
     threshold: float
     comparison: pd.DataFrame | None = None
     compared_with: str | None = None
-    notes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
 
     @property
     def finished(self) -> pd.DataFrame:
@@ -39,13 +39,16 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
           earlier: pd.DataFrame | None = None, compared_with: str | None = None) -> ReportData:
     summary = analysis.summarize(runs, baseline, metric, tolerance)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
+    summary = verdict.add_caveats(summary)
     summary.attrs["threshold"] = threshold
     done = finished_rows(summary)
+    steps = breakdown.breakdown(done, probes)
     return ReportData(
         summary=summary, runs=runs, probes=probes,
-        steps=breakdown.breakdown(done, probes), prediction=breakdown.predict(done, probes),
+        steps=steps, prediction=breakdown.predict(done, probes),
         cost=verdict.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
         threshold=threshold,
         comparison=None if earlier is None else verdict.compare(done, earlier),
         compared_with=compared_with,
+        notes=verdict.caveats(summary, runs, steps),
     )

@@ -1,5 +1,6 @@
 """The answer a user came for: which topology to use, what it costs, what did not finish,
-and what changed since an earlier run. Pure pandas, unit-tested without a cluster.
+where a number cannot mean what it seems (caveats), and what changed since an earlier run.
+Pure pandas, unit-tested without a cluster.
 """
 from __future__ import annotations
 
@@ -7,17 +8,72 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddpscale import boundness
 from ddpscale.analysis import device_word, hours_label
 from ddpscale.topology import parse_topology
 
 STATUS_OK = "ok"
+SIMULATED_NODES = "nodes simulated on one host: no network crossed"
+# One recompilation is routine (say, the last, smaller batch of an epoch, or the switch to
+# evaluation); more than one means shapes or guarded values keep changing from step to step.
+RECOMPILES_ALLOWED = 1
+
+
+def flag(row, key: str) -> bool:
+    """True only where the fact was recorded as true; missing or NA is not known, not true."""
+    value = row.get(key) if hasattr(row, "get") else None
+    try:
+        return bool(value) if not pd.isna(value) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def _count(row, key: str) -> int | None:
+    value = row.get(key)
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def oversubscription(row) -> str | None:
+    """'oversubscribed: 4 ranks on 2 cores' for a row that measured contention, else None."""
+    if not flag(row, "oversubscribed"):
+        return None
+    ranks, cores = _count(row, "ranks_per_host"), _count(row, "usable_cores")
+    if ranks is None or cores is None:
+        return "oversubscribed: more ranks on a host than usable cores"
+    return f"oversubscribed: {ranks} ranks on {cores} core{'' if cores == 1 else 's'}"
+
+
+def markers(row) -> list[str]:
+    """Why a row's numbers do not mean what they seem: oversubscribed, nodes on one host."""
+    out = [oversubscription(row)]
+    if flag(row, "simulated_nodes_on_one_host"):
+        out.append(SIMULATED_NODES)
+    return [m for m in out if m]
+
+
+def label(row) -> str:
+    """The topology with its markers: '2x1 (nodes simulated on one host: no network crossed)'."""
+    found = markers(row)
+    return f"{row['topology']} ({'; '.join(found)})" if found else str(row["topology"])
+
+
+def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
+    """A `caveats` column (markers joined by '; ', empty when none) for the table and the TSV."""
+    table = summary.copy()
+    table["caveats"] = ["; ".join(markers(row)) for _, row in table.iterrows()]
+    table.attrs.update(summary.attrs)
+    return table
 
 
 def usable(summary: pd.DataFrame) -> pd.DataFrame:
-    """Finished topologies whose accuracy did not fail (not logged is not a failure)."""
+    """Finished topologies whose accuracy did not fail (not logged is not a failure) and that
+    were not oversubscribed (those measured contention, not scaling)."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    return finished[finished["accuracy_held"].fillna(True).astype(bool)]
+    finished = finished[finished["accuracy_held"].fillna(True).astype(bool)]
+    contended = pd.Series([flag(row, "oversubscribed") for _, row in finished.iterrows()],
+                          index=finished.index, dtype=bool)
+    return finished[~contended]
 
 
 def recommendation(summary: pd.DataFrame, threshold: float) -> str:
@@ -25,6 +81,9 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     ok = usable(summary)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
     if ok.empty:
+        if len(flagged(summary, "oversubscribed")):
+            return (f"{where}no topology finished with accuracy held on enough cores, so there is "
+                    "nothing to recommend")
         return f"{where}no topology finished with accuracy held, so there is nothing to recommend"
     fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
     efficient = ok[ok["efficiency"] >= threshold - 1e-9]
@@ -46,7 +105,80 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
 
 def _devices(summary: pd.DataFrame, row) -> str:
     n = int(row["world_size"])
-    return f"{n} {device_word(summary, n)}"
+    where = ", nodes simulated on one host" if flag(row, "simulated_nodes_on_one_host") else ""
+    return f"{n} {device_word(summary, n)}{where}"
+
+
+def _names(rows: pd.DataFrame) -> str:
+    names = [str(t) for t in rows["topology"]]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def flagged(summary: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The rows where `key` was recorded as true."""
+    return summary[pd.Series([flag(r, key) for _, r in summary.iterrows()], index=summary.index,
+                             dtype=bool)]
+
+
+def oversubscribed_note(summary: pd.DataFrame) -> str | None:
+    rows = flagged(summary, "oversubscribed")
+    if rows.empty:
+        return None
+    cores = rows["usable_cores"].dropna() if "usable_cores" in rows else pd.Series(dtype=float)
+    limit = f" ({int(cores.min())} here)" if len(cores) else ""
+    left = ", ".join(f"{r['topology']} ({oversubscription(r)})" for _, r in rows.iterrows())
+    return (f"Left out of the recommendation: {left}. With more ranks on a host than usable "
+            "cores, the ranks took turns on the same cores, so their numbers measure contention, "
+            "not scaling. To measure them, run at most as many ranks per host as it has usable "
+            f"cores{limit}, or use a machine with more cores.")
+
+
+def simulated_nodes_note(summary: pd.DataFrame) -> str | None:
+    rows = flagged(summary, "simulated_nodes_on_one_host")
+    if rows.empty:
+        return None
+    return (f"Nodes simulated on one host in {_names(rows)}: their traffic between nodes stayed "
+            "inside that host (shared memory or loopback on CPU, NVLink or PCIe between GPUs) and "
+            "crossed no network, so their numbers say nothing about the interconnect between "
+            "real nodes.")
+
+
+def _first_reason(runs: pd.DataFrame | None, topology) -> str | None:
+    """The first recompilation reason a run of this topology recorded (newer files only)."""
+    if runs is None or "compile_recompile_reasons" not in runs:
+        return None
+    for reasons in runs.loc[runs["topology"] == topology, "compile_recompile_reasons"]:
+        if isinstance(reasons, (list, tuple)) and reasons:
+            return str(reasons[0])[:160]
+    return None
+
+
+def recompile_note(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> str | None:
+    if "compile_recompiles" not in summary:
+        return None
+    counts = pd.to_numeric(summary["compile_recompiles"], errors="coerce")
+    rows = summary[counts.gt(RECOMPILES_ALLOWED).fillna(False).astype(bool)]
+    if rows.empty:
+        return None
+    each = _names(pd.DataFrame({"topology": [f"{r['topology']} ({int(r['compile_recompiles'])} times)"
+                                             for _, r in rows.iterrows()]}))
+    reason = next((r for r in (_first_reason(runs, t) for t in rows["topology"]) if r), None)
+    why = f" The first reason recorded: {reason}." if reason else ""
+    return (f"torch.compile recompiled more than once in {each}.{why} Each recompilation ran "
+            "inside the training epochs: its compile time counts in the fit time, and in the "
+            "throughput when it came after the warm-up epoch(s), so their numbers understate "
+            "what the compiled code can do. Static shapes avoid it: every batch the same size "
+            "(drop_last=True) and no Python values that change from step to step.")
+
+
+def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
+    """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
+    bound = boundness.judge_baseline(summary, runs, steps)
+    notes = [oversubscribed_note(summary), simulated_nodes_note(summary),
+             boundness.sentence(bound, devices=device_word(summary),
+                                model_classes=runs.get("model_class")),
+             recompile_note(summary, runs)]
+    return [n for n in notes if n]
 
 
 def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
