@@ -4,6 +4,7 @@ of ddpscale.resources, and impossible topologies stop the workflow before any jo
 A dry run needs no SLURM (no sbatch, sacct or squeue) and takes a few seconds.
 """
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,11 +20,13 @@ TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
 def dry_run(profile, topologies, *extra):
-    # sys.executable also becomes the workflow's PYTHON, so launch commands are predictable.
+    # sys.executable also becomes the workflow's PYTHON, so launch commands are predictable;
+    # no visible GPU, so the local profile plans CPU-simulated runs on any machine
+    # (tests/test_hostdevices.py covers its GPU plans).
     cmd = [*SNAKEMAKE, "--profile", f"profiles/{profile}", "-n", "-p",
            "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1"]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     return proc.returncode, proc.stdout
 
 
@@ -75,14 +78,18 @@ def test_multi_rank_launch_commands(planned):
     assert (resources["nodes"], resources["tasks"], resources["tasks_per_gpu"]) == ("2", "8", "0")
     if profile == "local":
         assert resources["mpi"] == ""
-        assert shell.startswith(
-            f"{py} scripts/launch_local.py --nodes 2 --procs-per-node 4 -- {py} scripts/train.py ")
-        assert jobs["4x1"][1].startswith(
-            f"{py} scripts/launch_local.py --nodes 4 --procs-per-node 1 -- {py} scripts/train.py ")
+        # CPU-simulated: the ranks see no GPU
+        assert shell.startswith(f"env CUDA_VISIBLE_DEVICES= {py} scripts/launch_local.py --nodes 2 "
+                                f"--procs-per-node 4 -- {py} scripts/train.py ")
+        assert jobs["4x1"][1].startswith(f"env CUDA_VISIBLE_DEVICES= {py} scripts/launch_local.py "
+                                         f"--nodes 4 --procs-per-node 1 -- {py} scripts/train.py ")
+        assert "--accelerator cpu " in shell
     else:
         assert resources["mpi"] == "srun"
         srun = r"\bsrun --nodes=2 --ntasks-per-node=4 --cpus-per-task=\d+ --kill-on-bad-exit=1 "
         assert re.search(srun + re.escape(f"{py} scripts/train.py "), shell)
+        # the allocation's GPUs: the configured accelerator is passed on as it is
+        assert "--accelerator auto " in shell and "CUDA_VISIBLE_DEVICES" not in shell
 
 
 def test_too_many_devices_per_node_stops_the_dry_run():

@@ -108,12 +108,26 @@ def test_launch_prefix_exports_site_env():
 
 
 def test_launch_prefix_local_quotes_python():
+    """Without GPU ids a local run is CPU-simulated: its ranks see no GPU."""
     site = profile_site("local")
     python = "/my venv/bin/python"
     assert launch_prefix(parse_topology("2x4"), site, python) == (
-        "'/my venv/bin/python' scripts/launch_local.py --nodes 2 --procs-per-node 4 -- '/my venv/bin/python'"
+        "env CUDA_VISIBLE_DEVICES= '/my venv/bin/python' scripts/launch_local.py --nodes 2 "
+        "--procs-per-node 4 -- '/my venv/bin/python'"
     )
-    assert launch_prefix(parse_topology("1x1"), site, python) == "'/my venv/bin/python'"
+    assert launch_prefix(parse_topology("1x1"), site, python) == "env CUDA_VISIBLE_DEVICES= '/my venv/bin/python'"
+
+
+def test_launch_prefix_local_gpus():
+    site = profile_site("local")
+    ids = ["0", "1", "2", "3"]
+    assert launch_prefix(parse_topology("2x1"), site, "py", ids) == (
+        "py scripts/launch_local.py --nodes 2 --procs-per-node 1 --gpu-ids 0,1 -- py")
+    assert launch_prefix(parse_topology("1x1"), site, "py", ids) == "env CUDA_VISIBLE_DEVICES=0 py"
+    with pytest.raises(ValueError, match="2x4 needs 8 GPUs"):
+        launch_prefix(parse_topology("2x4"), site, "py", ids)
+    with pytest.raises(ValueError, match="allocation"):
+        launch_prefix(parse_topology("2x4"), profile_site("raven"), "py", ids)
 
 
 def test_site_from_resources_ignores_other_resources_and_keeps_defaults():

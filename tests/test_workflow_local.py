@@ -33,6 +33,8 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
         metrics = json.loads(workspace.metrics(topology).read_text())
         assert metrics["world_size"] == world and metrics["node_ranks"] == node_ranks
         assert metrics["simulated"] is True and metrics["slurm_job_id"] is None
+        # every rank of the local launcher shares the job's cores
+        assert metrics["oversubscribed"] is (world > metrics["usable_cores"]) and metrics["usable_cores"] >= 1
 
     report = workspace.path / "results/report"
     table = pd.read_csv(report / "scaling.tsv", sep="\t")

@@ -3,6 +3,11 @@
 Every rank gets the variables Lightning's LightningEnvironment reads (MASTER_ADDR/PORT,
 NODE_RANK, LOCAL_RANK, WORLD_SIZE), so Lightning forms the M x N process group without
 spawning more processes itself, and node ranks 0..M-1 really occur.
+
+With --gpu-ids each simulated node gets GPUs of its own, as a real node would: node m's ranks
+see CUDA_VISIBLE_DEVICES = ids[m*N:(m+1)*N], so local rank k uses cuda:k of its node and no
+two ranks share a GPU. Without it CUDA_VISIBLE_DEVICES is inherited unchanged (the workflow
+sets it empty for CPU-simulated runs, see ddpscale.resources.launch_prefix).
 """
 
 from __future__ import annotations
@@ -30,8 +35,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def rank_env(base: dict, nodes: int, procs_per_node: int, node: int, local: int, port: int) -> dict:
+def rank_env(base: dict, nodes: int, procs_per_node: int, node: int, local: int, port: int,
+             gpu_ids: list[str] | None = None) -> dict:
+    """The environment of one rank; with gpu_ids, its node's own slice of them."""
     env = dict(base)
+    if gpu_ids is not None:
+        mine = gpu_ids[node * procs_per_node:(node + 1) * procs_per_node]
+        if len(mine) != procs_per_node:
+            raise LaunchError(
+                f"--gpu-ids gives {len(gpu_ids)} GPU(s) but {nodes} node(s) x {procs_per_node} "
+                f"rank(s) need {nodes * procs_per_node}, one each")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
     env.update({
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
@@ -50,7 +64,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.05) -> int:
+def parse_gpu_ids(text: str) -> list[str]:
+    """'0,1' or 'GPU-ab..,GPU-cd..' -> the ids; an empty entry is an error."""
+    ids = [entry.strip() for entry in text.split(",")]
+    if not all(ids) or len(set(ids)) != len(ids):
+        raise LaunchError(f"--gpu-ids {text!r}: give distinct GPU indices or UUIDs separated by commas")
+    return ids
+
+
+def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.05,
+        gpu_ids: list[str] | None = None) -> int:
     if nodes * procs_per_node > 1 and os.environ.get("SLURM_JOB_ID"):
         raise LaunchError(
             "a multi-rank topology reached the local launcher inside a SLURM job: the profile's "
@@ -59,7 +82,7 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
             "replaced the profile's entries: repeat the site_* entries there"
         )
     port = free_port()
-    envs = [rank_env(os.environ, nodes, procs_per_node, node, local, port)
+    envs = [rank_env(os.environ, nodes, procs_per_node, node, local, port, gpu_ids)
             for node in range(nodes) for local in range(procs_per_node)]
     if _same_python_script(command):
         procs = _fork_ranks(command[1:], envs)
@@ -189,13 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, required=True, help="simulated nodes (M)")
     parser.add_argument("--procs-per-node", type=int, required=True, help="processes per node (N)")
+    parser.add_argument("--gpu-ids", default=None,
+                        help="GPUs to hand out, comma-separated (indices or UUIDs): node m's ranks see "
+                             "ids[m*N:(m+1)*N] as CUDA_VISIBLE_DEVICES; absent: inherit it unchanged")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command every rank runs")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command or args.nodes < 1 or args.procs_per_node < 1:
         parser.error("need --nodes >= 1, --procs-per-node >= 1 and a command after --")
     try:
-        code = run(args.nodes, args.procs_per_node, command)
+        gpu_ids = None if args.gpu_ids is None else parse_gpu_ids(args.gpu_ids)
+        code = run(args.nodes, args.procs_per_node, command, gpu_ids=gpu_ids)
     except LaunchError as err:
         print(f"ddpscale launch: {err}", file=sys.stderr)
         return 2

@@ -90,19 +90,35 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
     }
 
 
-def launch_prefix(topo: Topology, site: Site, python: str) -> str:
+def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | None = None) -> str:
     """The command that starts every rank of a topology, to be followed by the script and flags.
 
     All counts are explicit: under SLURM the plugin's jobstep strips SLURM_* variables before
     the shell runs, and Lightning's SLURMEnvironment needs --ntasks-per-node == devices.
+
+    Local site: gpu_ids are the GPUs this host hands out (ddpscale.hostdevices). Absent, the
+    run is CPU-simulated and its ranks see no GPU (CUDA_VISIBLE_DEVICES empty), so CUDA is
+    never initialised; given, a single rank gets the first and the local launcher gives each
+    simulated node its own. A cluster's ranks get their GPUs from the allocation.
     """
-    env = f"env {site.env} " if site.env else ""
+    variables = [site.env] if site.env else []
+    if not site.is_local:
+        if gpu_ids is not None:
+            raise ValueError("gpu_ids are for the local launcher; under SLURM the allocation sets the GPUs")
+    elif gpu_ids is None:
+        variables.append("CUDA_VISIBLE_DEVICES=")
+    elif len(gpu_ids) < topo.world_size:
+        raise ValueError(f"{topo.name} needs {topo.world_size} GPUs, one per rank; got {len(gpu_ids)}")
+    elif topo.world_size == 1:
+        variables.append(f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu_ids[0])}")
+    env = f"env {' '.join(variables)} " if variables else ""
     if topo.world_size == 1:
         return f"{env}{shlex.quote(python)}"
     if site.is_local:
+        gpus = "" if gpu_ids is None else f"--gpu-ids {shlex.quote(','.join(gpu_ids[:topo.world_size]))} "
         return (
             f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
-            f"--procs-per-node {topo.devices_per_node} -- {shlex.quote(python)}"
+            f"--procs-per-node {topo.devices_per_node} {gpus}-- {shlex.quote(python)}"
         )
     return (
         f"{env}{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from ddpscale.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.io import write_json_atomic
 
 LAST = "last.ckpt"
@@ -101,6 +102,8 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
                    started: str, batch_per_device: int, effective_batch: int) -> dict:
     hosts = sorted({r["host"] for r in ranks})
     simulated_nodes = os.environ.get("DDPSCALE_SIMULATED_NODES")
+    devices = device_facts(trainer)
+    cores = usable_cores()  # this rank's; the local launcher's ranks all share the same set
     return {
         "schema_version": 1,
         "topology": args.topology,
@@ -112,7 +115,11 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "hosts": hosts,
         "simulated_nodes_on_one_host": bool(simulated_nodes) and len(hosts) == 1 and args.nodes > 1,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        **device_facts(trainer),
+        **devices,
+        "usable_cores": cores,
+        # CPU ranks that outnumber the cores they share measure contention, not scaling
+        "oversubscribed": host_oversubscribed(devices["simulated"], hosts, formed_world_size(), cores,
+                                              one_launcher=args.cluster_env == "local"),
         "backend": torch.distributed.get_backend() if formed_world_size() > 1 else None,
         "scaling": args.scaling,
         "batch_per_device": batch_per_device,

@@ -16,6 +16,9 @@ from ddpscale.plugins import PluginError, check_importable  # noqa: E402
 from ddpscale.spiral import corruption, manifest_path_for  # noqa: E402
 from ddpscale.resources import SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources  # noqa: E402
 from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
+from ddpscale.hostdevices import (  # noqa: E402
+    AcceleratorError, choose_accelerator, oversubscription_warning, usable_cores, visible_gpus,
+)
 
 DATA_DIR = "results/data"
 RUNS_DIR = "results/runs"
@@ -47,6 +50,31 @@ try:
     for key in ("model", "data"):
         check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path")
 except (TopologyError, PluginError) as err:
+    raise WorkflowError(str(err))
+
+
+def resolve_accelerator():
+    """The accelerator every run uses, and the GPU ids the local launcher hands out (or None).
+
+    Local profile: decided once, here, from this host (ddpscale.hostdevices): `auto` is GPU
+    only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
+    else CPU for all, so a report never mixes the two. A cluster's GPUs come from the
+    allocation, so other profiles pass the configured value on unchanged.
+    """
+    if not SITE.is_local:
+        return config["accelerator"], None
+    gpus, cores = visible_gpus(), usable_cores()
+    decision = choose_accelerator(config["accelerator"], TOPOLOGIES, gpus.count, cores, source=gpus.source)
+    if decision.note:
+        print(f"ddpscale: {decision.note}", file=sys.stderr)
+    if decision.oversubscribed:
+        print(f"ddpscale: warning: {oversubscription_warning(decision.oversubscribed, cores)}", file=sys.stderr)
+    return decision.accelerator, (list(gpus.ids) if decision.accelerator == "gpu" else None)
+
+
+try:
+    ACCELERATOR, GPU_IDS = resolve_accelerator()
+except AcceleratorError as err:
     raise WorkflowError(str(err))
 GENERATED = config["dataset"]["generator"] != "none"
 if "data_file" in config["data"]["init_args"]:
@@ -231,7 +259,7 @@ def get_attempt(wildcards, attempt):
 
 def get_launch(wildcards):
     check_site_matches_executor()
-    return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON)
+    return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON, GPU_IDS)
 
 
 def check_site_matches_executor():
@@ -256,7 +284,9 @@ def run_flags(topology_name):
         "--topology": topo.name,
         "--nodes": topo.num_nodes,
         "--devices": topo.devices_per_node,
-        "--accelerator": config["accelerator"],
+        # resolved for this host on the local profile: the flag, and so the checkpoint's
+        # fingerprint, says what the run used
+        "--accelerator": ACCELERATOR,
         "--cluster-env": cluster_env(topo, SITE),
         # Locally one simulated device is one core: a 1-device run must not get every core, or
         # adding devices would add no hardware and speedup would mean nothing.
