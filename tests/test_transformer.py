@@ -4,11 +4,13 @@ training through a real Trainer and through scripts/train.py on 2 ranks."""
 from __future__ import annotations
 
 import copy
+import os
 import json
 import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -20,7 +22,10 @@ from snakemake.utils import validate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import ROOT, SNAKEMAKE, Workspace, launched
+from conftest import ROOT, Workspace, launched
+
+# The console script, as README and `make run` start the workflow (not `python -m snakemake`)
+CONSOLE_SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 from ddpscale import flops
 from ddpscale.markov_datamodule import TEST_OFFSET, VAL_OFFSET, MarkovBatches, MarkovChain, MarkovTokens
 from ddpscale.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
@@ -284,16 +289,65 @@ def test_two_rank_run_of_the_tiny_preset_records_the_analytic_flops(tmp_path):
 
 # --- the presets as the README says to use them ---------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Snakemake merges --configfile into config/config.yaml key by key, so config.yaml's SpiralMLP "
-    "init_args (hidden) and SpiralDataModule's (resident) leak into the preset's model and data; "
-    "the workflow must take a section's init_args from the file that sets its class_path"))
 def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
+    # Snakemake merges --configfile into config/config.yaml key by key: the SpiralMLP's `hidden`
+    # and the spiral data's `resident` must not leak into the preset's model and data.
     workspace = Workspace(tmp_path / "ws")
-    result = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", "--configfile", "config/transformer_tiny.yaml",
-                             "-n", "-p"], cwd=workspace.path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([CONSOLE_SNAKEMAKE, "--profile", "profiles/local", "--configfile",
+                             "config/transformer_tiny.yaml", "-n", "-p"],
+                            cwd=workspace.path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     model_args = re.search(r"--model-args '([^']*)'", result.stdout + result.stderr).group(1)
     data_args = re.search(r"--data-args '([^']*)'", result.stdout + result.stderr).group(1)
     assert json.loads(model_args) == TINY_PRESET["model"]["init_args"]
     assert json.loads(data_args) == TINY_PRESET["data"]["init_args"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_accuracy(tmp_path):
+    workspace = Workspace(tmp_path / "ws")
+    result = subprocess.run([CONSOLE_SNAKEMAKE, "--profile", "profiles/local", "--configfile",
+                             "config/transformer_tiny.yaml", "--config", "topologies=[\"1x1\",\"1x2\"]"],
+                            cwd=workspace.path, capture_output=True, text=True, timeout=380,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 0, result.stderr[-4000:]
+    runs = {t: json.loads(workspace.metrics(t).read_text()) for t in ("1x1", "1x2")}
+    for metrics in runs.values():
+        assert metrics["model_class"] == "ddpscale.transformer.TransformerLM"
+        assert metrics["flops_per_sample"] == metrics["flops_per_sample_analytic"]
+        assert metrics["test_acc"] > 0.2  # chance is 1/256: the chain was learnt
+    assert runs["1x2"]["world_size"] == 2
+    scaling = (workspace.path / "results/report/scaling.tsv").read_text()
+    assert "1x2" in scaling and "test_acc" in scaling.splitlines()[0]
+
+
+# --- on a GPU ---------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("compile_mode", ["none", "default"])
+def test_on_one_gpu_the_transformer_reports_its_mfu(tmp_path, compile_mode):
+    from conftest import require_cuda
+
+    torch_ = require_cuda()
+    model_args = {"vocab_size": 8192, "seq_len": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "lr": 6e-4}
+    data_args = {"vocab_size": 8192, "seq_len": 512, "steps_per_epoch": 40, "val_batches": 4, "test_batches": 4,
+                 "branching": 4, "seed": 0}
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+               "--accelerator", "gpu", "--max-epochs", "3", "--scaling", "weak", "--batch-size", "16",
+               "--precision", "bf16-mixed", "--compile", compile_mode,
+               "--model-class", "ddpscale.transformer.TransformerLM", "--model-args", json.dumps(model_args),
+               "--data-class", "ddpscale.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=290, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["device_kind"] == "cuda" and metrics["world_size"] == 1
+    assert metrics["device_name"] == torch_.cuda.get_device_name(0)
+    assert metrics["flops_per_sample"] == metrics["flops_per_sample_analytic"] == flops_per_sample(
+        **shapes(model_args))
+    assert 0 < metrics["mfu"] < 1
+    if compile_mode != "none":
+        assert metrics["compile_recompiles"] <= 1, metrics["compile_recompile_reasons"]

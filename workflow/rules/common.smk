@@ -7,6 +7,22 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+
+
+def own_init_args(config, overrides):
+    """A section's init_args come only from the file that names its class.
+
+    Snakemake merges --configfile (and --config) into config/config.yaml key by key, so a preset
+    that swaps the model (config/transformer.yaml) would inherit the SpiralMLP's `hidden` and
+    the spiral data's `resident`, and every job would fail on an unexpected keyword.
+    """
+    for section in ("model", "data"):
+        override = overrides.get(section) or {}
+        if "class_path" in override and isinstance(config.get(section), dict):
+            config[section]["init_args"] = dict(override.get("init_args") or {})
+
+
+own_init_args(config, workflow.config_settings.overwrite_config or {})
 validate(config, schema="../schemas/config.schema.yaml")
 
 # The importable code lives in scripts/ddpscale; only light modules are imported here so
