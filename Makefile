@@ -1,13 +1,14 @@
 # make run: set up and run the whole benchmark on this machine (CPU-simulated devices).
 # make test: set up and run the whole test suite (.ci/run calls exactly this).
 # make bench: set up and print the performance figures (benchmarks/run.py).
+# make gpu-check: on a machine with a CUDA GPU, the GPU tests and the pipeline on its GPUs.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 
-.PHONY: run test bench setup lint clean
+.PHONY: run test bench gpu-check setup lint clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,10 @@ test: $(STAMP)
 # Performance figures (a printed table, never pass/fail): docs/performance.md explains them.
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py
+
+# GPU tests, then the reference and transformer workloads on this machine's GPUs, with figures.
+gpu-check: $(STAMP)
+	$(VENV)/bin/python benchmarks/gpu_check.py
 
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint

@@ -128,15 +128,23 @@ def test_launcher_stops_every_rank_when_one_fails(tmp_path):
 
 
 @pytest.mark.gpu
-def test_single_gpu_run_reports_the_gpu(tmp_path, data_file):
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "bf16-true"])
+def test_single_gpu_run_reports_the_gpu_and_its_mfu(tmp_path, data_file, precision):
+    # The default data path (resident batches on the GPU): the first H100 run had MFU n/a on
+    # every such run while a DataLoader test passed.
     torch = require_cuda()
-    command = train_command(tmp_path, data_file, 1, 1)
+    command = train_command(tmp_path, data_file, 1, 1, "--data-args", '{"resident": true}',
+                            "--precision", precision)
     command[command.index("--accelerator") + 1] = "gpu"
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "could not count FLOPs" not in result.stdout
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["device_kind"] == "cuda" and metrics["simulated"] is False
+    assert metrics["device_kind"] == "cuda" and metrics["simulated"] is False and metrics["world_size"] == 1
     assert metrics["device_name"] == torch.cuda.get_device_name(0)
+    assert metrics["flops_per_sample"] == metrics["flops_per_sample_analytic"] == 16064
+    assert metrics["peak_tflops_per_device"] is not None, f"no peak known for {metrics['device_name']}"
+    assert 0 < metrics["mfu"] < 1
 
 
 def test_retry_of_a_finished_run_reemits_its_metrics_but_a_new_command_retrains(tmp_path, data_file):
