@@ -8,7 +8,9 @@
    (config/transformer.yaml), at 1x1 and every topology this machine's GPUs hold; each in its
    own copy of the workflow under results/gpu-check/, so the user's results/ stay untouched;
 3. a table per run: fit time, throughput, MFU, GPU utilisation, FLOPs counted vs analytic,
-   recompilations. Figures are printed, never judged: a shared GPU is noisy.
+   recompilations. Figures are printed, never judged: a shared GPU is noisy;
+4. a plain PyTorch loop over the transformer's 1x1 (same model, data, batch, precision, fused
+   AdamW; no Lightning) and the pipeline's throughput as a fraction of it.
 It exits non-zero when there is no GPU, a GPU test fails, or a workflow fails.
 """
 
@@ -19,6 +21,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -90,6 +93,41 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device: str | None = None) -> float:
+    """Samples/s of a bare loop over the preset's model and data (what Lightning is compared with)."""
+    import torch
+
+    from ddpscale import plugins
+    from ddpscale.stepprobe import precision_plan
+
+    preset = yaml.safe_load((ROOT / configfile).read_text())
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = plugins.load_class(preset["model"]["class_path"], "model", object)(**preset["model"]["init_args"])
+    data = plugins.load_class(preset["data"]["class_path"], "data", object)(
+        batch_size=preset["batch"]["size"], **preset["data"]["init_args"])
+    data.setup("fit")
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    dtype = precision_plan(preset.get("precision", "32-true"), device.type)["autocast"]
+    loader = iter(data.train_dataloader())
+    timed = 0
+    for step in range(warmup + steps):
+        if step == warmup:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+        x, y = (t.to(device, non_blocking=True) for t in next(loader))
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = model.training_step((x, y), step)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        timed += len(x) if step >= warmup else 0
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return timed / (time.perf_counter() - start)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="workloads to run (default: all)")
@@ -113,6 +151,11 @@ def main(argv=None) -> int:
             failures.append(f"{name} workflow (exit {code})")
         rows += [(name, m) for m in runs]
     print("\n" + table(rows))
+    lm = [m for name, m in rows if name == "transformer" and m["topology"] == "1x1"]
+    if lm and lm[0]["throughput_samples_s"]:
+        plain = plain_throughput(WORKLOADS["transformer"][0])
+        print(f"\ntransformer 1x1: pipeline {lm[0]['throughput_samples_s']:,.1f} samples/s, plain PyTorch loop "
+              f"{plain:,.1f}: ratio {lm[0]['throughput_samples_s'] / plain:.3f} (target >= 0.97)")
     if failures:
         print("\nfailed: " + "; ".join(failures), file=sys.stderr)
         return 1

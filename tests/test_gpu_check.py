@@ -40,3 +40,9 @@ def test_the_table_shows_the_figures_a_user_reads():
     assert lines[2].split()[:2] == ["reference", "1x1"]
     assert "11.8" in lines[2] and "29,613" in lines[2] and "0.0%" in lines[2] and "16,064 = 16,064" in lines[2]
     assert "n/a != 16,064" in lines[3]
+
+
+@pytest.mark.slow
+def test_the_plain_loop_trains_the_preset_it_is_compared_with():
+    samples_s = gpu_check.plain_throughput("config/transformer_tiny.yaml", steps=4, warmup=1, device="cpu")
+    assert samples_s > 0
