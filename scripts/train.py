@@ -53,8 +53,8 @@ def count_flops(args, model, datamodule) -> dict:
     """Training FLOPs per sample on the shapes of a real batch (flops.count), and the module's
     own analytic figure where it states one (`flops_per_sample()`), which must agree."""
     batch = next(iter(datamodule.train_dataloader()))
-    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
-    counted = flops.count(model_cls, json.loads(args.model_args), batch, args.precision,
+    # from_compiled swaps methods in place: the class is still the user's own
+    counted = flops.count(type(model), json.loads(args.model_args), batch, args.precision,
                           trained=compiling.unwrap(model))
     analytic = model.flops_per_sample() if callable(getattr(model, "flops_per_sample", None)) else None
     warning = flops.check_analytic(counted, analytic)

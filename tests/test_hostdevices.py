@@ -23,7 +23,7 @@ from ddpscale.launch import LaunchError, parse_gpu_ids, rank_env
 from ddpscale.resources import launch_prefix, site_from_resources
 from ddpscale.topology import parse_topology
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, SNAKEMAKE_CONSOLE, tiny_config
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -274,9 +274,6 @@ def test_cpu_run_ranks_see_no_gpu_and_too_few_ids_are_refused(tmp_path, launch_e
 
 # --- the workflow's dry run on the local profile ---------------------------------------------
 
-SNAKEMAKE_BIN = str(Path(sys.executable).parent / "snakemake")
-
-
 def dry_run(workspace, config: dict, cuda_visible_devices: str | None = None, smi: str | None = None):
     """`snakemake --profile profiles/local -n -p` with a fake nvidia-smi (or none) on PATH."""
     workspace.write_config(config)
@@ -287,7 +284,7 @@ def dry_run(workspace, config: dict, cuda_visible_devices: str | None = None, sm
     env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    proc = subprocess.run([SNAKEMAKE_BIN, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
+    proc = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
                           capture_output=True, text=True, timeout=120, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 

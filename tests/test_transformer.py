@@ -22,10 +22,7 @@ from snakemake.utils import validate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import ROOT, Workspace, launched
-
-# The console script, as README and `make run` start the workflow (not `python -m snakemake`)
-CONSOLE_SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+from conftest import ROOT, SNAKEMAKE_CONSOLE, Workspace, launched
 from ddpscale import flops
 from ddpscale.markov_datamodule import TEST_OFFSET, VAL_OFFSET, MarkovBatches, MarkovChain, MarkovTokens
 from ddpscale.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
@@ -293,7 +290,7 @@ def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
     # Snakemake merges --configfile into config/config.yaml key by key: the SpiralMLP's `hidden`
     # and the spiral data's `resident` must not leak into the preset's model and data.
     workspace = Workspace(tmp_path / "ws")
-    result = subprocess.run([CONSOLE_SNAKEMAKE, "--profile", "profiles/local", "--configfile",
+    result = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "--configfile",
                              "config/transformer_tiny.yaml", "-n", "-p"],
                             cwd=workspace.path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -307,7 +304,7 @@ def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
 @pytest.mark.timeout(400)
 def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_accuracy(tmp_path):
     workspace = Workspace(tmp_path / "ws")
-    result = subprocess.run([CONSOLE_SNAKEMAKE, "--profile", "profiles/local", "--configfile",
+    result = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "--configfile",
                              "config/transformer_tiny.yaml", "--config", "topologies=[\"1x1\",\"1x2\"]"],
                             cwd=workspace.path, capture_output=True, text=True, timeout=380,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})

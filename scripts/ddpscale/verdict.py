@@ -71,9 +71,7 @@ def usable(summary: pd.DataFrame) -> pd.DataFrame:
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
     finished = finished[finished["accuracy_held"].fillna(True).astype(bool)]
-    contended = pd.Series([flag(row, "oversubscribed") for _, row in finished.iterrows()],
-                          index=finished.index, dtype=bool)
-    return finished[~contended]
+    return finished.drop(flagged(finished, "oversubscribed").index)
 
 
 def recommendation(summary: pd.DataFrame, threshold: float) -> str:

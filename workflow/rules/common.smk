@@ -8,7 +8,6 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 
-
 def own_init_args(config, overrides):
     """A section's init_args come only from the file that names its class.
 
