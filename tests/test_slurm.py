@@ -5,6 +5,7 @@ the cluster profiles. Run alone with `pytest -m slurm`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -26,7 +27,12 @@ SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """Bring the cluster up once; skip where it cannot come up, except under CI=true."""
+    """Bring the cluster up once; skip where it cannot come up, except under CI=true.
+
+    One cluster serves one pytest session at a time: a second session waits on the lock,
+    else its teardown would stop the daemons under the first one's jobs."""
+    lock = open("/tmp/ddpscale-slurm-tests.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     if os.geteuid() != 0:
         reason = "the throwaway SLURM cluster needs root (it installs slurm-wlm and writes /etc/slurm)"
     else:
@@ -38,8 +44,11 @@ def slurm_cluster():
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the SLURM tests, but: {reason}")
         pytest.skip(reason)
-    yield
-    subprocess.run(["bash", str(MINICLUSTER), "down"], capture_output=True, timeout=120)
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", str(MINICLUSTER), "down"], capture_output=True, timeout=120)
+        lock.close()
 
 
 def slurm_workspace(workspace, **profile_changes):
