@@ -12,11 +12,21 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 # The console script, as README and `make run` start the workflow. `python -m snakemake` puts
-# the working directory on sys.path; under the console script a user module at the repository
-# root is not found (issue 11, item 11), so the older tests move over with that fix.
+# the working directory on sys.path and so hid that the console script did not find a user
+# module at the repository root (issue 11, item 11): every test runs the console script.
 SNAKEMAKE_CONSOLE = [str(Path(sys.executable).parent / "snakemake")]
+SNAKEMAKE = SNAKEMAKE_CONSOLE
+
+
+def console_python() -> str:
+    """The interpreter the console script runs, which becomes the workflow's PYTHON: its
+    shebang, which may name python3 where this test process runs python."""
+    first = Path(SNAKEMAKE_CONSOLE[0]).read_text().splitlines()[0]
+    return first[2:].strip() if first.startswith("#!") and " " not in first[2:].strip() else sys.executable
+
+
+WORKFLOW_PYTHON = console_python()
 
 
 def clean_distributed_env(monkeypatch) -> None:

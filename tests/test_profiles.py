@@ -7,20 +7,19 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from ddpscale.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.topology import parse_topology
 
-from conftest import ROOT, SNAKEMAKE, profile_site
+from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, profile_site
 
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
 def dry_run(profile, topologies, *extra):
-    # sys.executable also becomes the workflow's PYTHON, so launch commands are predictable;
+    # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
     # (tests/test_hostdevices.py covers its GPU plans).
     cmd = [*SNAKEMAKE, "--profile", f"profiles/{profile}", "-n", "-p",
@@ -63,7 +62,7 @@ def test_train_jobs_get_the_mapped_resources_and_launch(planned):
         topo = parse_topology(name)
         for key, value in slurm_resources(topo, site).items():
             assert resources[key] == str(value), (profile, name, key)
-        assert shell.startswith(launch_prefix(topo, site, sys.executable) + " scripts/train.py "), shell
+        assert shell.startswith(launch_prefix(topo, site, WORKFLOW_PYTHON) + " scripts/train.py "), shell
         flags = f"--nodes {topo.num_nodes} --devices {topo.devices_per_node} "
         assert flags in shell
         assert f"--cluster-env {cluster_env(topo, site)} " in shell
@@ -71,7 +70,7 @@ def test_train_jobs_get_the_mapped_resources_and_launch(planned):
 
 def test_multi_rank_launch_commands(planned):
     profile, jobs = planned
-    py = sys.executable
+    py = WORKFLOW_PYTHON
     resources, shell = jobs["1x1"]
     assert resources["mpi"] == "" and "srun" not in shell and "launch_local" not in shell
     resources, shell = jobs["2x4"]

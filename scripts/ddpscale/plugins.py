@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -21,13 +22,41 @@ def split_path(path: str, key: str) -> tuple[str, str]:
     return module, name
 
 
-def check_importable(path: str, key: str) -> None:
-    """Cheap check, without importing the module, made before any job is submitted."""
+def find_under(module: str, root: str):
+    """The spec of `module` found under the folder `root` alone, or None.
+
+    Walks the dotted name one package at a time with the path finder, so nothing is imported
+    and sys.path is left as it was (a parse-time check must not change what later imports see).
+    """
+    search = [root]
+    spec = None
+    parts = module.split(".")
+    for depth in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), search)
+        if spec is None:
+            return None
+        if depth < len(parts) - 1:
+            search = list(spec.submodule_search_locations or [])
+            if not search:
+                return None  # a plain module cannot hold submodules
+    return spec
+
+
+def check_importable(path: str, key: str, root: str | None = None) -> None:
+    """Cheap check, without importing the module, made before any job is submitted.
+
+    `root` is the folder train.py runs in (the workflow's working directory): train.py puts it
+    first on sys.path (load_class), so a module there is found as train.py will find it. The
+    console script `snakemake` does not have that folder on sys.path (`python -m snakemake`
+    does), so it is searched here explicitly.
+    """
     module, _ = split_path(path, key)
-    try:
-        found = importlib.util.find_spec(module)
-    except ModuleNotFoundError:
-        found = None
+    found = find_under(module, root) if root is not None else None
+    if found is None:
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            found = None
     if found is None:
         raise PluginError(
             f"{key}: module '{module}' of '{path}' was not found; it must be importable from "

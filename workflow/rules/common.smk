@@ -1,9 +1,11 @@
 # Every Python helper of the workflow. Checks run while the workflow is parsed, so a bad
 # config or an impossible topology stops before any job is submitted.
 import json
+import os
 import shlex
 import sys
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -21,15 +23,34 @@ def own_init_args(config, overrides):
             config[section]["init_args"] = dict(override.get("init_args") or {})
 
 
-own_init_args(config, workflow.config_settings.overwrite_config or {})
-validate(config, schema="../schemas/config.schema.yaml")
-
 # The importable code lives in scripts/ddpscale; only light modules are imported here so
 # that parsing (and a dry run) stays fast: no torch, no Lightning.
 sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
+from ddpscale.configcheck import config_source, schema_problems, setting_problems  # noqa: E402
+
+CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
+
+
+def check_config_schema():
+    """Snakemake's validate prints the whole schema and config for one bad key; say it in one line.
+
+    validate() still runs after this: it fills in the schema's defaults.
+    """
+    schema = yaml.safe_load((Path(workflow.basedir) / "schemas/config.schema.yaml").read_text())
+    problems = schema_problems(config, schema, CONFIG_SOURCE)
+    if problems:
+        raise WorkflowError("\n".join(problems))
+
+
+own_init_args(config, workflow.config_settings.overwrite_config or {})
+check_config_schema()
+validate(config, schema="../schemas/config.schema.yaml")
 from ddpscale.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.identity import installed_versions  # noqa: E402
 from ddpscale.spiral import corruption, manifest_path_for  # noqa: E402
-from ddpscale.resources import SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources  # noqa: E402
+from ddpscale.resources import (  # noqa: E402
+    SiteError, cluster_env, launch_prefix, refuse_slurm_extra, site_from_resources, slurm_resources,
+)
 from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
 from ddpscale.hostdevices import (  # noqa: E402
     AcceleratorError, choose_accelerator, oversubscription_warning, usable_cores, visible_gpus,
@@ -51,6 +72,8 @@ def get_site():
     entries = workflow.resource_settings.overwrite_resources.get("train", {})
     raw = {name: getattr(value, "raw", value) for name, value in entries.items()}
     try:
+        refuse_slurm_extra(workflow.resource_settings.overwrite_resources.get("probe", {}),
+                           "profile set-resources probe")
         return site_from_resources(raw)
     except SiteError as err:
         raise WorkflowError(str(err))
@@ -63,9 +86,14 @@ try:
         config["batch"]["scaling"], config["batch"]["size"],
     )
     for key in ("model", "data"):
-        check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path")
+        # jobs run in this working directory and train.py imports from it first
+        check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path", root=os.getcwd())
 except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
+# Keys that only work together, and a generated dataset too small for a batch of every topology.
+SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE)
+if SETTING_PROBLEMS:
+    raise WorkflowError("\n".join(SETTING_PROBLEMS))
 
 
 def resolve_accelerator():
@@ -92,9 +120,8 @@ try:
 except AcceleratorError as err:
     raise WorkflowError(str(err))
 GENERATED = config["dataset"]["generator"] != "none"
-if "data_file" in config["data"]["init_args"]:
-    raise WorkflowError("config/config.yaml: data.init_args.data_file is set by the workflow; remove it")
 
+INSTALLED_VERSIONS = installed_versions()
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
 REPEATS = list(range(config["repeats"]))
 wildcard_constraints:
@@ -261,10 +288,14 @@ def get_mpi(wildcards):
     return get_resources(wildcards)["mpi"]
 
 
+def get_slurm_extra(wildcards):
+    return get_resources(wildcards)["slurm_extra"]
+
+
 # The allocation of one topology, shared by its training runs and its probe.
 TOPOLOGY_RESOURCES = dict(
     nodes=get_nodes, tasks=get_tasks, tasks_per_gpu=0, gres=get_gres,
-    cpus_per_task=get_cpus_per_task, mem_mb=get_mem_mb, mpi=get_mpi,
+    cpus_per_task=get_cpus_per_task, mem_mb=get_mem_mb, mpi=get_mpi, slurm_extra=get_slurm_extra,
 )
 
 
@@ -320,7 +351,21 @@ def run_flags(topology_name):
     }
     if GENERATED:
         flags["--data-file"] = get_data_file()
+    if config["data"]["files"]:  # checksummed into the run's identity
+        flags["--data-files"] = json.dumps(config["data"]["files"])
     return flags
+
+
+def get_run_identity(wildcards):
+    """What defines a run beyond its flags, as a param so that a change reruns train and probe.
+
+    The generated data is an ancient() input (a byte-identical regeneration must not rerun
+    finished measurements), so its settings must trigger the rerun here; so must another
+    torch or Lightning, read from package metadata (no import: parsing stays fast). The data's
+    checksum and the training code are checked by train.py and the report (README, "Run identity").
+    """
+    return json.dumps({"dataset": config["dataset"] if GENERATED else None,
+                       "versions": INSTALLED_VERSIONS}, sort_keys=True)
 
 
 def as_flags(flags):

@@ -1,0 +1,38 @@
+"""The parse-time import check (ddpscale.plugins.check_importable) finds a user's module where
+train.py will import it from: the workflow's working directory, then sys.path."""
+import sys
+
+import pytest
+
+from ddpscale.plugins import PluginError, check_importable
+
+
+@pytest.fixture
+def user_root(tmp_path):
+    """A repository root holding a user package, as a user would lay it out."""
+    (tmp_path / "userpkg").mkdir()
+    (tmp_path / "userpkg/__init__.py").write_text("raise RuntimeError('the check must not import me')\n")
+    (tmp_path / "userpkg/stripes.py").write_text("class StripesNet: pass\n")
+    (tmp_path / "flat.py").write_text("class Model: pass\n")
+    return tmp_path
+
+
+def test_a_module_under_the_root_is_found_without_importing_or_touching_sys_path(user_root, monkeypatch):
+    # the console script's sys.path: the working directory is not on it
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(user_root))])
+    before = list(sys.path)
+    check_importable("userpkg.stripes.StripesNet", "model.class_path", root=str(user_root))
+    check_importable("flat.Model", "model.class_path", root=str(user_root))
+    assert sys.path == before
+    assert "userpkg" not in sys.modules and "flat" not in sys.modules
+
+
+def test_missing_modules_under_the_root_still_fail_with_the_fix(user_root):
+    for path in ("userpkg.nothere.Net", "flat.sub.Model", "nopkg.Model"):
+        with pytest.raises(PluginError, match=r"model.class_path: module '.*' of '.*' was not found; .*fix the path"):
+            check_importable(path, "model.class_path", root=str(user_root))
+
+
+def test_installed_and_scripts_modules_are_still_found(user_root):
+    check_importable("ddpscale.models.SpiralMLP", "model.class_path", root=str(user_root))
+    check_importable("json.JSONDecoder", "model.class_path", root=str(user_root))
