@@ -25,7 +25,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_args(p)
     p.add_argument("--out", required=True, help="probe.json to write")
-    p.add_argument("--steps", type=int, default=20, help="training steps per timed block")
+    p.add_argument("--steps", type=int, default=20, help="micro-batches per timed block (whole optimizer steps: rounded up to accumulate_grad_batches)")
     p.add_argument("--rounds", type=int, default=5, help="rounds of (no_sync block, synced block)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps / all-reduce calls first")
     p.add_argument("--iters", type=int, default=10, help="timed all-reduce calls per message size")
@@ -81,7 +81,8 @@ def probe(args) -> dict | None:
 
     model, loader, plan = stepprobe.prepare(args, device)
     step = stepprobe.measure(model, loader, plan, device, world, info["local_rank"], steps=args.steps,
-                             rounds=args.rounds, warmup=args.warmup, batch_per_device=per_device_batch(args))
+                             rounds=args.rounds, warmup=args.warmup, batch_per_device=per_device_batch(args),
+                             accumulate=args.accumulate_grad_batches)
     numel, nbytes = stepprobe.gradient_numel(model)
     allreduce = commbench.allreduce_benchmark(commbench.message_sizes(nbytes), device,
                                               warmup=args.warmup, iters=args.iters)
@@ -113,7 +114,7 @@ def summary(record: dict) -> str:
     ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
     busbw = "n/a (one rank)" if last["busbw_gbps"] is None else f"{last['busbw_gbps']:.3f} GB/s"
     return (f"ddpscale probe: {record['topology']} world size {record['world_size']} ({record['backend']}, "
-            f"{record['device_name']}): per step data {ms(step['data_s'])}, compute {ms(step['compute_s'])}, "
+            f"{record['device_name']}): per batch data {ms(step['data_s'])}, compute {ms(step['compute_s'])}, "
             f"exposed comm {ms(step['exposed_comm_s'])}; all-reduce of {last['bytes']} B gradient: "
             f"{ms(last['time_s'])}, busbw {busbw}; probe {record['probe_wall_s']:.2f} s")
 

@@ -86,3 +86,29 @@ def test_load_probes_names_the_broken_file(tmp_path):
     bad.write_text('{"topology": "1x2"}')
     with pytest.raises(ValueError, match="probe.json: missing key 'world_size'"):
         breakdown.load_probes([bad])
+
+
+def accumulating(record, k):
+    record["step"]["accumulate_grad_batches"] = k
+    return record
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_predicted_comm_is_one_allreduce_per_k_batches(k):
+    # 1x2 with accumulate_grad_batches k: DDP all-reduces the 4 ms gradient once per k batches,
+    # and the probe (timing steps as Lightning runs them) saw exactly that exposed per batch.
+    per_batch = 0.004 / k
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / (0.0035 + per_batch + 0.003))
+    s = summary(BASE, two)
+    probes = {"1x1": accumulating(probe("1x1", 1, 0.001, 0.006, 0.0, 0.0), k),
+              "1x2": accumulating(probe("1x2", 2, 0.0005, 0.003, per_batch, 0.004), k)}
+    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    assert row.comm_predicted_s == pytest.approx(per_batch)
+    assert row.comm_measured_s == pytest.approx(per_batch)
+    assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
+    assert row.explanation == "prediction and measurement agree"
+
+
+def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
+    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.002)
+    assert breakdown.accumulation(record) == 1 and breakdown.comm_per_batch_s(record) == pytest.approx(0.002)

@@ -203,6 +203,29 @@ def test_probe_on_two_ranks_through_the_local_launcher(tmp_path, data_file):
     check_step(probe["step"], 2)
     assert "no_sync()" in probe["step"]["method"]
     assert 0 < probe["probe_wall_s"] < 60
+    # the spiral MLP's gradient fits DDP's first bucket: one all-reduce per synced batch, none
+    # under no_sync (counted by a comm hook during the timed blocks)
+    assert probe["step"]["accumulate_grad_batches"] == 1
+    assert probe["step"]["allreduce_calls_per_batch"] == 1.0
+    assert probe["step"]["allreduce_calls_per_batch_no_sync"] == 0.0
+
+
+@pytest.mark.slow
+def test_probe_with_gradient_accumulation_syncs_once_per_k_batches(tmp_path, data_file):
+    """accumulate_grad_batches 4: as Lightning runs it, 3 no_sync batches, then a synced one and
+    the optimizer step; every time is per batch, so the exposed comm is one all-reduce over 4."""
+    out = tmp_path / "probe.json"
+    result = run(probe_command(out, data_file, 1, 2, "--accumulate-grad-batches", "4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    step = json.loads(out.read_text())["step"]
+    assert step["accumulate_grad_batches"] == 4
+    assert step["steps"] == 5 and step["micro_batches_per_block"] == 20
+    assert "5 training steps" in step["method"] and "of 4 micro-batches each" in step["method"]
+    assert step["allreduce_calls_per_batch"] == 0.25  # one bucket, once every 4 batches
+    assert step["allreduce_calls_per_batch_no_sync"] == 0.0
+    assert step["exposed_comm_s"] == pytest.approx(max(0.0, step["comm_diff_s"]))
+    print(f"1x2, accumulate 4: per batch compute {step['compute_s'] * 1e3:.3f} ms, "
+          f"exposed comm {step['exposed_comm_s'] * 1e3:.3f} ms")
 
 
 @pytest.mark.slow

@@ -8,6 +8,10 @@ synchronisation switched off (C), and the extra time of a synchronised step over
 communication that backward did not hide (E). The training run measured its own step time T
 (per-device batch x world size / throughput); what T has beyond D + C + E is framework
 overhead outside the probe (O: Lightning's loop, logging, callbacks).
+
+A "step" here is one per-device batch (a micro-batch). With accumulate_grad_batches = k,
+DDP synchronises the gradient once every k batches, so one all-reduce is spread over k steps;
+the probe times its steps the same way (ddpscale.stepprobe).
 """
 from __future__ import annotations
 
@@ -50,6 +54,17 @@ def allreduce_s(probe: dict) -> float:
     return float(max(probe["allreduce"], key=lambda r: r["bytes"])["time_s"])
 
 
+def accumulation(probe: dict) -> int:
+    """Batches per gradient synchronisation (accumulate_grad_batches); 1 in probes made before
+    it was recorded, which synchronised on every batch."""
+    return int(probe["step"].get("accumulate_grad_batches", 1))
+
+
+def comm_per_batch_s(probe: dict) -> float:
+    """The gradient all-reduce per batch: one every accumulate_grad_batches batches."""
+    return allreduce_s(probe) / accumulation(probe)
+
+
 def measured_terms(row, probe: dict) -> dict:
     step = probe["step"]
     parts = {"data": step["data_s"], "compute": step["compute_s"], "comm": step["exposed_comm_s"]}
@@ -79,7 +94,8 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     """Predicted efficiency from the baseline's step and each topology's all-reduce.
 
     Model: data and compute scale with the per-device batch (b / b_base), the baseline's
-    per-step overhead stays, and the gradient all-reduce is added whole (no overlap assumed).
+    per-step overhead stays, and the gradient all-reduce is added whole (no overlap assumed),
+    once per accumulate_grad_batches steps.
     """
     baseline = summary.attrs.get("baseline")
     base_rows = summary[summary["topology"] == baseline]
@@ -95,7 +111,7 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
             continue
         scale = row["batch_per_device"] / base["batch_per_device"]
         pred = {"data": base_terms["data"] * scale, "compute": base_terms["compute"] * scale,
-                "comm": allreduce_s(probe), "overhead": base_terms["overhead"]}
+                "comm": comm_per_batch_s(probe), "overhead": base_terms["overhead"]}
         meas = measured_terms(row, probe)
         devices = row["world_size"] / base["world_size"]
         pred_speedup = row["world_size"] * row["batch_per_device"] / sum(pred.values()) / base_rate

@@ -4,11 +4,18 @@ The user's real LightningModule and train dataloader run outside a Trainer, on t
 the topology. Blocks of steps under DDP's no_sync() (forward, backward, optimizer step, no
 gradient all-reduce) alternate with ordinary synced blocks, so noise of the machine hits
 both; the difference is the communication that overlapping with backward did not hide.
+
+With gradient accumulation (accumulate_grad_batches = k) the steps run as Lightning runs
+them: k micro-batches per optimizer step, the first k - 1 under no_sync() and only the last
+synchronised, then one optimizer step. Every time is per micro-batch (one per-device batch,
+what the training run's throughput measures), so the exposed communication is that of one
+synchronisation spread over k batches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 import warnings
@@ -143,62 +150,104 @@ def draw_batches(loader, count: int, device: torch.device, dtype=None) -> tuple[
     return batches, waits
 
 
+class _Calls:
+    calls = 0
+
+
+def counting_allreduce(state: _Calls, bucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's own all-reduce of a gradient bucket (default_hooks.allreduce_hook), counted: the
+    record then shows how often a micro-batch really synchronised, not how often it should."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    state.calls += 1
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+# DDP checks the annotation itself; `from __future__ import annotations` left it a string
+counting_allreduce.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+
+
 def measure(model, loader, plan: dict, device: torch.device, world_size: int, local_rank: int,
-            steps: int = 20, rounds: int = 5, warmup: int = 3, batch_per_device: int | None = None) -> dict:
-    """Per-step data wait, compute (no_sync) and synced step time; collective over all ranks."""
-    if steps < 1 or rounds < 1:
-        raise ValueError("the step probe needs --steps >= 1 and --rounds >= 1")
+            steps: int = 20, rounds: int = 5, warmup: int = 3, batch_per_device: int | None = None,
+            accumulate: int = 1) -> dict:
+    """Per micro-batch data wait, compute (no_sync) and synced time; collective over all ranks.
+
+    A block is ceil(steps / accumulate) optimizer steps of `accumulate` micro-batches each.
+    """
+    if steps < 1 or rounds < 1 or accumulate < 1:
+        raise ValueError("the step probe needs --steps >= 1, --rounds >= 1 and --accumulate-grad-batches >= 1")
     optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    batches, waits = draw_batches(loader, steps, device, plan["params"])
+    opt_steps = math.ceil(steps / accumulate)
+    micro = opt_steps * accumulate  # micro-batches per block
+    batches, waits = draw_batches(loader, min(steps, micro), device, plan["params"])
     step_module = _TrainingStep(model, plan["autocast"], device.type)
+    counter = _Calls()
     if world_size > 1:
         ddp = nn.parallel.DistributedDataParallel(
             step_module, device_ids=[local_rank] if device.type == "cuda" else None)
+        ddp.register_comm_hook(counter, counting_allreduce)
     else:
         ddp = step_module
     scaler = torch.amp.GradScaler(device.type) if plan["scaler"] else None
 
-    def one_step(i: int) -> None:
-        optimizer.zero_grad(set_to_none=True)
+    def backward(i: int) -> None:
         loss = ddp(batches[i % len(batches)], i)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+
+    def one_step(i: int, synced: bool) -> None:
+        """One optimizer step as Lightning runs it: only the last micro-batch may synchronise."""
+        optimizer.zero_grad(set_to_none=True)
+        for j in range(accumulate):
+            last = j == accumulate - 1
+            quiet = world_size > 1 and not (synced and last)
+            with ddp.no_sync() if quiet else contextlib.nullcontext():
+                backward(i * accumulate + j)
         if scaler is None:
-            loss.backward()
             optimizer.step()
         else:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
 
     def block(count: int, synced: bool) -> float:
-        """Per-step seconds of count steps, all ranks starting together."""
+        """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
         align(device)
         start = time.perf_counter()
-        context = contextlib.nullcontext() if synced or world_size == 1 else ddp.no_sync()
-        with context:
-            for i in range(count):
-                one_step(i)
+        for i in range(count):
+            one_step(i, synced)
         _sync(device)
-        return (time.perf_counter() - start) / count
+        return (time.perf_counter() - start) / (count * accumulate)
 
     kinds = [False, True] if world_size > 1 else [False]  # False: no_sync (compute only)
     for synced in kinds:  # DDP builds its buckets in the first synced steps; caches fill
         block(max(1, warmup), synced)
     times = {synced: [] for synced in kinds}
+    calls = {synced: 0 for synced in kinds}
     for r in range(rounds):
         for synced in (kinds if r % 2 == 0 else kinds[::-1]):  # neither kind always goes first
-            times[synced].append(block(steps, synced))
+            before = counter.calls
+            times[synced].append(block(opt_steps, synced))
+            calls[synced] += counter.calls - before
 
     data_s = slowest(statistics.median(waits), device)
     compute_s = slowest(statistics.median(times[False]), device)
     sync_s = slowest(statistics.median(times[True]), device) if world_size > 1 else compute_s
     how = ("DDP no_sync() (no gradient all-reduce) vs with gradient all-reduce, alternating"
            if world_size > 1 else "one rank, no DDP")
+    accumulation = (f" of {accumulate} micro-batches each, only the last one synchronised"
+                    if accumulate > 1 else "")
+    timed = rounds * micro  # micro-batches in each kind's timed blocks
     return {
-        "method": (f"{steps} training steps (forward, backward, optimizer step) per block, {how}, "
-                   f"{rounds} rounds; per-step median over rounds, slowest rank; data wait: median "
-                   f"over {steps} batches drawn from the train dataloader and moved to the device"),
-        "steps": steps,
+        "method": (f"{opt_steps} training steps (forward, backward, optimizer step){accumulation} per "
+                   f"block, {how}, {rounds} rounds; per micro-batch median over rounds, slowest rank; "
+                   f"data wait: median over {len(waits)} batches drawn from the train dataloader and "
+                   "moved to the device"),
+        "steps": opt_steps,
         "rounds": rounds,
+        "accumulate_grad_batches": accumulate,
+        "micro_batches_per_block": micro,
+        # gradient-bucket all-reduces DDP made per micro-batch, counted by a comm hook
+        "allreduce_calls_per_batch": calls[True] / timed if world_size > 1 else 0.0,
+        "allreduce_calls_per_batch_no_sync": calls[False] / timed if world_size > 1 else 0.0,
         "batch_per_device": batch_per_device,
         "data_s": data_s,
         "compute_s": compute_s,
