@@ -26,7 +26,7 @@ def own_init_args(config, overrides):
 # The importable code lives in scripts/ddpscale; only light modules are imported here so
 # that parsing (and a dry run) stays fast: no torch, no Lightning.
 sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
-from ddpscale.configcheck import config_source, schema_problems, setting_problems  # noqa: E402
+from ddpscale.configcheck import config_source, file_problems, schema_problems, setting_problems  # noqa: E402
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 
@@ -46,7 +46,7 @@ own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()
 validate(config, schema="../schemas/config.schema.yaml")
 from ddpscale.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.identity import installed_versions  # noqa: E402
+from ddpscale.identity import generated_with_other_settings, installed_versions  # noqa: E402
 from ddpscale.spiral import corruption, manifest_path_for  # noqa: E402
 from ddpscale.resources import (  # noqa: E402
     SiteError, cluster_env, launch_prefix, refuse_slurm_extra, site_from_resources, slurm_resources,
@@ -91,7 +91,8 @@ try:
 except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
 # Keys that only work together, and a generated dataset too small for a batch of every topology.
-SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE)
+SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE) + file_problems(
+    config, CONFIG_SOURCE, os.path.exists)
 if SETTING_PROBLEMS:
     raise WorkflowError("\n".join(SETTING_PROBLEMS))
 
@@ -248,12 +249,18 @@ def get_train_data(wildcards):
     """What a training run reads: the generated dataset, or the files the user's module reads.
 
     The generated dataset is ancient(): regenerated, it is byte-identical, and a rerun of
-    prepare_data must not rerun (and first delete) finished measurements.
+    prepare_data must not rerun (and first delete) finished measurements. Unless the dataset
+    settings changed: then the data changes, and every run made from it must rerun. (The
+    params trigger of get_run_identity cannot do it alone: Snakemake skips that check for a
+    job downstream of a job that reruns, and an ancient input does not make it rerun.)
     """
     if not GENERATED:
         return config["data"]["files"]
     data_file = get_data_file()
-    return [ancient(data_file), ancient(manifest_path_for(data_file))] + config["data"]["files"]
+    generated = [data_file, manifest_path_for(data_file)]
+    if not generated_with_other_settings(manifest_path_for(data_file), config["dataset"]):
+        generated = [ancient(path) for path in generated]
+    return generated + config["data"]["files"]
 
 
 if GENERATED:
@@ -343,6 +350,8 @@ def run_flags(topology_name):
         "--precision": config["precision"],
         "--compile": config["compile"],
         "--accumulate-grad-batches": config["accumulate_grad_batches"],
+        # how a dead or stuck rank ends the job; not part of the run's identity
+        "--collective-timeout-s": config["collective_timeout_s"],
         "--loader": json.dumps(config["dataloader"], sort_keys=True),
         "--model-class": config["model"]["class_path"],
         "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),

@@ -1,0 +1,231 @@
+"""Config checks made while the workflow is parsed: each problem is one line naming key and fix.
+
+Snakemake's own `validate` prints the whole schema and the whole config for one misspelt key
+(about 150 lines), so the schema is checked here first and each error rewritten as one line.
+The checks the schema cannot express (keys that depend on each other, a dataset too small for
+the batch) run on the validated config, with the schema's defaults filled in. Pure functions:
+no I/O, no torch, so a dry run stays fast and the tests need no workflow.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+from ddpscale.spiral import split_sizes
+from ddpscale.topology import Topology
+
+DEFAULT_CONFIG = "config/config.yaml"
+SPIRAL_MODULE = "ddpscale.spiral_datamodule.SpiralDataModule"
+JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
+              "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def key_name(path) -> str:
+    """['dataset', 'split', 0] -> 'dataset.split[0]'; [] -> 'the config'."""
+    name = ""
+    for part in path:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "the config"
+
+
+def shown(value) -> str:
+    """A value as the user wrote it in YAML, with what YAML made of it when that surprises."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (true/false)"
+    if isinstance(value, str):
+        return f"'{value}' (text, in quotes)"
+    return repr(value)
+
+
+# Lightning's legacy spellings (lightning_fabric/plugins/precision/precision.py): nearest by
+# letters, "bf16" would be "bf16-true", which is not what Lightning makes of it.
+ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}}
+
+
+def closest(word, choices, key: str = "") -> str:
+    alias = ALIASES.get(key, {}).get(str(word).lower())
+    if alias:
+        return f"; did you mean '{alias}'?"
+    match = difflib.get_close_matches(str(word).lower(), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _type_problem(key: str, value, expected) -> str:
+    wanted = [expected] if isinstance(expected, str) else list(expected)
+    names = " or ".join(JSON_TYPES.get(t, t) for t in wanted)
+    fix = f"give {names}"
+    if isinstance(value, str) and {"integer", "number"} & set(wanted):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            text = value.strip()
+            fix = f"write {text} without quotes" if "integer" not in wanted or number.is_integer() else fix
+    elif isinstance(value, str) and "array" in wanted:
+        parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+        fix = "write a list in brackets, e.g. [" + ", ".join(f'"{p}"' for p in parts) + "]"
+    elif value is None and "object" in wanted:
+        fix = f"give its keys indented below it, or remove the '{key.rpartition('.')[2]}:' line for the defaults"
+    elif isinstance(value, bool) and "string" in wanted:
+        fix = "quote the value, or use one of the allowed words"
+    elif isinstance(value, (int, float)) and "string" in wanted:
+        alias = ALIASES.get(key, {}).get(str(value))
+        fix = f"write '{alias}'" if alias else f"write it in quotes: \"{value}\""
+    return f"{key} is {shown(value)} but must be {names}; {fix}"
+
+
+def schema_error_message(error, where: str) -> str:
+    """One jsonschema ValidationError as one line: where, key, what is wrong, how to fix it."""
+    key = key_name(error.absolute_path)
+    value, rule, limit = error.instance, error.validator, error.validator_value
+    about = error.schema.get("description")
+    if rule == "additionalProperties":
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(k for k in value if k not in known)
+        section = "at the top level" if key == "the config" else f"in {key}"
+        hints = [closest(k, known) for k in unknown]
+        fix = hints[0] if len(unknown) == 1 and hints[0] else f"; the keys allowed there are {', '.join(known)}"
+        return f"{where}: unknown key {', '.join(repr(k) for k in unknown)} {section}{fix} (a misspelt key is never ignored)"
+    if rule == "type":
+        text = _type_problem(key, value, limit)
+    elif rule == "enum":
+        choices = ", ".join(str(c) for c in limit)
+        text = f"{key} is {shown(value)} but must be one of: {choices}{closest(value, limit, key)}"
+        if isinstance(value, bool):
+            text += " (YAML reads yes/no/true/false as true/false: quote the word)"
+    elif rule in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        bound = {"minimum": "at least", "exclusiveMinimum": "greater than",
+                 "maximum": "at most", "exclusiveMaximum": "less than"}[rule]
+        text = f"{key} is {value!r}; it must be {bound} {limit}"
+        if rule == "maximum" and limit == 1 and isinstance(value, (int, float)) and 1 < value <= 100:
+            text += f" (a fraction: {value}% is {value / 100:g})"
+    elif rule == "pattern" and key.startswith("topologies["):
+        text = (f"{key} is '{value}', which is not a topology; write NODESxDEVICES, e.g. '1x4' "
+                "for one node with 4 devices or '2x4' for two such nodes")
+    elif rule == "pattern":
+        text = f"{key} is '{value}', which does not have the form {limit}; fix it"
+    elif rule in ("minItems", "maxItems"):
+        bound = "at least" if rule == "minItems" else "at most"
+        text = f"{key} has {len(value)} entries but needs {bound} {limit}; fix the list"
+    else:
+        text = f"{key}: {error.message}; fix it"
+    return f"{where}: {text}" + (f" ({key}: {about.strip()})" if about and rule != "type" else "")
+
+
+def schema_problems(config: dict, schema: dict, where: str = DEFAULT_CONFIG) -> list[str]:
+    """Every violation of the schema, one line each, outermost key first."""
+    errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    # A value of the wrong type fails its enum or bounds too: the type says it best, once.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    return [schema_error_message(e, where) for e in errors
+            if e.validator == "type" or tuple(e.absolute_path) not in mistyped]
+
+
+def epoch_problems(config: dict, where: str) -> list[str]:
+    warmup, epochs = config["warmup_epochs"], config["max_epochs"]
+    if warmup < epochs:
+        return []
+    return [f"{where}: warmup_epochs is {warmup} but max_epochs is {epochs}, so no steady epoch is left "
+            f"to measure throughput and every run would report none; set warmup_epochs below max_epochs "
+            f"(e.g. warmup_epochs: {max(1, epochs - 1) if epochs > 1 else 1}) or raise max_epochs above {warmup}"]
+
+
+def loader_problems(config: dict, where: str) -> list[str]:
+    """DataLoader knobs that only work together; PyTorch would refuse them inside every rank."""
+    loader, data_args = config["dataloader"], config["data"]["init_args"]
+    workers = loader["num_workers"]
+    problems = []
+    if loader["persistent_workers"] and workers == 0:
+        problems.append(f"{where}: dataloader.persistent_workers is true but dataloader.num_workers is 0, so "
+                        "there are no workers to keep; set num_workers above 0 or persistent_workers: false")
+    if loader["prefetch_factor"] is not None and workers == 0:
+        problems.append(f"{where}: dataloader.prefetch_factor is {loader['prefetch_factor']} but "
+                        "dataloader.num_workers is 0, so no worker loads ahead; set num_workers above 0 "
+                        "or prefetch_factor: null")
+    if data_args.get("resident") is True and workers > 0:
+        problems.append(f"{where}: dataloader.num_workers is {workers} but data.init_args.resident is true, "
+                        "which slices batches in the training process without a DataLoader; set "
+                        "dataloader.num_workers: 0 or data.init_args.resident: false")
+    return problems
+
+
+def global_batch(config: dict, topo: Topology) -> int:
+    size = config["batch"]["size"]
+    return size if config["batch"]["scaling"] == "strong" else size * topo.world_size
+
+
+def dataset_problems(config: dict, topologies: list[Topology], where: str) -> list[str]:
+    """A generated dataset must sum its split to 1 and hold a batch of every topology."""
+    dataset = config["dataset"]
+    if dataset["generator"] == "none":
+        if config["data"]["class_path"] == SPIRAL_MODULE:
+            return [f"{where}: dataset.generator is none, but data.class_path {SPIRAL_MODULE} reads the "
+                    "generated spiral dataset; set dataset.generator: spiral, or name your own data module "
+                    "in data.class_path"]
+        return []  # the module brings its own data: a data_file in its init_args is its own argument
+    problems = []
+    if "data_file" in config["data"]["init_args"]:
+        problems.append(f"{where}: data.init_args.data_file is set, but the workflow passes the generated "
+                        "dataset's file itself; remove data.init_args.data_file (or set dataset.generator: "
+                        "none to bring your own data)")
+    split = dataset["split"]
+    if not math.isclose(sum(split), 1.0, abs_tol=1e-6):
+        problems.append(f"{where}: dataset.split {split} sums to {sum(split):g}, not 1; give train, validation "
+                        "and test fractions that add up to 1, e.g. [0.7, 0.15, 0.15]")
+        return problems
+    sizes = split_sizes(dataset["samples"], split)
+    largest = max(topologies, key=lambda t: (global_batch(config, t), t.world_size))
+    need = {"train": global_batch(config, largest), "val": largest.world_size, "test": largest.world_size}
+    short = [name for name in ("train", "val", "test") if sizes[name] < need[name]]
+    if short:
+        name = short[0]
+        enough = next(n for n in range(dataset["samples"], 10**9)
+                      if all(split_sizes(n, split)[k] >= need[k] for k in need))
+        what = (f"one global batch of {need['train']} on '{largest.name}' (batch.size {config['batch']['size']}, "
+                f"{config['batch']['scaling']} scaling)" if name == "train"
+                else f"one sample per device of '{largest.name}' ({need[name]})")
+        problems.append(f"{where}: dataset.samples {dataset['samples']} gives {sizes[name]} {name} samples, "
+                        f"fewer than {what}; raise dataset.samples to at least {enough} or lower batch.size")
+    return problems
+
+
+def file_problems(config: dict, where: str, exists) -> list[str]:
+    """The files the user's data module reads must be there before any run starts."""
+    missing = [f for f in config["data"]["files"] if not exists(f)]
+    if not missing:
+        return []
+    return [f"{where}: data.files lists {', '.join(missing)}, which "
+            f"{'does' if len(missing) == 1 else 'do'} not exist (paths are relative to the directory "
+            "snakemake runs in); fix the path or create the file"]
+
+
+def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
+    """Checks across keys of a validated config (defaults filled), one line per problem."""
+    return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+
+
+def config_source(files, workdir) -> str:
+    """The config files, relative to the working directory where they lie in it.
+
+    Snakemake lists --configfile files before the workflow's own config/config.yaml, though
+    they override it: the default comes first here, as the user thinks of it.
+    """
+    names = []
+    for f in files:
+        path = Path(f)
+        try:
+            names.append(str(path.resolve().relative_to(Path(workdir).resolve())))
+        except ValueError:
+            names.append(str(path))
+    names = list(dict.fromkeys(names))
+    if DEFAULT_CONFIG in names:
+        names.remove(DEFAULT_CONFIG)
+        names.insert(0, DEFAULT_CONFIG)
+    return " + ".join(names) or DEFAULT_CONFIG

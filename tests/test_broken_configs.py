@@ -1,0 +1,136 @@
+"""A corpus of configs a user could really write wrong (tests/fixtures/broken_configs/).
+
+Each is refused by a dry run, started as README starts the workflow (the console script),
+in a workspace whose results are real and finished: one readable line that names the key and
+the fix, no traceback, no schema dump, no job planned, and not one byte or mtime of results/
+changed. `NAME.yaml` is applied on top of the workspace's valid config with --configfile, as a
+preset is; `NAME.full.yaml` replaces config/config.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SNAKEMAKE_CONSOLE, Workspace, tiny_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+CORPUS = ROOT / "tests/fixtures/broken_configs"
+
+# What each refusal must say: the key it names, and words of its fix.
+EXPECTED = {
+    "warmup_leaves_no_steady_epoch": ["warmup_epochs is 3 but max_epochs is 3", "set warmup_epochs below max_epochs"],
+    "misspelt_key.full": ["unknown key 'max_epoch'", "did you mean 'max_epochs'?"],
+    "misspelt_nested_key": ["unknown key 'scalling' in batch", "did you mean 'scaling'?"],
+    "number_in_quotes": ["batch.size is '64'", "write 64 without quotes"],
+    "topology_without_devices": ["topologies[1] is '2x'", "write NODESxDEVICES"],
+    "topology_zero_nodes": ["topologies[1]: '0x4' has 0 nodes", "nodes must be an integer >= 1"],
+    "topology_with_star": ["topologies[1] is '2*4'", "write NODESxDEVICES"],
+    "baseline_not_listed": ["baseline '1x4' is not among the topologies", "add it"],
+    "duplicate_topology": ["topologies[2]: '1x2' is listed twice"],
+    "strong_batch_not_divisible": ["global batch 64 over 3 devices", "choose a batch.size divisible by every world size"],
+    "accumulate_zero": ["accumulate_grad_batches is 0", "must be at least 1"],
+    "precision_misspelt": ["precision is 'bf16-mix'", "did you mean 'bf16-mixed'?"],
+    "precision_as_number": ["precision is 16", "write '16-mixed'"],
+    "data_file_missing": ["data.files lists data/points.csv, which does not exist", "fix the path"],
+    "no_dataset_for_spiral_module": ["dataset.generator is none, but data.class_path", "name your own data module"],
+    "topology_beyond_the_node": ["'1x16' asks for 16 devices per node", "site_gpus_per_node", "e.g. '2x8'"],
+    "compile_unknown_mode": ["compile is 'inductor'", "one of: none, default, reduce-overhead, max-autotune"],
+    "compile_as_boolean": ["compile is true", "quote the value"],
+    "split_not_summing_to_one": ["dataset.split [0.8, 0.15, 0.15] sums to 1.1", "add up to 1"],
+    "negative_noise": ["dataset.noise is -0.2", "must be at least 0"],
+    "too_few_samples": ["dataset.samples 60 gives 42 train samples", "raise dataset.samples to at least 91"],
+    "negative_tolerance": ["accuracy.tolerance is -0.02", "must be at least 0"],
+    "efficiency_threshold_percent": ["report.efficiency_threshold is 80", "at most 1", "80% is 0.8"],
+    "compare_with_missing_file": ["report.compare_with is 'old/scaling.tsv', which is not a file", "set it to null"],
+    "class_path_without_module": ["model.class_path: 'SpiralMLP' is not an import path", "package.module.ClassName"],
+    "module_not_importable": ["model.class_path: module 'mymodel.net'", "fix the path"],
+    "data_file_set_by_hand": ["data.init_args.data_file is set", "remove data.init_args.data_file"],
+    "persistent_workers_without_workers": ["dataloader.persistent_workers is true but dataloader.num_workers is 0",
+                                           "persistent_workers: false"],
+    "prefetch_without_workers": ["dataloader.prefetch_factor is 4 but dataloader.num_workers is 0", "prefetch_factor: null"],
+    "workers_with_resident_data": ["dataloader.num_workers is 2 but data.init_args.resident is true",
+                                   "dataloader.num_workers: 0"],
+    "repeats_zero": ["repeats is 0", "must be at least 1"],
+    "topologies_as_text": ["topologies is '1x1, 1x2, 2x1'", 'write a list in brackets, e.g. ["1x1", "1x2", "2x1"]'],
+    "empty_section": ["dataset is empty (null)", "remove the 'dataset:' line"],
+    "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu"],
+    "scaling_capitalised": ["batch.scaling is 'Weak'", "did you mean 'weak'?"],
+}
+
+
+def corpus() -> list[str]:
+    return sorted(path.name.removesuffix(".yaml") for path in CORPUS.glob("*.yaml"))
+
+
+def test_corpus_is_complete():
+    assert len(corpus()) >= 20
+    assert sorted(EXPECTED) == corpus()
+    for name in corpus():
+        first = (CORPUS / f"{name}.yaml").read_text().splitlines()[0]
+        assert first.startswith("# meant: "), f"{name}: the first line says what the user meant"
+
+
+def console(workspace: Workspace, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", *args], cwd=workspace.path,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A workspace whose data and baseline run finished for real, and its results' bytes and mtimes."""
+    workspace = Workspace(tmp_path_factory.mktemp("broken") / "ws")
+    workspace.write_config(tiny_config())
+    result = console(workspace, "baseline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert workspace.metrics("1x1").exists()
+    return workspace, snapshot(workspace.path / "results")
+
+
+def test_the_workspace_config_itself_plans_jobs(finished):
+    workspace, _ = finished
+    result = console(workspace, "--dry-run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rule train" in result.stdout  # the refusals below are the corpus's doing
+
+
+def refusal(workspace: Workspace, name: str) -> subprocess.CompletedProcess:
+    fixture = CORPUS / f"{name}.yaml"
+    if name.endswith(".full"):
+        config = workspace.path / "config/config.yaml"
+        kept = config.read_bytes()
+        shutil.copy(fixture, config)
+        try:
+            return console(workspace, "--dry-run")
+        finally:
+            config.write_bytes(kept)
+    shutil.copy(fixture, workspace.path / "broken.yaml")
+    return console(workspace, "--dry-run", "--configfile", "broken.yaml")
+
+
+@pytest.mark.parametrize("name", corpus())
+def test_broken_config_is_refused_in_one_line_before_any_job(finished, name):
+    workspace, before = finished
+    result = refusal(workspace, name)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"{name} was accepted:\n{output[-2000:]}"
+    assert "Traceback" not in output and "Failed validating" not in output and "On instance" not in output
+    assert "rule train" not in output and "Job stats" not in output, "a job was planned"
+    lines = result.stdout.splitlines()  # Snakemake logs its errors on stdout
+    header = next(i for i, line in enumerate(lines) if line.startswith("WorkflowError"))
+    # after the header, one line of message and then Snakemake's location lines ("  File ...")
+    message = [line for line in lines[header + 1:] if not line.startswith("  File ")]
+    assert len(message) == 1, f"{name}: expected one line of message, got:\n" + "\n".join(message)
+    for words in EXPECTED[name]:
+        assert words in message[0], f"{name}: {words!r} not in {message[0]!r}"
+    assert snapshot(workspace.path / "results") == before, "the refusal touched results/"

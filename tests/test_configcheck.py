@@ -1,0 +1,208 @@
+"""ddpscale.configcheck: each config problem as one line naming the key and the fix."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from conftest import ROOT
+from ddpscale.configcheck import (
+    config_source, dataset_problems, epoch_problems, file_problems, key_name, loader_problems, schema_problems,
+    setting_problems,
+)
+from ddpscale.spiral import split_sizes
+from ddpscale.topology import Topology, parse_topology
+
+SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"
+SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
+SHIPPED = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+
+
+def shipped(**changes) -> dict:
+    config = copy.deepcopy(SHIPPED)
+    config.update(changes)
+    return config
+
+
+def validated(config: dict) -> dict:
+    validate(config, str(SCHEMA_PATH))  # fills the defaults, as common.smk does
+    return config
+
+
+def topologies(config: dict) -> list[Topology]:
+    return [parse_topology(t) for t in config["topologies"]]
+
+
+def with_preset(name: str) -> dict:
+    """config.yaml with a preset on top, merged as Snakemake merges --configfile (common.smk's rule
+    for init_args: a section that names its class brings only its own)."""
+    config = copy.deepcopy(SHIPPED)
+    preset = yaml.safe_load((ROOT / "config" / name).read_text())
+
+    def merge(into, new):
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+    merge(config, preset)
+    for section in ("model", "data"):
+        if "class_path" in preset.get(section, {}):
+            config[section]["init_args"] = preset[section].get("init_args", {})
+    return config
+
+
+def test_key_names_read_as_in_yaml():
+    assert key_name(["dataset", "split", 0]) == "dataset.split[0]"
+    assert key_name(["topologies", 2]) == "topologies[2]"
+    assert key_name([]) == "the config"
+
+
+@pytest.mark.parametrize("preset", ["config.yaml", "transformer.yaml", "transformer_tiny.yaml", "compute_bound.yaml"])
+def test_shipped_configs_have_no_problem(preset):
+    config = with_preset(preset)
+    assert schema_problems(config, SCHEMA) == []
+    assert setting_problems(validated(config), topologies(config)) == []
+
+
+def test_unknown_key_names_the_closest_known_one():
+    config = shipped(max_epoch=3)
+    del config["max_epochs"]
+    assert schema_problems(config, SCHEMA, "my.yaml") == [
+        "my.yaml: unknown key 'max_epoch' at the top level; did you mean 'max_epochs'? (a misspelt key is never ignored)"
+    ]
+
+
+def test_unknown_key_with_no_close_match_lists_the_allowed_ones():
+    [message] = schema_problems(shipped(accuracy={"metric": "test_acc", "shoe": 1}), SCHEMA)
+    assert "unknown key 'shoe' in accuracy; the keys allowed there are metric, tolerance" in message
+
+
+def test_number_in_quotes_says_to_drop_them():
+    [message] = schema_problems(shipped(max_epochs="5"), SCHEMA)
+    assert "max_epochs is '5' (text, in quotes) but must be a whole number; write 5 without quotes" in message
+
+
+def test_a_fraction_where_a_whole_number_goes_is_not_told_to_lose_its_quotes():
+    [message] = schema_problems(shipped(repeats="2.5"), SCHEMA)
+    assert "without quotes" not in message and "repeats is '2.5'" in message
+
+
+def test_boolean_where_a_word_goes_is_one_message():
+    # YAML reads `compile: true` as a boolean: the type and the enum both fail; say it once
+    [message] = schema_problems(shipped(compile=True), SCHEMA)
+    assert "compile is true (true/false) but must be text; quote the value" in message
+
+
+def test_enum_suggests_the_closest_value_only_when_close():
+    [close] = schema_problems(shipped(precision="bf16"), SCHEMA)
+    assert "did you mean 'bf16-mixed'?" in close
+    [far] = schema_problems(shipped(accelerator="cuda"), SCHEMA)
+    assert "must be one of: auto, cpu, gpu" in far and "did you mean" not in far
+
+
+def test_lightning_legacy_precision_is_answered_with_its_full_name():
+    [number] = schema_problems(shipped(precision=16), SCHEMA)
+    assert "precision is 16 but must be text; write '16-mixed'" in number
+
+
+def test_threshold_given_in_percent_is_read_back_as_a_fraction():
+    [message] = schema_problems(shipped(report={"efficiency_threshold": 80}), SCHEMA)
+    assert "report.efficiency_threshold is 80; it must be at most 1 (a fraction: 80% is 0.8)" in message
+
+
+def test_topology_pattern_says_how_to_write_one():
+    [message] = schema_problems(shipped(topologies=["1x1", "2x"]), SCHEMA)
+    assert "topologies[1] is '2x', which is not a topology; write NODESxDEVICES" in message
+
+
+def test_several_problems_are_one_line_each():
+    problems = schema_problems(shipped(repeats=0, seed="x", batch={"size": "64"}), SCHEMA)
+    assert len(problems) == 3 and all("\n" not in p for p in problems)
+    assert [p.split(": ")[1].split(" ")[0] for p in problems] == ["batch.size", "repeats", "seed"]
+
+
+def test_null_section_says_to_give_keys_or_drop_the_line():
+    [message] = schema_problems(shipped(dataset=None), SCHEMA)
+    assert "dataset is empty (null)" in message and "remove the 'dataset:' line" in message
+
+
+def test_warmup_must_leave_a_steady_epoch():
+    assert epoch_problems({"warmup_epochs": 1, "max_epochs": 2}, "c") == []
+    [message] = epoch_problems({"warmup_epochs": 4, "max_epochs": 3}, "c")
+    assert message.startswith("c: warmup_epochs is 4 but max_epochs is 3, so no steady epoch")
+    assert "warmup_epochs: 2" in message
+
+
+@pytest.mark.parametrize("loader, init_args, expected", [
+    ({"persistent_workers": True}, {}, "dataloader.persistent_workers is true but dataloader.num_workers is 0"),
+    ({"prefetch_factor": 2}, {}, "dataloader.prefetch_factor is 2 but dataloader.num_workers is 0"),
+    ({"num_workers": 2}, {"resident": True}, "dataloader.num_workers is 2 but data.init_args.resident is true"),
+])
+def test_loader_knobs_that_need_each_other(loader, init_args, expected):
+    config = validated(shipped(dataloader=loader, data={"class_path": "x.Y", "init_args": init_args}))
+    [message] = loader_problems(config, "c")
+    assert expected in message
+
+
+def test_loader_knobs_that_fit_together():
+    config = validated(shipped(dataloader={"num_workers": 2, "persistent_workers": True, "prefetch_factor": 4},
+                               data={"class_path": "x.Y", "init_args": {"resident": False}}))
+    assert loader_problems(config, "c") == []
+
+
+def test_split_must_sum_to_one():
+    config = validated(shipped(dataset={"split": [0.5, 0.2, 0.2]}))
+    [message] = dataset_problems(config, topologies(config), "c")
+    assert "dataset.split [0.5, 0.2, 0.2] sums to 0.9, not 1" in message
+
+
+def test_dataset_must_hold_a_global_batch_of_the_largest_topology():
+    config = validated(shipped(topologies=["1x1", "2x2"], batch={"scaling": "weak", "size": 32},
+                               dataset={"samples": 150}))
+    [message] = dataset_problems(config, topologies(config), "c")
+    assert "105 train samples, fewer than one global batch of 128 on '2x2'" in message
+    enough = int(message.split("at least ")[1].split(" ")[0])
+    assert split_sizes(enough, [0.7, 0.15, 0.15])["train"] >= 128 > split_sizes(enough - 1, [0.7, 0.15, 0.15])["train"]
+    config["dataset"]["samples"] = enough
+    assert dataset_problems(config, topologies(config), "c") == []
+
+
+def test_validation_split_needs_a_sample_per_device():
+    config = validated(shipped(topologies=["1x1", "2x4"], batch={"scaling": "strong", "size": 8},
+                               dataset={"samples": 20, "split": [0.9, 0.05, 0.05]}))
+    [message] = dataset_problems(config, topologies(config), "c")
+    assert "gives 1 val samples, fewer than one sample per device of '2x4' (8)" in message
+
+
+def test_data_file_is_the_workflows_only_when_it_generates_the_data():
+    init_args = {"data_file": "mine.npz"}
+    generated = validated(shipped(data={"class_path": "x.Y", "init_args": init_args}))
+    [message] = dataset_problems(generated, topologies(generated), "c")
+    assert "remove data.init_args.data_file" in message
+    own = validated(shipped(dataset={"generator": "none"}, data={"class_path": "x.Y", "init_args": init_args}))
+    assert dataset_problems(own, topologies(own), "c") == []
+
+
+def test_the_spiral_module_needs_the_generated_dataset():
+    config = validated(shipped(dataset={"generator": "none"}))
+    [message] = dataset_problems(config, topologies(config), "c")
+    assert "dataset.generator is none, but data.class_path ddpscale.spiral_datamodule.SpiralDataModule" in message
+
+
+def test_data_files_must_exist_before_any_run():
+    config = validated(shipped(data={"class_path": "x.Y", "files": ["a.csv", "b.csv", "c.csv"]}))
+    assert file_problems(config, "c", lambda path: path == "b.csv") == [
+        "c: data.files lists a.csv, c.csv, which do not exist (paths are relative to the directory snakemake "
+        "runs in); fix the path or create the file"
+    ]
+    assert file_problems(config, "c", lambda path: True) == []
+
+
+def test_config_source_names_the_default_first_and_relative(tmp_path):
+    files = [tmp_path / "presets/fast.yaml", tmp_path / "config/config.yaml"]
+    assert config_source(files, tmp_path) == "config/config.yaml + presets/fast.yaml"
+    assert config_source([tmp_path / "config/config.yaml"], tmp_path) == "config/config.yaml"
