@@ -18,6 +18,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from ddpscale import compiling, flops, gpufacts, plugins, runinfo
 from ddpscale.checkpoint import epoch_checkpoint
 from ddpscale.io import write_json_atomic
+from ddpscale.placement_check import PlacementCheck
 from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
 from ddpscale.topology import Topology
@@ -86,7 +87,9 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
-    trainer = build_trainer(args, [metrics, epoch_checkpoint(args.ckpt_dir)])
+    # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
+    placed = PlacementCheck(args.accelerator, args.devices)
+    trainer = build_trainer(args, [metrics, epoch_checkpoint(args.ckpt_dir), placed])
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
 
     if trainer.global_rank == 0:
@@ -115,6 +118,7 @@ def main(argv=None) -> int:
         # of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s
         record.update(gpu)
+        record.update(placed.summary())
         record["compile"] = args.compile
         if args.compile != "none":
             record.update(compiling.stats())

@@ -9,11 +9,12 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from ddpscale.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.topology import parse_topology
 
-from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, profile_site
+from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_site
 
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
@@ -22,7 +23,8 @@ def dry_run(profile, topologies, *extra):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
     # (tests/test_hostdevices.py covers its GPU plans).
-    cmd = [*SNAKEMAKE, "--profile", f"profiles/{profile}", "-n", "-p",
+    folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
+    cmd = [*SNAKEMAKE, "--profile", folder, "-n", "-p",
            "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1"]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
@@ -115,3 +117,23 @@ def test_zero_nodes_stops_the_dry_run():
 def test_command_line_set_resources_keeps_the_slurm_site():
     rc, output = dry_run("raven", ["1x1", "2x4"], "--set-resources", "train:runtime=240")
     assert rc != 0 or train_jobs(output)["2x4"][0]["mpi"] == "srun"
+
+
+@pytest.mark.parametrize("profile", ["gilbreth", "raven", "slurm"])
+def test_cluster_profiles_query_status_with_sacct(profile):
+    """Plugin 2.8.0 reads a job that has left squeue (MinJobAge after its end) as still running
+    (__init__.py: no status -> yielded as active), and a literal UNKNOWN as success; sacct keeps
+    every job's final state. Only the throwaway cluster (no slurmdbd) keeps squeue."""
+    assert load_profile(profile)["slurm-status-command"] == "sacct"
+
+
+@pytest.mark.parametrize("rule", ["train", "probe"])
+def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
+    """A profile's own slurm_extra would replace the per-topology one (--ntasks-per-node, --signal)."""
+    profile = load_profile("raven")
+    profile["set-resources"].setdefault(rule, {})["slurm_extra"] = "--qos=high"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(tmp_path), ["1x1", "2x4"])
+    assert rc != 0
+    assert f"profile set-resources {rule}: slurm_extra would replace the flags ddpscale sets" in output
+    assert "site_slurm_extra" in output and "rule train:" not in output

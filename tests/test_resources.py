@@ -49,9 +49,11 @@ EXPECTED = {
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_exact_resources(profile, topology):
     nodes, tasks, gres, cpus, mem_mb, mpi = EXPECTED[profile][topology]
+    # the cluster profiles pin tasks per node and ask for USR1 120 s before the limit
+    extra = "" if profile == "local" else f"--ntasks-per-node={tasks // nodes} --signal=USR1@120"
     assert slurm_resources(parse_topology(topology), profile_site(profile)) == {
         "nodes": nodes, "tasks": tasks, "tasks_per_gpu": 0, "gres": gres,
-        "cpus_per_task": cpus, "mem_mb": mem_mb, "mpi": mpi,
+        "cpus_per_task": cpus, "mem_mb": mem_mb, "mpi": mpi, "slurm_extra": extra,
     }
 
 
@@ -90,10 +92,15 @@ def test_plugin_constraints(profile, topology):
         assert "srun" not in launch_prefix(topo, site, "python")
 
 
+PORT = 'MASTER_PORT="$(/v/bin/python scripts/master_port.py)"'
+
+
 def test_launch_prefix_srun():
+    """The batch step picks rank 0's port and drops an inherited MASTER_ADDR (sbatch --export=ALL)."""
     site = profile_site("raven")
     assert launch_prefix(parse_topology("2x4"), site, "/v/bin/python") == (
-        "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=18 --kill-on-bad-exit=1 /v/bin/python"
+        f"env -u MASTER_ADDR {PORT} srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=18 "
+        "--kill-on-bad-exit=1 /v/bin/python"
     )
     assert launch_prefix(parse_topology("1x1"), site, "/v/bin/python") == "/v/bin/python"
 
@@ -102,7 +109,8 @@ def test_launch_prefix_exports_site_env():
     site = profile_site("gilbreth")
     env = "env NCCL_DEBUG=WARN NCCL_IB_DISABLE=0 NCCL_SOCKET_IFNAME=ib0 NCCL_NET_GDR_LEVEL=5 NCCL_IB_HCA=mlx5_0"
     assert launch_prefix(parse_topology("4x1"), site, "py") == (
-        f"{env} srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 py"
+        f"env -u MASTER_ADDR {env[4:]} MASTER_PORT=\"$(py scripts/master_port.py)\" srun --nodes=4 "
+        "--ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 py"
     )
     assert launch_prefix(parse_topology("1x1"), site, "py") == f"{env} py"
 
@@ -162,3 +170,85 @@ def test_boolean_site_value_is_rejected(key):
 def test_empty_launcher_is_rejected(launcher):
     with pytest.raises(SiteError, match="site_launcher"):
         site_from_resources({"site_launcher": launcher, "site_gpus_per_node": 4})
+
+
+# --- slurm_extra: tasks per node, warning signal, exclusive nodes (issue 11, items 6 and 9) ---
+
+def test_allocation_pins_tasks_per_node():
+    """--nodes=2 --ntasks=8 alone lets SLURM place 7 + 1 ranks; the step needs 4 + 4."""
+    site = profile_site("gilbreth")
+    for name in TOPOLOGIES:
+        topo = parse_topology(name)
+        extra = slurm_resources(topo, site)["slurm_extra"].split()
+        assert f"--ntasks-per-node={topo.devices_per_node}" in extra
+        assert extra.count("--signal=USR1@120") == 1
+
+
+@pytest.mark.parametrize("facts, expected", [
+    ({"site_signal_s": 0}, "--ntasks-per-node=4"),
+    ({"site_signal_s": 300}, "--ntasks-per-node=4 --signal=USR1@300"),
+    ({"site_exclusive": True}, "--ntasks-per-node=4 --signal=USR1@120 --exclusive"),
+    ({"site_slurm_extra": " --gpu-bind=none "}, "--ntasks-per-node=4 --signal=USR1@120 --gpu-bind=none"),
+])
+def test_slurm_extra_from_site_facts(facts, expected):
+    site = site_from_resources({"site_launcher": "srun", "site_gpus_per_node": 4, **facts})
+    assert slurm_resources(parse_topology("2x4"), site)["slurm_extra"] == expected
+
+
+def test_exclusive_is_off_in_every_shipped_profile():
+    """Exclusive nodes cost queue time: a site opts in (site_exclusive), none does by default."""
+    for profile in PROFILES:
+        assert "--exclusive" not in slurm_resources(parse_topology("1x1"), profile_site(profile))["slurm_extra"]
+
+
+def test_local_site_has_no_slurm_extra():
+    site = site_from_resources({"site_launcher": "local", "site_exclusive": True})
+    assert slurm_resources(parse_topology("2x4"), site)["slurm_extra"] == ""
+
+
+def submitted(topology: str, site) -> str:
+    """The sbatch command plugin 2.8.0 builds for a training job with our resources."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    resources = Resources(slurm_resources(parse_topology(topology), site), runtime=60)
+    job = SimpleNamespace(resources=resources, threads=1)
+    validate_slurm_extra(job)  # the plugin refuses flags it sets itself
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": "c", "account": "", "partition": "",
+              "workdir": ""}
+    return get_submit_command(job, params)
+
+
+def test_plugin_submits_the_pinned_allocation():
+    sbatch = submitted("2x4", site_from_resources({"site_launcher": "srun", "site_gpus_per_node": 4,
+                                                    "site_exclusive": True}))
+    for flag in ("--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--signal=USR1@120", "--exclusive"):
+        assert f" {flag}" in sbatch, sbatch
+    assert "--ntasks-per-gpu" not in sbatch
+
+
+def test_profile_slurm_extra_is_refused_with_the_fix():
+    with pytest.raises(SiteError) as err:
+        site_from_resources({"site_launcher": "srun", "slurm_extra": "--qos=high"}, where="profiles/x")
+    assert str(err.value).startswith("profiles/x: slurm_extra would replace the flags ddpscale sets")
+    assert "site_slurm_extra" in str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("site_signal_s", -1), ("site_signal_s", "120"), ("site_signal_s", True),
+    ("site_exclusive", "yes"), ("site_exclusive", 1), ("site_slurm_extra", 5),
+])
+def test_bad_signal_exclusive_or_extra_is_rejected_naming_the_key(key, value):
+    with pytest.raises(SiteError, match=f"profiles/x: {key} must be"):
+        site_from_resources({"site_launcher": "srun", key: value}, where="profiles/x")
+
+
+def test_exclusive_as_snakemake_passes_it_on():
+    """Snakemake hands a profile's `site_exclusive: false` over as the text "False"."""
+    assert site_from_resources({"site_launcher": "srun", "site_exclusive": "False"}).exclusive is False
+    assert site_from_resources({"site_launcher": "srun", "site_exclusive": "True"}).exclusive is True

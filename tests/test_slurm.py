@@ -65,13 +65,14 @@ def slurm_workspace(workspace, **profile_changes):
     return workspace
 
 
-def run_slurm(workspace, *args, timeout: int = 420, during=None) -> tuple[int, str]:
+def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | None = None) -> tuple[int, str]:
     """Snakemake through the SLURM executor. On timeout it gets SIGINT, not SIGTERM: only
     SIGINT makes it scancel its jobs (SIGTERM leaves them running)."""
     log = workspace.path / f"snakemake-{time.monotonic_ns()}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/minicluster", *args],
-                                cwd=workspace.path, stdout=out, stderr=subprocess.STDOUT, text=True)
+                                cwd=workspace.path, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **(env or {})})
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
             if during is not None and during():
@@ -102,7 +103,10 @@ def training_processes(cwd: Path, topology: str) -> list[psutil.Process]:
 
 def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
     generic, test = load_profile("slurm"), load_profile("tests/slurm/profile")
-    site_keys = {"jobs", "latency-wait", "slurm-init-seconds-before-status-checks", "default-resources"}
+    # status: sacct needs slurmdbd, which the test cluster lacks (squeue there, sacct on sites)
+    site_keys = {"jobs", "latency-wait", "slurm-init-seconds-before-status-checks", "default-resources",
+                 "slurm-status-command"}
+    assert (generic["slurm-status-command"], test["slurm-status-command"]) == ("sacct", "squeue")
     assert {k: v for k, v in generic.items() if k not in site_keys | {"set-resources"}} == \
            {k: v for k, v in test.items() if k not in site_keys | {"set-resources"}}
     assert set(generic["set-resources"]) == set(test["set-resources"]) == {"train"}
@@ -266,3 +270,41 @@ def test_cluster_run_without_site_facts_is_refused_before_submission(slurm_clust
     assert code != 0
     assert "rule train has no site facts" in log and "repeat the profile's site_* entries" in log
     assert not SUBMITTED.findall(log)
+
+
+def job_fields(job_id: str) -> dict:
+    """`scontrol show job` as a dict (MinJobAge=600 keeps finished jobs there)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
+
+def test_allocation_pins_tasks_per_node_and_jobs_get_their_own_port(slurm_cluster, workspace):
+    """Items 6 and 8 of issue 11. The allocation carries --ntasks-per-node, not only --ntasks
+    (SLURM could place 7 + 1). sbatch exports the submitting shell's environment, so a
+    MASTER_PORT / MASTER_ADDR set there reached every job; here two 2-rank runs train at once
+    (1x1 and 1x2, two repeats: 6 of the cluster's 8 CPUs). All nodes of the test cluster are
+    processes on this one host, so any two jobs share its ports as two jobs on one node of a
+    real cluster do."""
+    slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2"], repeats=2, max_epochs=6))
+    inherited = {"MASTER_PORT": "29555", "MASTER_ADDR": "login-node.invalid"}
+    code, log = run_slurm(workspace, "scaling", env=inherited)
+    assert code == 0, log[-4000:]
+    runs = {(t, r): json.loads(workspace.metrics(t, r).read_text()) for t in ("1x1", "1x2") for r in (0, 1)}
+    for (topology, _), metrics in runs.items():
+        job = job_fields(metrics["slurm_job_id"])
+        nodes, per_node = topology.split("x")
+        assert job["NtasksPerN:B:S:C"].split(":")[0] == per_node, job
+        assert job["NumNodes"] == nodes
+        # every rank's place: on CPU, no GPU is used
+        places = metrics["placement"]
+        assert [p["rank"] for p in places] == list(range(int(per_node))) and metrics["gpu_per_rank"] is False
+        assert {p["device"] for p in places} == {"cpu"} and {p["gpu_uuid"] for p in places} == {None}
+    for r in (0, 1):
+        assert runs[("1x2", r)]["placement"][0]["master_addr"] != inherited["MASTER_ADDR"]
+    ports = [runs[("1x2", r)]["placement"][0]["master_port"] for r in (0, 1)]
+    assert inherited["MASTER_PORT"] not in ports and ports[0] != ports[1]
+    # the two 1x2 runs trained at the same time, so a shared port would have failed one
+    spans = [(job_fields(runs[("1x2", r)]["slurm_job_id"])["StartTime"],
+              job_fields(runs[("1x2", r)]["slurm_job_id"])["EndTime"]) for r in (0, 1)]
+    print(f"\n1x2 r0 and r1 ran {spans[0]} and {spans[1]} on ports {ports}")
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], "the two runs did not overlap"

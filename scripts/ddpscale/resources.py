@@ -28,15 +28,33 @@ class Site:
     cpus_per_gpu: int = 1  # CPUs for each rank (one rank per GPU)
     mem_mb_per_gpu: int = 2000  # host memory for each rank
     env: str = ""  # variables exported to every rank, e.g. NCCL settings: "NCCL_IB_DISABLE=0 ..."
+    # SLURM sends USR1 this many seconds before a training job's time limit, so the run can
+    # save a mid-epoch checkpoint and exit (its retry resumes); 0: no warning signal.
+    signal_s: int = 120
+    # Whole nodes for training jobs (--exclusive): no other job shares their PCIe or network,
+    # at the cost of queue time (every job holds whole nodes).
+    exclusive: bool = False
+    slurm_extra: str = ""  # further sbatch flags of training jobs, e.g. "--gpu-bind=none"
 
     @property
     def is_local(self) -> bool:
         return self.launcher == "local"
 
 
+def refuse_slurm_extra(resources: dict, where: str) -> None:
+    """A profile's own slurm_extra for train or probe would silently replace the per-topology one."""
+    if "slurm_extra" in resources:
+        raise SiteError(
+            f"{where}: slurm_extra would replace the flags ddpscale sets for each topology "
+            f"(--ntasks-per-node, --signal, --exclusive); put your own sbatch flags in "
+            f"site_slurm_extra of set-resources train instead"
+        )
+
+
 def site_from_resources(resources: dict, where: str = "profile set-resources train") -> Site:
     """Build a Site from the `site_*` entries of a profile's set-resources for rule train."""
     known = {f.name for f in fields(Site)}
+    refuse_slurm_extra(resources, where)
     values = {}
     for key, value in resources.items():
         if not key.startswith(SITE_PREFIX):
@@ -48,6 +66,9 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
                 + ", ".join(SITE_PREFIX + k for k in sorted(known))
             )
         values[name] = value
+    # Snakemake passes a profile's resources on as text: `site_exclusive: false` arrives as "False"
+    if isinstance(values.get("exclusive"), str) and values["exclusive"].lower() in ("true", "false"):
+        values["exclusive"] = values["exclusive"].lower() == "true"
     site = Site(**values)
     for name in ("cpus_per_gpu", "mem_mb_per_gpu", "gpus_per_node"):
         value = getattr(site, name)
@@ -56,6 +77,13 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
         # bool is an int in Python; `site_cpus_per_gpu: true` would become --cpus-per-task=True
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SiteError(f"{where}: {SITE_PREFIX}{name} must be an integer >= 1 (got {value!r})")
+    if isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int) or site.signal_s < 0:
+        raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer >= 0, seconds before the "
+                        f"time limit (0: no signal) (got {site.signal_s!r})")
+    if not isinstance(site.exclusive, bool):
+        raise SiteError(f"{where}: {SITE_PREFIX}exclusive must be true or false (got {site.exclusive!r})")
+    if not isinstance(site.slurm_extra, str):
+        raise SiteError(f"{where}: {SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {site.slurm_extra!r})")
     if not isinstance(site.launcher, str) or not site.launcher.strip():
         raise SiteError(f"{where}: {SITE_PREFIX}launcher must be 'local' or a launcher such as 'srun' (got {site.launcher!r})")
     return site
@@ -79,6 +107,7 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
     """
     gres = f"gpu:{site.gpu_type}:{topo.devices_per_node}" if site.gpu_type else f"gpu:{topo.devices_per_node}"
     return {
+        "slurm_extra": slurm_extra(topo, site),
         "nodes": topo.num_nodes,
         "tasks": topo.world_size,
         "tasks_per_gpu": 0,
@@ -88,6 +117,29 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
         "mem_mb": site.mem_mb_per_gpu * topo.devices_per_node,
         "mpi": site.launcher if cluster_launched(topo, site) else "",
     }
+
+
+def slurm_extra(topo: Topology, site: Site) -> str:
+    """The sbatch flags of one training job that the plugin has no resource for.
+
+    - --ntasks-per-node: the plugin asks for --nodes=M --ntasks=M*N only, and SLURM may then
+      place 7 + 1 tasks on nodes with room; the step (srun --ntasks-per-node=N) and Lightning
+      need N on every node. Plugin 2.8.0 appends slurm_extra to its own flags and refuses
+      only flags it sets itself (--ntasks, --nodes, ...; validation.py), not this one.
+    - --signal=USR1@s: SLURM signals the job's steps (the ranks) s seconds before the limit.
+    - --exclusive: whole nodes (site_exclusive).
+    A local site has no scheduler: nothing.
+    """
+    if site.is_local:
+        return ""
+    flags = [f"--ntasks-per-node={topo.devices_per_node}"]
+    if site.signal_s:
+        flags.append(f"--signal=USR1@{site.signal_s}")
+    if site.exclusive:
+        flags.append("--exclusive")
+    if site.slurm_extra.strip():
+        flags.append(site.slurm_extra.strip())
+    return " ".join(flags)
 
 
 def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | None = None) -> str:
@@ -120,8 +172,14 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
             f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
             f"--procs-per-node {topo.devices_per_node} {gpus}-- {shlex.quote(python)}"
         )
+    # sbatch exports the submitting shell's environment (--export=ALL), so a MASTER_ADDR or
+    # MASTER_PORT set there would reach every job, and Lightning's default port (the job id's
+    # last 4 digits) is shared by jobs 10000 apart. The batch step runs on the first node, where
+    # rank 0 listens: it picks a port free there (scripts/master_port.py) and srun passes it on.
+    port = f'MASTER_PORT="$({shlex.quote(python)} scripts/master_port.py)"'
     return (
-        f"{env}{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
+        f"env -u MASTER_ADDR {' '.join(variables + [port])} "
+        f"{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
         f"--cpus-per-task={site.cpus_per_gpu} --kill-on-bad-exit=1 {shlex.quote(python)}"
     )
 
