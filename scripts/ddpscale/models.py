@@ -19,6 +19,7 @@ class SpiralMLP(pl.LightningModule):
         layers.append(nn.Linear(width, num_classes))
         self.net = nn.Sequential(*layers)
         self.loss = nn.CrossEntropyLoss()
+        self._sums: dict[str, torch.Tensor] = {}  # per split: loss sum, correct, samples
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -31,16 +32,35 @@ class SpiralMLP(pl.LightningModule):
     def _evaluate(self, batch, prefix: str) -> None:
         x, y = batch
         logits = self(x)
-        acc = (logits.argmax(dim=1) == y).float().mean()
-        # sync_dist: every rank reports the same, all-shard value
-        self.log(f"{prefix}_loss", self.loss(logits, y), sync_dist=True)
-        self.log(f"{prefix}_acc", acc, sync_dist=True)
+        sums = torch.stack([self.loss(logits, y).double() * len(y), (logits.argmax(dim=1) == y).sum().double(),
+                            torch.tensor(len(y), dtype=torch.float64, device=logits.device)])
+        self._sums[prefix] = sums + self._sums[prefix] if prefix in self._sums else sums
+
+    def _log_means(self, prefix: str) -> None:
+        """Loss and accuracy over every sample of every rank, each once.
+
+        Ranks evaluate unpadded shards that may differ by a sample (ddpscale.samplecount), and
+        Lightning 2.6's sync_dist mean divides its integer batch-size sum by the world size
+        (truncating), so the sums are all-reduced here instead, once per epoch."""
+        sums = self._sums.pop(prefix, None)
+        if sums is None:  # a rank without a batch still joins the all-reduce
+            sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        # the same value on every rank already: no sync_dist
+        self.log(f"{prefix}_loss", (sums[0] / sums[2]).float())
+        self.log(f"{prefix}_acc", (sums[1] / sums[2]).float())
 
     def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val")
 
     def test_step(self, batch, batch_idx):
         self._evaluate(batch, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_means("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_means("test")
 
     def flops_per_sample(self) -> int:
         """Analytic training FLOPs per sample (matrix multiplies, 2 per multiply-add): forward

@@ -27,12 +27,13 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def shard_indices(n: int, rank: int, world: int, order: torch.Tensor | None = None) -> torch.Tensor:
-    """This rank's indices of n samples in the given order (DistributedSampler's padding rule)."""
+def shard_indices(n: int, rank: int, world: int, order: torch.Tensor | None = None, pad: bool = True) -> torch.Tensor:
+    """This rank's indices of n samples in the given order (DistributedSampler's padding rule;
+    pad=False: no repeats, ranks may differ by one sample, for evaluation: ddpscale.samplecount)."""
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is outside a world of {world}")
     order = torch.arange(n) if order is None else order
-    total = math.ceil(n / world) * world
+    total = math.ceil(n / world) * world if pad else n
     if total > n:
         order = torch.cat([order, order[: total - n]])
     return order[rank:total:world]
@@ -40,7 +41,8 @@ def shard_indices(n: int, rank: int, world: int, order: torch.Tensor | None = No
 
 class ResidentBatches:
     def __init__(self, tensors: tuple[torch.Tensor, ...], batch_size: int, shuffle: bool,
-                 seed: int = 0, device: torch.device | str | None = None, drop_last: bool = False):
+                 seed: int = 0, device: torch.device | str | None = None, drop_last: bool = False,
+                 pad: bool = True):
         if not tensors or any(len(t) != len(tensors[0]) for t in tensors):
             raise ValueError("resident batches need tensors of equal length")
         if batch_size < 1:
@@ -49,6 +51,7 @@ class ResidentBatches:
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         # drop_last: no partial last batch, so a compiled step sees one shape (no recompile)
         self.drop_last = drop_last
+        self.pad = pad  # False for validation and test: each sample once (ddpscale.samplecount)
         self.epoch = 0
         self.rank, self.world = rank_and_world()
         # Lightning reads these DataLoader attributes: set_epoch is called on `sampler`, and
@@ -64,10 +67,11 @@ class ResidentBatches:
         if self.shuffle:
             # the same permutation on every rank, as DistributedSampler draws it
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        return shard_indices(n, self.rank, self.world, order).to(self.tensors[0].device)
+        return shard_indices(n, self.rank, self.world, order, self.pad).to(self.tensors[0].device)
 
     def __len__(self) -> int:
-        per_rank = math.ceil(len(self.tensors[0]) / self.world)
+        n = len(self.tensors[0])
+        per_rank = math.ceil(n / self.world) if self.pad else len(range(self.rank, n, self.world))
         return per_rank // self.batch_size if self.drop_last else math.ceil(per_rank / self.batch_size)
 
     def __iter__(self):
@@ -83,7 +87,8 @@ def check_no_workers(resident: bool, num_workers: int) -> None:
                          "DataLoader workers; set dataloader.num_workers: 0 or data.init_args.resident: false")
 
 
-def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_last: bool = False) -> ResidentBatches:
+def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_last: bool = False,
+                 pad: bool = True) -> ResidentBatches:
     """A TensorDataset's tensors as resident batches, on the trainer's device when the data
     module is attached to one (outside a Trainer, e.g. in the probe, they stay where they are).
 
@@ -91,4 +96,4 @@ def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_las
     pl.seed_everything, else 0. It must be the same on every rank, or the shards overlap."""
     device = trainer.strategy.root_device if trainer is not None else None
     return ResidentBatches(dataset.tensors, batch_size, shuffle, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),
-                           device=device, drop_last=drop_last)
+                           device=device, drop_last=drop_last, pad=pad)

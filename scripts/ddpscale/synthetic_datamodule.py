@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale import resident as resident_batches
+from ddpscale.samplecount import evaluation_sampler
 
 
 class SyntheticDataModule(pl.LightningDataModule):
@@ -36,11 +37,14 @@ class SyntheticDataModule(pl.LightningDataModule):
 
     def _loader(self, name: str, shuffle: bool):
         drop_last = self.drop_last and name == "train"
+        # validation and test: each sample once, not DistributedSampler's padded shards
+        evaluating = name != "train"
         if self.resident:
             return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer,
-                                                 drop_last=drop_last)
+                                                 drop_last=drop_last, pad=not evaluating)
+        sampler = evaluation_sampler(self.splits[name]) if evaluating else None
         return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
-                          num_workers=self.num_workers)
+                          sampler=sampler, num_workers=self.num_workers)
 
     def train_dataloader(self):
         return self._loader("train", shuffle=True)

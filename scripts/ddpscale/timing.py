@@ -15,6 +15,8 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from ddpscale import samplecount
+
 
 class NonFiniteLossError(RuntimeError):
     pass
@@ -53,6 +55,7 @@ class ScalingMetrics(pl.Callback):
     def _reset_epoch(self) -> None:
         self._t0 = self._t_train = None
         self._count = 0
+        self._shard = None
         self._loss_sum = None
         self._epoch_open = False
 
@@ -100,12 +103,14 @@ class ScalingMetrics(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
+        # a padded shard's repeats are not counted (ddpscale.samplecount)
+        self._shard = samplecount.shard_of(trainer.train_dataloader)
         _sync(pl_module.device)
         self._t0 = time.perf_counter()
         self._epoch_open = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._count += batch_len(batch)
+        self._count = samplecount.counted(self._count + batch_len(batch), self._shard)
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
             # summed on the device; checked once per epoch, so no host sync per step
@@ -135,7 +140,9 @@ class ScalingMetrics(pl.Callback):
         self._end_training_phase(pl_module)
         elapsed = time.perf_counter() - self._t0
         loss_sum = self._loss_sum if self._loss_sum is not None else torch.zeros((), device=pl_module.device)
-        totals = torch.stack([torch.tensor(float(self._count), device=pl_module.device), loss_sum])
+        # float64: a float32 count is inexact above 2^24 samples; float64 holds 2^53
+        totals = torch.stack([torch.tensor(self._count, dtype=torch.float64, device=pl_module.device),
+                              loss_sum.double()])
         # one all-reduce per epoch: exact sample count, and every rank sees a NaN on any rank
         totals = trainer.strategy.reduce(totals, reduce_op="sum")
         if not torch.isfinite(totals[1]):

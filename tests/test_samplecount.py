@@ -1,0 +1,148 @@
+"""Every sample counted once (ddpscale.samplecount, timing, the built-in data modules): training
+throughput leaves out DistributedSampler's padding repeats, evaluation sees each sample once,
+and the epoch's sample count stays exact above 2^24."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from ddpscale import samplecount
+from ddpscale.models import SpiralMLP
+from ddpscale.resident import ResidentBatches, shard_indices
+from ddpscale.spiral import split_sizes, write_dataset
+from ddpscale.timing import ScalingMetrics
+
+from conftest import ROOT, launched
+
+
+# -- pure -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,world", [(10, 3), (11, 3), (12, 3), (7, 2), (2, 3), (1201, 4)])
+def test_counted_samples_are_the_dataset_once_for_every_padding(n, world):
+    """Against torch's own DistributedSampler: what each rank really reads, counted, is n."""
+    dataset = TensorDataset(torch.arange(n))
+    total, seen = 0, []
+    for rank in range(world):
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
+        shard = samplecount.shard_of(DataLoader(dataset, sampler=sampler))
+        indices = list(sampler)
+        total += samplecount.counted(len(indices), shard)
+        seen += indices[: samplecount.counted(len(indices), shard)]
+        # the resident batches shard the same way
+        assert shard_indices(n, rank, world).tolist() == indices
+    assert total == n and sorted(seen) == list(range(n))
+
+
+def test_a_shard_cut_short_counts_what_it_read():
+    # drop_last of the last partial batch: the repeat sits in the dropped part
+    assert samplecount.counted(8, (31, 2, 3)) == 8
+    assert samplecount.counted(11, (31, 2, 3)) == 10
+
+
+def test_nothing_is_padded_on_one_rank_or_with_drop_last_or_unpadded():
+    dataset = TensorDataset(torch.arange(10))
+    assert samplecount.shard_of(DataLoader(dataset)) is None
+    sampler = DistributedSampler(dataset, num_replicas=3, rank=2, drop_last=True)
+    assert samplecount.shard_of(DataLoader(dataset, sampler=sampler)) is None
+    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+    unpadded = UnrepeatedDistributedSampler(dataset, num_replicas=3, rank=2)
+    assert samplecount.shard_of(DataLoader(dataset, sampler=unpadded)) is None
+    assert samplecount.shard_of(ResidentBatches((torch.arange(10),), 4, False)) is None  # one rank
+
+
+def test_unpadded_resident_evaluation_reads_each_sample_once():
+    n, world = 11, 3
+    seen = []
+    for rank in range(world):
+        batches = ResidentBatches((torch.arange(n),), 2, False, pad=False)
+        batches.rank, batches.world = rank, world
+        got = [int(i) for (b,) in batches for i in b]
+        assert len(batches) == -(-len(got) // 2)
+        seen += got
+    assert sorted(seen) == list(range(n))
+
+
+def test_an_epoch_count_above_2_24_stays_exact():
+    """The per-epoch count goes through the strategy's all-reduce as float64, not float32."""
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    metrics = ScalingMetrics(warmup_epochs=0)
+    model = SpiralMLP()
+    count = 2**24 + 1  # float32 rounds it to 2^24
+    metrics.on_train_epoch_start(trainer, model)
+    metrics._count = count
+    metrics._close_epoch(trainer, model)
+    assert metrics.samples == [count]
+    assert float(torch.tensor(float(count))) != count, "float32 would have lost it"
+
+
+# -- real DDP training on CPU -----------------------------------------------------------------
+
+SPLIT = [0.7, 0.15, 0.15]
+
+
+@pytest.fixture(scope="module")
+def odd_data(tmp_path_factory) -> tuple[str, dict]:
+    """Splits that three ranks cannot divide: DistributedSampler pads each with 2 repeats."""
+    folder = tmp_path_factory.mktemp("odd")
+    samples = 1008
+    sizes = split_sizes(samples, SPLIT)
+    assert all(size % 3 == 1 for size in sizes.values()), sizes
+    write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), samples, 0.2, 7, SPLIT)
+    return str(folder / "data.npz"), sizes
+
+
+def train(tmp_path: Path, data_file: str, devices: int, data_args: str) -> dict:
+    # lr 0: the weights stay those seed 0 gives SpiralMLP, so this test can rebuild them
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
+               "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
+               "--scaling", "weak", "--batch-size", "16", "--seed", "0",
+               "--model-class", "ddpscale.models.SpiralMLP", "--model-args", '{"lr": 0.0}',
+               "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+               "--data-args", data_args,
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    result = subprocess.run(launched(command, 1, devices), capture_output=True, text=True, timeout=200, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "metrics.json").read_text())
+
+
+def one_process_accuracy(data_file: str, split: str) -> float:
+    """The accuracy of the run's weights, every sample once, in this one process."""
+    pl.seed_everything(0, verbose=False)
+    model = SpiralMLP(lr=0.0).eval()
+    arrays = np.load(data_file)
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(arrays[f"x_{split}"])).argmax(dim=1)
+    return (predicted == torch.from_numpy(arrays[f"y_{split}"])).double().mean().item()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("data_args", ["{}", '{"resident": true}'])
+def test_three_ranks_count_every_sample_once(tmp_path, odd_data, data_args):
+    data_file, sizes = odd_data
+    expected = {split: one_process_accuracy(data_file, split) for split in ("val", "test")}
+    started = time.perf_counter()
+    single = train(tmp_path / "1x1", data_file, 1, data_args)
+    three = train(tmp_path / "1x3", data_file, 3, data_args)
+    print(f"1x1 and 1x3 trained in {time.perf_counter() - started:.1f} s")
+    # the rebuilt weights are the run's: the one-process run agrees with them
+    assert single["test_acc"] == pytest.approx(expected["test"], abs=1e-6)
+    assert three["world_size"] == 3
+    for run in (single, three):
+        assert run["steady_samples"] == 2 * sizes["train"]  # two epochs, no repeat counted
+        assert run["throughput_samples_s"] == pytest.approx(run["steady_samples"] / run["steady_time_s"])
+    # 1x3 pads test and val by 2 repeats each; each sample once gives the one-process accuracy
+    assert three["test_acc"] == pytest.approx(expected["test"], abs=1e-6)
+    assert three["val_acc"] == pytest.approx(expected["val"], abs=1e-6)
