@@ -59,7 +59,7 @@ EXPECTED = {
     "repeats_zero": ["repeats is 0", "must be at least 1"],
     "topologies_as_text": ["topologies is '1x1, 1x2, 2x1'", 'write a list in brackets, e.g. ["1x1", "1x2", "2x1"]'],
     "empty_section": ["dataset is empty (null)", "remove the 'dataset:' line"],
-    "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu"],
+    "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu", "did you mean 'gpu'?"],
     "scaling_capitalised": ["batch.scaling is 'Weak'", "did you mean 'weak'?"],
 }
 

@@ -100,8 +100,10 @@ def test_boolean_where_a_word_goes_is_one_message():
 def test_enum_suggests_the_closest_value_only_when_close():
     [close] = schema_problems(shipped(precision="bf16"), SCHEMA)
     assert "did you mean 'bf16-mixed'?" in close
-    [far] = schema_problems(shipped(accelerator="cuda"), SCHEMA)
+    [far] = schema_problems(shipped(accelerator="nvidia"), SCHEMA)
     assert "must be one of: auto, cpu, gpu" in far and "did you mean" not in far
+    [cuda] = schema_problems(shipped(accelerator="cuda"), SCHEMA)
+    assert "did you mean 'gpu'?" in cuda  # not 'cpu', nearest by letters
 
 
 def test_lightning_legacy_precision_is_answered_with_its_full_name():

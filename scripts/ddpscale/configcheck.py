@@ -43,9 +43,11 @@ def shown(value) -> str:
     return repr(value)
 
 
-# Lightning's legacy spellings (lightning_fabric/plugins/precision/precision.py): nearest by
-# letters, "bf16" would be "bf16-true", which is not what Lightning makes of it.
-ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}}
+# Words whose nearest match by letters would mislead: Lightning's legacy precision spellings
+# (lightning_fabric/plugins/precision/precision.py; by letters "bf16" is nearest "bf16-true",
+# not the "bf16-mixed" Lightning makes of it), and CUDA for the GPU accelerator.
+ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"},
+           "accelerator": {"cuda": "gpu"}}
 
 
 def closest(word, choices, key: str = "") -> str:
