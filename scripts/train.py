@@ -73,12 +73,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     topo = Topology(args.nodes, args.devices)
     settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt")}
-    done = runinfo.finished_record(args.ckpt_dir, settings, args.attempt, is_first_rank())
-    if done is not None:
-        if is_first_rank():
-            print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
-            write_json_atomic(args.metrics, done)
-        return 0
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()
@@ -90,6 +84,15 @@ def main(argv=None) -> int:
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placed = PlacementCheck(args.accelerator, args.devices)
     trainer = build_trainer(args, [metrics, epoch_checkpoint(args.ckpt_dir), placed])
+    # the checkpoint and the finished record belong to this data, code and versions only
+    identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
+    settings = {**settings, "identity": identity}
+    done = runinfo.finished_record(args.ckpt_dir, settings, args.attempt, is_first_rank())
+    if done is not None:
+        if is_first_rank():
+            print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
+            write_json_atomic(args.metrics, done)
+        return 0
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
 
     if trainer.global_rank == 0:
@@ -120,6 +123,7 @@ def main(argv=None) -> int:
         record.update(gpu)
         record.update(placed.summary())
         record["compile"] = args.compile
+        record["identity"] = identity
         if args.compile != "none":
             record.update(compiling.stats())
         record.update(count_flops(args, model, datamodule))

@@ -11,6 +11,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from ddpscale import identity
+
 SCHEMA_VERSION = 1
 
 # Keys the report reads. Accuracy metrics are deliberately not listed: a user
@@ -188,6 +190,38 @@ def check_device_kinds(runs: pd.DataFrame) -> None:
                      f"the workflow again")
 
 
+def _run_labels(runs: pd.DataFrame) -> list[str]:
+    return [f"{t}/r{r}" for t, r in zip(runs["topology"], runs["repeat"])]
+
+
+def check_identities(runs: pd.DataFrame) -> None:
+    """Runs made from other data, settings, code or versions are not comparable: refuse.
+
+    A run written before identities were recorded is unknown: alone it is allowed (see
+    identity_note), beside known ones it cannot be checked, so it is refused too.
+    """
+    records = dict(zip(_run_labels(runs), _column(runs, "identity")))
+    unknown = [label for label, rec in records.items() if not isinstance(rec, dict)]
+    fix = ("rerun them so every run matches, e.g. `snakemake --profile <profile> --forcerun train`, "
+           f"or delete the stale {RUNS_DIR}/<topology>/r<k>/metrics.json and run the workflow again")
+    if unknown and len(unknown) < len(records):
+        raise ValueError(f"run(s) {', '.join(unknown)} record no identity (written before ddpscale "
+                         "recorded the data, code and versions of a run), so the report cannot check "
+                         f"that they match the others; {fix}")
+    differing = identity.differences(records)
+    if differing:
+        raise ValueError(f"the runs differ in {'; '.join(differing)}, and the report never mixes "
+                         f"runs of different data, settings, code or versions; {fix}")
+
+
+def identity_note(runs: pd.DataFrame) -> str | None:
+    """Said in the report when no run records its identity (older metrics files)."""
+    if any(isinstance(rec, dict) for rec in _column(runs, "identity")):
+        return None
+    return ("identity unknown: these metrics files predate ddpscale's record of each run's data "
+            "checksum, code and versions, so the report could not check that every run used the same")
+
+
 def t975(dof: int) -> float:
     """Student's t 97.5% quantile, rounded down to the nearest tabulated dof (conservative)."""
     below = [d for d in _T975 if d <= dof]
@@ -225,6 +259,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
             f"choose one the runs log, e.g. val_acc or test_acc")
     check_world_sizes(runs)
     check_device_kinds(runs)
+    check_identities(runs)
     if baseline not in set(runs["topology"]):
         raise ValueError(
             f"baseline '{baseline}' has no finished run; add it to topologies "

@@ -13,6 +13,9 @@ import os
 from ddpscale import compiling, plugins
 from ddpscale.topology import Topology, batch_per_device
 
+# Flags that change how a run fails, not what it measures: left out of its identity, so
+# changing them does not start a run over.
+NOT_IDENTITY = ("collective_timeout_s",)
 DEFAULT_LOADER = '{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}'
 
 
@@ -36,6 +39,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-class", required=True)
     p.add_argument("--data-args", default="{}", help="JSON init arguments")
     p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
+    p.add_argument("--collective-timeout-s", type=float, default=300,
+                   help="seconds a collective waits for a dead or stuck rank before the job fails")
+    p.add_argument("--data-files", default="[]",
+                   help="JSON list: the files the data module reads (config data.files), checksummed "
+                        "into the run's identity")
 
 
 def topology(args) -> Topology:

@@ -8,17 +8,44 @@ import json
 import os
 import platform
 import socket
+import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
+from ddpscale import identity
 from ddpscale.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.io import write_json_atomic
 
 LAST = "last.ckpt"
 FINGERPRINT = "fingerprint.json"
 FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
+
+
+def run_identity(args, settings: dict, root_device: torch.device) -> dict:
+    """What this run's numbers depend on (ddpscale.identity), measured on this rank.
+
+    Called once the user's classes are imported (their modules are part of the code) and
+    before anything imports modules by topology, so every run of a config hashes the same set.
+    """
+    data = ([args.data_file] if args.data_file else []) + json.loads(args.data_files)
+    scripts = Path(__file__).resolve().parents[1]
+    user_modules = [path.rpartition(".")[0] for path in (args.model_class, args.data_class)]
+    code = identity.code_files(sys.modules, [scripts / "train.py", scripts / "launch_local.py"], user_modules)
+    return identity.identity(identity.data_checksums(data), settings, identity.code_hash(code),
+                             software_versions(root_device))
+
+
+def software_versions(root_device: torch.device) -> dict:
+    """torch and Lightning; CUDA and NCCL only where the run used them (None on CPU)."""
+    on_gpu = root_device.type == "cuda"
+    nccl = None
+    if on_gpu and torch.distributed.is_nccl_available():
+        found = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
+    return {"torch": torch.__version__, "lightning": pl.__version__,
+            "cuda": torch.version.cuda if on_gpu else None, "nccl": nccl}
 
 
 def fingerprint(settings: dict) -> str:
@@ -28,23 +55,75 @@ def fingerprint(settings: dict) -> str:
 def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None:
     """The checkpoint to resume from, or None to start fresh.
 
-    A checkpoint is only resumed if it was written by a run with the same settings; a stale
-    one (other epochs, batch, model...) is removed by rank 0 so a changed config starts over.
-    Every rank reaches the same answer: rank 0 deletes the checkpoint before it rewrites the
-    fingerprint, and a new checkpoint cannot appear before all ranks have started.
+    A checkpoint is only resumed if it was written by a run with the same settings and
+    identity (data checksum, training code, versions); a stale one is removed by rank 0 so a
+    changed config, dataset or code starts over. One that matches but cannot be loaded
+    (truncated, garbage) is set aside, or every rerun would crash in torch.load.
+    Every rank reaches the same answer without a process group: rank 0 deletes or renames
+    the checkpoint (atomic) before it rewrites the fingerprint, each rank checks a matching
+    file itself, and a new checkpoint cannot appear before all ranks have started.
     """
     ckpt_dir = Path(ckpt_dir)
     last, stamp = ckpt_dir / LAST, ckpt_dir / FINGERPRINT
     wanted = fingerprint(settings)
-    if last.exists() and stamp.exists() and json.loads(stamp.read_text()).get("fingerprint") == wanted:
-        return str(last)
+    recorded = _read_stamp(stamp)
+    if last.exists() and recorded.get("fingerprint") == wanted:
+        problem = unloadable(last)
+        if problem is None:
+            return str(last)
+        if is_rank_zero:
+            aside = last.with_name(LAST + ".unloadable")
+            os.replace(last, aside)
+            print(f"ddpscale: {last} cannot be loaded ({problem}); set aside as {aside.name}, "
+                  "starting this run fresh", flush=True)
+        return None
     if is_rank_zero:
         if last.exists():
-            print(f"ddpscale: {last} was written with other settings; starting this run fresh")
+            changed = ", ".join(k for k in changed_keys(recorded.get("settings"), settings)
+                                if not k.endswith("digest")) or "unknown"
+            print(f"ddpscale: {last} was written with other settings (changed: {changed}); "
+                  "starting this run fresh", flush=True)
             last.unlink()
         # atomic: the other ranks read this file while rank 0 writes it
         write_json_atomic(stamp, {"fingerprint": wanted, "settings": settings})
     return None
+
+
+def _read_stamp(stamp: Path) -> dict:
+    try:
+        recorded = json.loads(stamp.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def unloadable(path: Path) -> str | None:
+    """Why torch cannot load this checkpoint, or None.
+
+    Cheap for a checkpoint of gigabytes: mmap=True reads the zip directory and unpickles the
+    structure, but leaves the tensor bytes on disk until used.
+    """
+    try:
+        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - whatever torch raises, the file is unusable
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else 'no detail'}"
+    if not isinstance(saved, dict) or "state_dict" not in saved:
+        return "not a Lightning checkpoint"
+    return None
+
+
+def changed_keys(old, new, prefix: str = "") -> list[str]:
+    """Dotted names of the entries that differ between two settings dicts."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return [prefix] if old != new and prefix else []
+    out = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{prefix}{key}"
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+            out += changed_keys(old[key], new[key], name + ".")
+        elif old.get(key) != new.get(key):
+            out.append(name)
+    return out
 
 
 def finish(ckpt_dir: str, settings: dict, record: dict) -> None:

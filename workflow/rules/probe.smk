@@ -11,6 +11,8 @@ rule probe:
     params:
         launch=get_launch,
         flags=get_probe_flags,
+        # not on the command line: its change alone reruns the job (dataset settings, versions)
+        identity=get_run_identity,
     resources:
         **TOPOLOGY_RESOURCES,
         # never beside a training run on the local profile: both would measure a shared CPU

@@ -10,6 +10,8 @@ rule train:
     params:
         launch=get_launch,
         flags=get_train_flags,
+        # not on the command line: its change alone reruns the job (dataset settings, versions)
+        identity=get_run_identity,
     resources:
         **TOPOLOGY_RESOURCES,
         # a retry may find the run already finished (killed while exiting): see train.py
