@@ -40,6 +40,8 @@ EXPECTED = {
     "data_file_missing": ["data.files lists data/points.csv, which does not exist", "fix the path"],
     "no_dataset_for_spiral_module": ["dataset.generator is none, but data.class_path", "name your own data module"],
     "topology_beyond_the_node": ["'1x16' asks for 16 devices per node", "site_gpus_per_node", "e.g. '2x8'"],
+    "model_as_path": ["model is 'ddpscale.models.SpiralMLP'", "e.g. class_path: ddpscale.models.SpiralMLP"],
+    "init_args_as_list": ["model.init_args is [128, 64, 32] but must be a mapping of keys", "name: value lines indented below it"],
     "compile_unknown_mode": ["compile is 'inductor'", "one of: none, default, reduce-overhead, max-autotune"],
     "compile_as_boolean": ["compile is true", "quote the value"],
     "split_not_summing_to_one": ["dataset.split [0.8, 0.15, 0.15] sums to 1.1", "add up to 1"],

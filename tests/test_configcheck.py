@@ -10,7 +10,7 @@ from snakemake.utils import validate
 
 from conftest import ROOT
 from ddpscale.configcheck import (
-    config_source, dataset_problems, epoch_problems, file_problems, key_name, loader_problems, schema_problems,
+    config_source, dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
     setting_problems,
 )
 from ddpscale.spiral import split_sizes
@@ -171,6 +171,21 @@ def test_dataset_must_hold_a_global_batch_of_the_largest_topology():
     assert split_sizes(enough, [0.7, 0.15, 0.15])["train"] >= 128 > split_sizes(enough - 1, [0.7, 0.15, 0.15])["train"]
     config["dataset"]["samples"] = enough
     assert dataset_problems(config, topologies(config), "c") == []
+
+
+def test_fewest_samples_is_exact_and_gives_up_rather_than_hang():
+    split, need = [0.7, 0.15, 0.15], {"train": 128, "val": 4, "test": 4}
+    enough = fewest_samples(split, need)
+    assert split_sizes(enough, split)["train"] >= 128 > split_sizes(enough - 1, split)["train"]
+    # a validation fraction so small that no nearby size holds 8 samples: found far away, fast
+    far = fewest_samples([0.999998, 0.000001, 0.000001], {"train": 1, "val": 8, "test": 8})
+    assert far is not None and split_sizes(far, [0.999998, 0.000001, 0.000001])["val"] >= 8
+
+
+def test_a_section_given_as_one_value_is_shown_as_keys():
+    [message] = schema_problems(shipped(model="ddpscale.models.SpiralMLP"), SCHEMA)
+    assert "model is 'ddpscale.models.SpiralMLP' (text, in quotes) but must be a mapping of keys" in message
+    assert "give its keys (class_path, init_args) indented below it, e.g. class_path: ddpscale.models.SpiralMLP" in message
 
 
 def test_validation_split_needs_a_sample_per_device():

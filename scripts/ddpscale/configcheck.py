@@ -58,7 +58,7 @@ def closest(word, choices, key: str = "") -> str:
     return f"; did you mean '{match[0]}'?" if match else ""
 
 
-def _type_problem(key: str, value, expected) -> str:
+def _type_problem(key: str, value, expected, schema: dict) -> str:
     wanted = [expected] if isinstance(expected, str) else list(expected)
     names = " or ".join(JSON_TYPES.get(t, t) for t in wanted)
     fix = f"give {names}"
@@ -75,6 +75,12 @@ def _type_problem(key: str, value, expected) -> str:
         fix = "write a list in brackets, e.g. [" + ", ".join(f'"{p}"' for p in parts) + "]"
     elif value is None and "object" in wanted:
         fix = f"give its keys indented below it, or remove the '{key.rpartition('.')[2]}:' line for the defaults"
+    elif "object" in wanted and schema.get("properties"):
+        first = next(iter(schema["properties"]))
+        fix = (f"give its keys ({', '.join(schema['properties'])}) indented below it, "
+               f"e.g. {first}: {value}" if isinstance(value, str) else f"give its keys ({', '.join(schema['properties'])})")
+    elif "object" in wanted:
+        fix = "give it as name: value lines indented below it (each argument by its name)"
     elif isinstance(value, bool) and "string" in wanted:
         fix = "quote the value, or use one of the allowed words"
     elif isinstance(value, (int, float)) and "string" in wanted:
@@ -96,7 +102,7 @@ def schema_error_message(error, where: str) -> str:
         fix = hints[0] if len(unknown) == 1 and hints[0] else f"; the keys allowed there are {', '.join(known)}"
         return f"{where}: unknown key {', '.join(repr(k) for k in unknown)} {section}{fix} (a misspelt key is never ignored)"
     if rule == "type":
-        text = _type_problem(key, value, limit)
+        text = _type_problem(key, value, limit, error.schema)
     elif rule == "enum":
         choices = ", ".join(str(c) for c in limit)
         text = f"{key} is {shown(value)} but must be one of: {choices}{closest(value, limit, key)}"
@@ -163,6 +169,16 @@ def global_batch(config: dict, topo: Topology) -> int:
     return size if config["batch"]["scaling"] == "strong" else size * topo.world_size
 
 
+def fewest_samples(split: list[float], need: dict[str, int]) -> int | None:
+    """The smallest dataset.samples whose split holds `need` samples in each part, or None.
+
+    Rounding makes it a search; it starts just below the exact bound, so parsing stays instant.
+    """
+    start = max(1, max(math.floor(need[name] / fraction) for name, fraction in zip(("train", "val", "test"), split)) - 5)
+    return next((n for n in range(start, start + 1000)
+                 if all(split_sizes(n, split)[k] >= need[k] for k in need)), None)
+
+
 def dataset_problems(config: dict, topologies: list[Topology], where: str) -> list[str]:
     """A generated dataset must sum its split to 1 and hold a batch of every topology."""
     dataset = config["dataset"]
@@ -188,13 +204,13 @@ def dataset_problems(config: dict, topologies: list[Topology], where: str) -> li
     short = [name for name in ("train", "val", "test") if sizes[name] < need[name]]
     if short:
         name = short[0]
-        enough = next(n for n in range(dataset["samples"], 10**9)
-                      if all(split_sizes(n, split)[k] >= need[k] for k in need))
+        enough = fewest_samples(split, need)
         what = (f"one global batch of {need['train']} on '{largest.name}' (batch.size {config['batch']['size']}, "
                 f"{config['batch']['scaling']} scaling)" if name == "train"
                 else f"one sample per device of '{largest.name}' ({need[name]})")
         problems.append(f"{where}: dataset.samples {dataset['samples']} gives {sizes[name]} {name} samples, "
-                        f"fewer than {what}; raise dataset.samples to at least {enough} or lower batch.size")
+                        f"fewer than {what}; raise dataset.samples"
+                        + (f" to at least {enough}" if enough else "") + " or lower batch.size")
     return problems
 
 

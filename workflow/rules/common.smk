@@ -19,8 +19,10 @@ def own_init_args(config, overrides):
     """
     for section in ("model", "data"):
         override = overrides.get(section) or {}
-        if "class_path" in override and isinstance(config.get(section), dict):
-            config[section]["init_args"] = dict(override.get("init_args") or {})
+        if isinstance(override, dict) and "class_path" in override and isinstance(config.get(section), dict):
+            init_args = override.get("init_args") or {}
+            # anything but a mapping is left for the schema check to name
+            config[section]["init_args"] = dict(init_args) if isinstance(init_args, dict) else init_args
 
 
 # The importable code lives in scripts/ddpscale; only light modules are imported here so
