@@ -68,8 +68,13 @@ def test_identity_parts_and_code_files():
             "usermods.tiny": types.SimpleNamespace(__file__=str(ROOT / "tests/fixtures/usermods/tiny.py")),
             "numpy": types.SimpleNamespace(__file__="/elsewhere/numpy/__init__.py"),
             "builtin": types.SimpleNamespace()}
-    files = identity.code_files(fake, [ROOT / "scripts/train.py"], ["usermods.tiny"])
-    assert sorted(files) == ["ddpscale.timing", "scripts/train.py", "usermods.tiny"]
+    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/launch.py"],
+                                ["usermods.tiny"])
+    assert sorted(files) == ["ddpscale/launch.py", "ddpscale/timing.py", "train.py", "usermods.tiny"]
+    # a forked rank of the local launcher has ddpscale.launch loaded; the same set results
+    forked = {**fake, "ddpscale.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/launch.py"))}
+    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/launch.py"],
+                               ["usermods.tiny"]) == files
     record = identity.identity({"d.npz": "ab"}, {"topology": "1x2", "seed": 1, "data_file": "d.npz"},
                                identity.code_hash(files), {"torch": "2"})
     # only settings every run of a report shares; the topology differs by design
@@ -167,7 +172,7 @@ def test_unloadable_checkpoint_is_set_aside_and_the_run_starts_fresh(tmp_path, d
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 def test_metrics_record_the_identity_with_the_data_checksum(tmp_path, data_file):
     result = run([sys.executable, str(ROOT / "scripts/train.py"), *train_args(data_file, tmp_path)])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -178,6 +183,14 @@ def test_metrics_record_the_identity_with_the_data_checksum(tmp_path, data_file)
     assert record["versions"] == {"torch": torch.__version__, "lightning": __import__("pytorch_lightning").__version__,
                                   "cuda": None, "nccl": None}
     assert record["digest"] == identity.digest({k: v for k, v in record.items() if k != "digest"})
+
+    # a 2-rank run (forked by the local launcher) of the same config has the same identity
+    two = tmp_path / "two"
+    two.mkdir()
+    command = launched([sys.executable, str(ROOT / "scripts/train.py"), *train_args(data_file, two, 1, 2)], 1, 2)
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((two / "metrics.json").read_text())["identity"] == record
 
 
 # --- the workflow reruns what a change affects ----------------------------------------------------

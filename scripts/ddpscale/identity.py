@@ -44,19 +44,31 @@ def shared_settings(settings: Mapping) -> dict:
     return {k: v for k, v in settings.items() if k not in PER_RUN_SETTINGS}
 
 
-def code_files(loaded: Mapping[str, object], scripts: Iterable[Path], user_modules: Iterable[str]) -> dict[str, Path]:
+def code_files(loaded: Mapping[str, object], root: Path, always: Iterable[Path],
+               user_modules: Iterable[str]) -> dict[str, Path]:
     """The training path's source, named so the names do not depend on where the clone lives.
 
     loaded is sys.modules at a fixed point of train.py (after the user's classes are
-    imported, before anything depends on the topology): every ddpscale module training uses,
-    and the modules of the user's model and data classes.
+    imported): every ddpscale module training uses, and the modules of the user's model and
+    data classes. always: files on the training path whether or not this process imported
+    them (the local launcher's modules: its forked ranks have them loaded, a 1x1 run or an
+    srun rank has not), so every topology of one checkout hashes the same set. Files under
+    root (scripts/) are named by their path there, others by module name.
     """
-    files = {f"scripts/{Path(s).name}": Path(s) for s in scripts}
+    root = Path(root).resolve()
+
+    def label(path: Path, name: str) -> str:
+        try:
+            return str(path.resolve().relative_to(root))
+        except ValueError:
+            return name
+
+    files = {label(Path(p), Path(p).name): Path(p) for p in always}
     wanted = set(user_modules)
-    for name, module in loaded.items():
+    for name, module in list(loaded.items()):
         path = getattr(module, "__file__", None)
         if path and path.endswith(".py") and (name == PACKAGE or name.startswith(PACKAGE + ".") or name in wanted):
-            files[name] = Path(path)
+            files[label(Path(path), name)] = Path(path)
     return files
 
 

@@ -32,7 +32,8 @@ def run_identity(args, settings: dict, root_device: torch.device) -> dict:
     data = ([args.data_file] if args.data_file else []) + json.loads(args.data_files)
     scripts = Path(__file__).resolve().parents[1]
     user_modules = [path.rpartition(".")[0] for path in (args.model_class, args.data_class)]
-    code = identity.code_files(sys.modules, [scripts / "train.py", scripts / "launch_local.py"], user_modules)
+    launcher = [scripts / "launch_local.py", scripts / "ddpscale/launch.py"]
+    code = identity.code_files(sys.modules, scripts, [scripts / "train.py", *launcher], user_modules)
     return identity.identity(identity.data_checksums(data), settings, identity.code_hash(code),
                              software_versions(root_device))
 
