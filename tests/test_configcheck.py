@@ -83,7 +83,7 @@ def test_unknown_key_with_no_close_match_lists_the_allowed_ones():
 
 def test_number_in_quotes_says_to_drop_them():
     [message] = schema_problems(shipped(max_epochs="5"), SCHEMA)
-    assert "max_epochs is '5' (text, in quotes) but must be a whole number; write 5 without quotes" in message
+    assert "max_epochs is '5' (text) but must be a whole number; write 5 without quotes" in message
 
 
 def test_a_fraction_where_a_whole_number_goes_is_not_told_to_lose_its_quotes():
@@ -184,7 +184,7 @@ def test_fewest_samples_is_exact_and_gives_up_rather_than_hang():
 
 def test_a_section_given_as_one_value_is_shown_as_keys():
     [message] = schema_problems(shipped(model="ddpscale.models.SpiralMLP"), SCHEMA)
-    assert "model is 'ddpscale.models.SpiralMLP' (text, in quotes) but must be a mapping of keys" in message
+    assert "model is 'ddpscale.models.SpiralMLP' (text) but must be a mapping of keys" in message
     assert "give its keys (class_path, init_args) indented below it, e.g. class_path: ddpscale.models.SpiralMLP" in message
 
 
@@ -193,6 +193,7 @@ def test_validation_split_needs_a_sample_per_device():
                                dataset={"samples": 20, "split": [0.9, 0.05, 0.05]}))
     [message] = dataset_problems(config, topologies(config), "c")
     assert "gives 1 val samples, fewer than one sample per device of '2x4' (8)" in message
+    assert message.endswith("or give val a larger fraction in dataset.split")
 
 
 def test_data_file_is_the_workflows_only_when_it_generates_the_data():

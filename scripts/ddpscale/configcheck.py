@@ -1,7 +1,7 @@
 """Config checks made while the workflow is parsed: each problem is one line naming key and fix.
 
-Snakemake's own `validate` prints the whole schema and the whole config for one misspelt key
-(about 150 lines), so the schema is checked here first and each error rewritten as one line.
+Snakemake's own `validate` prints the schema and the config for one misspelt key (401 lines
+for a top-level key of config/config.yaml, with the message on line 4), so the schema is checked here first and each error rewritten as one line.
 The checks the schema cannot express (keys that depend on each other, a dataset too small for
 the batch) run on the validated config, with the schema's defaults filled in. Pure functions:
 no I/O, no torch, so a dry run stays fast and the tests need no workflow.
@@ -39,7 +39,7 @@ def shown(value) -> str:
     if isinstance(value, bool):
         return f"{str(value).lower()} (true/false)"
     if isinstance(value, str):
-        return f"'{value}' (text, in quotes)"
+        return f"'{value}'"
     return repr(value)
 
 
@@ -86,7 +86,7 @@ def _type_problem(key: str, value, expected, schema: dict) -> str:
     elif isinstance(value, (int, float)) and "string" in wanted:
         alias = ALIASES.get(key, {}).get(str(value))
         fix = f"write '{alias}'" if alias else f"write it in quotes: \"{value}\""
-    return f"{key} is {shown(value)} but must be {names}; {fix}"
+    return f"{key} is {shown(value)}{' (text)' if isinstance(value, str) else ''} but must be {names}; {fix}"
 
 
 def schema_error_message(error, where: str) -> str:
@@ -142,7 +142,7 @@ def epoch_problems(config: dict, where: str) -> list[str]:
         return []
     return [f"{where}: warmup_epochs is {warmup} but max_epochs is {epochs}, so no steady epoch is left "
             f"to measure throughput and every run would report none; set warmup_epochs below max_epochs "
-            f"(e.g. warmup_epochs: {max(1, epochs - 1) if epochs > 1 else 1}) or raise max_epochs above {warmup}"]
+            f"(e.g. warmup_epochs: {epochs - 1}) or raise max_epochs above {warmup}"]
 
 
 def loader_problems(config: dict, where: str) -> list[str]:
@@ -208,9 +208,10 @@ def dataset_problems(config: dict, topologies: list[Topology], where: str) -> li
         what = (f"one global batch of {need['train']} on '{largest.name}' (batch.size {config['batch']['size']}, "
                 f"{config['batch']['scaling']} scaling)" if name == "train"
                 else f"one sample per device of '{largest.name}' ({need[name]})")
+        other = "lower batch.size" if name == "train" else f"give {name} a larger fraction in dataset.split"
         problems.append(f"{where}: dataset.samples {dataset['samples']} gives {sizes[name]} {name} samples, "
                         f"fewer than {what}; raise dataset.samples"
-                        + (f" to at least {enough}" if enough else "") + " or lower batch.size")
+                        + (f" to at least {enough}" if enough else "") + f" or {other}")
     return problems
 
 
