@@ -46,14 +46,14 @@ def rank_info(cluster_env: str) -> dict:
             "addr": get("MASTER_ADDR", "127.0.0.1"), "port": int(get("MASTER_PORT", 0) or 0)}
 
 
-def start_group(info: dict, device: torch.device) -> str:
+def start_group(info: dict, device: torch.device, timeout_s: float) -> str:
     if info["world_size"] == 1:
         return "none"
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://{info['addr']}:{info['port']}",
-                            rank=info["rank"], world_size=info["world_size"], timeout=timedelta(minutes=10))
+                            rank=info["rank"], world_size=info["world_size"], timeout=timedelta(seconds=timeout_s))
     return backend
 
 
@@ -72,7 +72,7 @@ def probe(args) -> dict | None:
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     device = stepprobe.resolve_device(args.accelerator, info["local_rank"])
-    backend = start_group(info, device)
+    backend = start_group(info, device, args.collective_timeout_s)
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world != topo.world_size:
         raise WorldSizeError(f"the process group has {world} rank(s) but the topology asks for "

@@ -7,19 +7,24 @@ topology comes from explicit flags and is checked against the process group that
 import argparse
 import json
 import os
+import signal
 import sys
 import time
+from datetime import timedelta
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale import compiling, flops, gpufacts, plugins, runinfo
 from ddpscale.checkpoint import epoch_checkpoint
 from ddpscale.io import write_json_atomic
 from ddpscale.placement_check import PlacementCheck
-from ddpscale.runargs import add_run_args, build_modules, per_device_batch, set_threads
+from ddpscale.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
+from ddpscale.signals import GracefulStop, StopRequested, exit_code, stop_message
 from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
 from ddpscale.topology import Topology
 
@@ -42,7 +47,7 @@ def build_trainer(args, callbacks) -> pl.Trainer:
     return pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
         # one device trains as a user would without DDP; more devices use DDP
-        strategy="ddp" if topo.world_size > 1 else "auto",
+        strategy=DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s)) if topo.world_size > 1 else "auto",
         plugins=[env], precision=args.precision, max_epochs=args.max_epochs,
         accumulate_grad_batches=args.accumulate_grad_batches, callbacks=callbacks,
         logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -72,7 +77,7 @@ def is_first_rank() -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     topo = Topology(args.nodes, args.devices)
-    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt", *NOT_IDENTITY)}
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()
@@ -81,9 +86,11 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
+    # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
+    stop = GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=metrics.pause)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placed = PlacementCheck(args.accelerator, args.devices)
-    trainer = build_trainer(args, [metrics, epoch_checkpoint(args.ckpt_dir), placed])
+    trainer = build_trainer(args, [metrics, stop, epoch_checkpoint(args.ckpt_dir), placed])
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
     settings = {**settings, "identity": identity}
@@ -137,6 +144,12 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except StopRequested as stopped:
+        print(f"ddpscale train: {stopped}", file=sys.stderr, flush=True)
+        sys.exit(exit_code(stopped.signum))
+    except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
+        print(f"ddpscale train: {stop_message(signal.SIGTERM, None)}", file=sys.stderr, flush=True)
+        sys.exit(exit_code(signal.SIGTERM))
     except (plugins.PluginError, NonFiniteLossError, WorldSizeError, FileNotFoundError, ValueError) as err:
         print(f"ddpscale train: {err}", file=sys.stderr)
         sys.exit(3)

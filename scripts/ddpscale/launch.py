@@ -64,6 +64,22 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def describe_exit(rank: int, code: int) -> str:
+    """One line on how a rank ended, from its exit status (negative: the signal that killed it)."""
+    if code < 0:
+        return f"rank {rank} was killed by signal {-code} ({_signal_name(-code)})"
+    if code > 128 and _signal_name(code - 128):
+        return f"rank {rank} exited with code {code}: it stopped on {_signal_name(code - 128)}"
+    return f"rank {rank} exited with code {code}"
+
+
+def _signal_name(signum: int) -> str | None:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
+
+
 def parse_gpu_ids(text: str) -> list[str]:
     """'0,1' or 'GPU-ab..,GPU-cd..' -> the ids; an empty entry is an error."""
     ids = [entry.strip() for entry in text.split(",")]
@@ -90,24 +106,34 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
         procs = [subprocess.Popen(command, env=env, preexec_fn=_die_with_parent) for env in envs]
 
     def forward(signum, _frame):
+        print(f"ddpscale launch: received {_signal_name(signum)}; passing it to every rank",
+              file=sys.stderr, flush=True)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # SIGUSR1 is the time-limit warning a cluster profile asks for (ddpscale.signals)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, forward)
     failed = 0
     while any(proc.poll() is None for proc in procs):
         codes = [proc.poll() for proc in procs]
-        bad = [code for code in codes if code not in (None, 0)]
+        bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
         if bad:
-            # One rank died: the others would wait in their next collective forever.
-            failed = bad[0]
+            # One rank died: the others would wait in their next collective until its timeout.
+            rank, failed = bad[0]
+            print(f"ddpscale launch: {describe_exit(rank, failed)}; stopping the other ranks",
+                  file=sys.stderr, flush=True)
             _stop(procs)
             break
         time.sleep(poll_s)
     codes = [proc.wait() for proc in procs]
-    return failed or next((code for code in codes if code != 0), 0)
+    if failed:
+        return failed
+    rank, code = next(((rank, code) for rank, code in enumerate(codes) if code != 0), (0, 0))
+    if code:  # every rank ended before a poll saw one fail
+        print(f"ddpscale launch: {describe_exit(rank, code)}", file=sys.stderr, flush=True)
+    return code
 
 
 # Importing torch + Lightning costs ~5 s of CPU per process here; with 4 ranks on 2 cores

@@ -50,6 +50,11 @@ class ScalingMetrics(pl.Callback):
         self.attempts = 0
         self.resumed_from_epoch: int | None = None
         self.ranks: list[dict] = []
+        # the part of an unfinished epoch that an earlier attempt trained before it stopped on
+        # a signal (pause, ddpscale.signals): the resumed attempt adds it to the rest of that
+        # epoch, so the epoch counts once, whole, with the time it really took
+        self._partial: dict | None = None
+        self.resumed_mid_epoch = False
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
@@ -58,11 +63,13 @@ class ScalingMetrics(pl.Callback):
         self._shard = None
         self._loss_sum = None
         self._epoch_open = False
+        self._carry = None
 
     # -- checkpointed state -------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"epoch_times": self.epoch_times, "train_times": self.train_times,
-                "samples": self.samples, "attempts": self.attempts, "epoch_attempts": self.epoch_attempts}
+                "samples": self.samples, "attempts": self.attempts, "epoch_attempts": self.epoch_attempts,
+                "partial": self._partial}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch_times = list(state["epoch_times"])
@@ -71,6 +78,7 @@ class ScalingMetrics(pl.Callback):
         self.attempts = int(state["attempts"])
         # a checkpoint from before attempts were recorded per epoch: assume all in attempt 1
         self.epoch_attempts = list(state.get("epoch_attempts", [1] * len(self.epoch_times)))
+        self._partial = state.get("partial")
 
     # -- hooks ------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -100,6 +108,13 @@ class ScalingMetrics(pl.Callback):
         self.attempts += 1
         if trainer.current_epoch > 0:
             self.resumed_from_epoch = trainer.current_epoch
+        if self._partial is not None and self._partial["epoch"] == trainer.current_epoch:
+            # resumed mid-epoch: Lightning calls no on_train_epoch_start for this epoch
+            self.resumed_from_epoch = trainer.current_epoch
+            self.resumed_mid_epoch = True
+            self.on_train_epoch_start(trainer, pl_module)
+            self._carry = self._partial
+        self._partial = None
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
@@ -108,6 +123,17 @@ class ScalingMetrics(pl.Callback):
         _sync(pl_module.device)
         self._t0 = time.perf_counter()
         self._epoch_open = True
+
+    def pause(self, trainer, pl_module) -> None:
+        """Keep the open epoch's part so far for the checkpoint about to be written (a stop
+        on a signal, on every rank at the same training step, so the all-reduce matches)."""
+        _sync(pl_module.device)
+        elapsed = time.perf_counter() - self._t0
+        count = torch.tensor([self._count], dtype=torch.int64, device=pl_module.device)
+        count = trainer.strategy.reduce(count, reduce_op="sum")
+        carry = self._carry or {"samples": 0, "train_time_s": 0.0}
+        self._partial = {"epoch": trainer.current_epoch, "samples": carry["samples"] + int(count.item()),
+                         "train_time_s": carry["train_time_s"] + elapsed}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._count = samplecount.counted(self._count + batch_len(batch), self._shard)
@@ -154,6 +180,10 @@ class ScalingMetrics(pl.Callback):
         self.train_times.append(self._t_train)
         self.epoch_times.append(elapsed)
         self.epoch_attempts.append(self.attempts)
+        if self._carry is not None:  # what earlier attempts trained of this epoch
+            self.samples[-1] += self._carry["samples"]
+            self.train_times[-1] += self._carry["train_time_s"]
+            self.epoch_times[-1] += self._carry["train_time_s"]
         self._epoch_open = False
 
     # -- summary ----------------------------------------------------------------------
@@ -176,6 +206,7 @@ class ScalingMetrics(pl.Callback):
             "epoch_attempts": list(self.epoch_attempts),
             "attempts": self.attempts,
             "resumed_from_epoch": self.resumed_from_epoch,
+            "resumed_mid_epoch": self.resumed_mid_epoch,
         }
 
 

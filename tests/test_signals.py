@@ -1,0 +1,128 @@
+"""Signals, stops and hangs (issue 11, items 3-5): a terminated run exits non-zero and resumes
+mid-epoch with its time counted once; a dead or stuck rank ends its job within the collective
+timeout, and says which rank and how."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT, SNAKEMAKE_CONSOLE, launched, tiny_config
+from ddpscale.launch import describe_exit
+from ddpscale.signals import check_due, exit_code, stop_message
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+def test_a_stop_on_a_signal_exits_non_zero_with_the_shell_convention():
+    assert exit_code(signal.SIGTERM) == 143 and exit_code(signal.SIGUSR1) == 138
+
+
+def test_the_stop_message_says_what_happened_and_what_to_do():
+    line = stop_message(signal.SIGUSR1, "/ckpt/last.ckpt")
+    assert "SIGUSR1" in line and "/ckpt/last.ckpt" in line and "resumes" in line
+    assert "\n" not in line
+    assert "SIGTERM" in stop_message(signal.SIGTERM, None) and "resumes" in stop_message(signal.SIGTERM, None)
+
+
+def test_ranks_agree_every_k_steps_counted_alike_on_every_rank():
+    assert [s for s in range(1, 31) if check_due(s, 10)] == [10, 20, 30]
+
+
+def test_launcher_names_the_rank_and_how_it_ended():
+    assert describe_exit(1, -9) == "rank 1 was killed by signal 9 (SIGKILL)"
+    assert describe_exit(0, 143) == "rank 0 exited with code 143: it stopped on SIGTERM"
+    assert describe_exit(2, 3) == "rank 2 exited with code 3"
+
+
+# --- real runs ---------------------------------------------------------------------------------
+
+# 30 000 samples, 16 per step: an epoch of ~1300 steps (about 8 s here; one thread per rank,
+# as on a busy machine more threads than cores make each step many times slower), so a
+# signal sent a second after training starts lands mid-epoch.
+LONG_SAMPLES = 30000
+
+
+@pytest.fixture(scope="module")
+def long_data(tmp_path_factory) -> str:
+    from ddpscale.spiral import write_dataset
+
+    folder = tmp_path_factory.mktemp("long")
+    write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), LONG_SAMPLES, 0.2, 7, [0.7, 0.15, 0.15])
+    return str(folder / "data.npz")
+
+
+def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
+             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu", "--threads", "1",
+             "--max-epochs", "2", "--warmup-epochs", "0", "--scaling", "strong", "--batch-size", "16",
+             "--model-class", "ddpscale.models.SpiralMLP",
+             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
+    return launched(train, nodes, devices)
+
+
+def start_training(command: list[str], out: Path) -> subprocess.Popen:
+    """Start a run and return once it trains (rank 0's banner after the process group formed)."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=out.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while "ddpscale: world size" not in out.read_text() and time.monotonic() < deadline:
+        assert proc.poll() is None, out.read_text()[-3000:]
+        time.sleep(0.05)
+    assert "ddpscale: world size" in out.read_text(), "training never started"
+    return proc
+
+
+def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
+    """Rank -> process: the run itself (one rank) or the local launcher's children."""
+    parent = psutil.Process(proc.pid)
+    children = parent.children()
+    if not children:
+        return {0: parent}
+    # forked in rank order (ddpscale.launch), and a fork's /proc environ is its parent's
+    return dict(enumerate(sorted(children, key=lambda child: (child.create_time(), child.pid))))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nodes,devices,signum,to", [
+    (1, 1, signal.SIGTERM, "run"),  # as `kill` or a scheduler would
+    (1, 2, signal.SIGTERM, "run"),  # the launcher passes it on to every rank
+    (1, 2, signal.SIGUSR1, "rank 1"),  # one rank only: the others must still stop with it
+])
+def test_signal_stops_every_rank_at_one_step_and_the_rerun_resumes_mid_epoch(
+        tmp_path, long_data, nodes, devices, signum, to):
+    command = train_command(tmp_path, long_data, nodes, devices)
+    out = tmp_path / "first.log"
+    proc = start_training(command, out)
+    time.sleep(1.0)
+    target = psutil.Process(proc.pid) if to == "run" else ranks_of(proc)[1]
+    target.send_signal(signum)
+    code = proc.wait(120)
+    log = out.read_text()
+    assert code == 128 + signum, log[-3000:]
+    assert f"terminated by {signal.Signals(signum).name}" in log and "saved a checkpoint" in log
+    assert "Traceback" not in log
+    assert not (tmp_path / "metrics.json").exists()
+    assert (tmp_path / "ckpt/last.ckpt").exists() and not (tmp_path / "ckpt/last.ckpt.partial").exists()
+
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["attempts"] == 2 and metrics["resumed_mid_epoch"]
+    assert metrics["resumed_from_epoch"] == 0, "the signal landed in epoch 0; lengthen the epoch"
+    # epoch 0 ran in two processes and counts once, whole: its samples are a full epoch's
+    assert metrics["epochs_completed"] == 2 and metrics["epoch_attempts"] == [2, 2]
+    train_samples = int(LONG_SAMPLES * 0.7)
+    assert metrics["steady_samples"] == pytest.approx(2 * train_samples, abs=16 * devices * nodes)
+    # and its time is both parts: the time of attempt 1 is not lost from fit time
+    assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
+    steady_time = sum(metrics["train_times_s"])
+    assert metrics["throughput_samples_s"] == pytest.approx(metrics["steady_samples"] / steady_time, rel=1e-3)
