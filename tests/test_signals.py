@@ -126,3 +126,60 @@ def test_signal_stops_every_rank_at_one_step_and_the_rerun_resumes_mid_epoch(
     assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
     steady_time = sum(metrics["train_times_s"])
     assert metrics["throughput_samples_s"] == pytest.approx(metrics["steady_samples"] / steady_time, rel=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # the default collective timeout (30 min) would end it here
+def test_stuck_rank_ends_its_job_at_the_collective_timeout(tmp_path, long_data):
+    command = train_command(tmp_path, long_data, 1, 2, "--collective-timeout-s", "10")
+    out = tmp_path / "run.log"
+    proc = start_training(command, out)
+    time.sleep(1.0)
+    stuck = ranks_of(proc)[1]
+    stuck.send_signal(signal.SIGSTOP)
+    start = time.monotonic()
+    code = proc.wait(200)
+    print(f"\nSIGSTOPped rank: its job ended {time.monotonic() - start:.1f} s later (timeout 10 s)")
+    assert code != 0
+    assert not stuck.is_running() or stuck.status() == psutil.STATUS_ZOMBIE, "the stuck rank was left behind"
+    assert "ddpscale launch: rank 0 exited with code" in out.read_text()
+
+
+def launcher_of(cwd: Path, topology: str) -> psutil.Process | None:
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["cwd"] == str(cwd) and topology in cmdline and any(a.endswith("launch_local.py") for a in cmdline):
+            return proc
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_killed_rank_fails_its_job_naming_it_the_others_finish_and_a_rerun_resumes(workspace):
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=8)
+    config["dataset"]["samples"] = 6000
+    workspace.write_config(config)
+    proc = subprocess.Popen([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local"], cwd=workspace.path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = workspace.path / "results/checkpoints/1x2/r0/last.ckpt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert last.exists(), "no 1x2 checkpoint before the run ended"
+    launcher = launcher_of(workspace.path, "1x2")
+    assert launcher is not None
+    victim = sorted(launcher.children(), key=lambda child: (child.create_time(), child.pid))[1]
+    victim.send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    launcher.wait(120)
+    print(f"\nSIGKILLed rank: its local job failed {time.monotonic() - start:.1f} s later")
+    assert proc.wait(300) != 0
+    log = (workspace.path / "results/logs/train/1x2/r0.log").read_text()
+    assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL); stopping the other ranks" in log
+    assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"
+    assert not workspace.metrics("1x2").exists()
+
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    metrics = json.loads(workspace.metrics("1x2").read_text())
+    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == 8

@@ -121,7 +121,9 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
         bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
         if bad:
             # One rank died: the others would wait in their next collective until its timeout.
-            rank, failed = bad[0]
+            # A rank killed by a signal is the cause; a peer's error (its collective lost the
+            # connection) may reach the same poll first.
+            rank, failed = min(bad, key=lambda item: item[1] >= 0)
             print(f"ddpscale launch: {describe_exit(rank, failed)}; stopping the other ranks",
                   file=sys.stderr, flush=True)
             _stop(procs)
