@@ -29,7 +29,8 @@ def own_record(device: torch.device | None, place: dict) -> dict:
     cuda = device is not None and device.type == "cuda"
     return {
         **place,
-        "host": socket.gethostname(),
+        # slurmd names the node: nodes that share a machine (the test cluster) share its hostname
+        "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "gpus_visible": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "device": str(device) if cuda else "cpu",
