@@ -308,3 +308,62 @@ def test_allocation_pins_tasks_per_node_and_jobs_get_their_own_port(slurm_cluste
               job_fields(runs[("1x2", r)]["slurm_job_id"])["EndTime"]) for r in (0, 1)]
     print(f"\n1x2 r0 and r1 ran {spans[0]} and {spans[1]} on ports {ports}")
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], "the two runs did not overlap"
+
+
+def job_end_epoch(job_id: str) -> float:
+    """When a job ended, from squeue (seconds resolution; MinJobAge keeps it listed)."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%e"],
+                         capture_output=True, text=True).stdout.strip()
+    return time.mktime(time.strptime(out, "%Y-%m-%dT%H:%M:%S"))
+
+
+@pytest.mark.parametrize("signal_s", [60, 0], ids=["warning-signal", "no-signal"])
+def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspace, signal_s):
+    """Issue 11 item 4. Once the first epoch's checkpoint exists the job's limit is set 65 s
+    ahead: with `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero
+    before the limit; without it SLURM kills them at the limit. The retry resumes either way.
+    Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
+    slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s})
+    # 12 epochs: the limit's kill, up to 95 s after it is set, must land before the run ends
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=12)
+    config["dataset"]["samples"] = 200000
+    workspace.write_config(config)
+    checkpoint = workspace.path / "results/checkpoints/1x2/r0/last.ckpt"
+    first, saved = [], []
+
+    def watch():
+        if checkpoint.exists() and (not first or squeue_state(first[0]) == "RUNNING"):
+            saved.append(checkpoint.stat().st_mtime)
+        if first or not checkpoint.exists():
+            return False
+        for job_id, state, comment in squeue_jobs():
+            if comment.startswith("rule_train_") and "1x2" in comment and state == "RUNNING":
+                elapsed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True,
+                                         text=True).stdout.strip()
+                minutes, seconds = (elapsed.split(":")[-2:] + ["0"])[:2] if ":" in elapsed else ("0", elapsed)
+                limit = int(minutes) * 60 + int(seconds) + 65
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit=0:{limit}"], check=True)
+                first.append(job_id)
+        return False
+
+    # the 2-rank run alone: its ranks are the tasks of an srun step, which SLURM signals
+    code, log = run_slurm(workspace, "results/runs/1x2/r0/metrics.json", timeout=560, during=watch)
+    assert code == 0, log[-4000:]
+    assert first, "the first epoch never finished in the job"
+    submitted = SUBMITTED.findall(log)
+    states = {job_id: state for job_id, state, _ in squeue_jobs()}
+    assert submitted[0] == first[0] and len(submitted) == 2
+    lost = job_end_epoch(first[0]) - max(saved)
+    print(f"\nTIMEOUT with signal_s={signal_s}: first job {states[first[0]]}, training after its last "
+          f"checkpoint (lost) {lost:.0f} s")
+    metrics = json.loads(workspace.metrics("1x2").read_text())
+    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == 12
+    if signal_s:
+        assert states[first[0]] == "FAILED", "it should stop itself before the limit"
+        assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
+    else:
+        assert states[first[0]] == "TIMEOUT" and not metrics["resumed_mid_epoch"]
+
+
+def squeue_state(job_id: str) -> str:
+    return {j: s for j, s, _ in squeue_jobs()}.get(job_id, "")
