@@ -362,7 +362,9 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
         assert states[first[0]] == "FAILED", "it should stop itself before the limit"
         assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
     else:
-        assert states[first[0]] == "TIMEOUT" and not metrics["resumed_mid_epoch"]
+        # SLURM's SIGTERM at the limit also stops the ranks together; whether their save fits
+        # in KillWait (2 s here, 30 s by default) before SIGKILL varies, so mid-epoch or not
+        assert states[first[0]] == "TIMEOUT"
 
 
 def squeue_state(job_id: str) -> str:
