@@ -74,7 +74,9 @@ def test_multi_rank_launch_commands(planned):
     profile, jobs = planned
     py = WORKFLOW_PYTHON
     resources, shell = jobs["1x1"]
-    assert resources["mpi"] == "" and "srun" not in shell and "launch_local" not in shell
+    assert resources["mpi"] == "" and "launch_local" not in shell
+    # on a cluster the one rank is an srun task too: --signal warns job steps, not the batch step
+    assert ("srun --nodes=1 --ntasks-per-node=1 " in shell) == (profile != "local"), shell
     resources, shell = jobs["2x4"]
     assert (resources["nodes"], resources["tasks"], resources["tasks_per_gpu"]) == ("2", "8", "0")
     if profile == "local":

@@ -80,16 +80,21 @@ def test_plugin_constraints(profile, topology):
     assert res["mem_mb"] == site.mem_mb_per_gpu * topo.devices_per_node
     if res["tasks"] == 1:
         assert not res["mpi"]
-    if not site.is_local and topo.world_size > 1:
-        assert res["mpi"]
-        assert cluster_env(topo, site) == "slurm"
+    # the key, even empty, makes the jobstep plugin run the shell in the batch step
+    assert "mpi" in res
+    if not site.is_local:
+        # every rank an srun task, the baseline's too: only job steps get --signal's warning
         prefix = launch_prefix(topo, site, "python")
         assert f"srun --nodes={topo.num_nodes} " in prefix
         assert f" --ntasks-per-node={topo.devices_per_node} " in prefix
         assert f" --cpus-per-task={site.cpus_per_gpu} " in prefix
     else:
-        assert cluster_env(topo, site) == "local"
         assert "srun" not in launch_prefix(topo, site, "python")
+    if not site.is_local and topo.world_size > 1:
+        assert res["mpi"]
+        assert cluster_env(topo, site) == "slurm"
+    else:
+        assert cluster_env(topo, site) == "local"
 
 
 PORT = 'MASTER_PORT="$(/v/bin/python scripts/master_port.py)"'
@@ -102,7 +107,9 @@ def test_launch_prefix_srun():
         f"env -u MASTER_ADDR {PORT} srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=18 "
         "--kill-on-bad-exit=1 /v/bin/python"
     )
-    assert launch_prefix(parse_topology("1x1"), site, "/v/bin/python") == "/v/bin/python"
+    # one rank: an srun task alone (the batch step gets no --signal), no port to pick
+    assert launch_prefix(parse_topology("1x1"), site, "/v/bin/python") == (
+        "srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=18 --kill-on-bad-exit=1 /v/bin/python")
 
 
 def test_launch_prefix_exports_site_env():
@@ -112,7 +119,8 @@ def test_launch_prefix_exports_site_env():
         f"env -u MASTER_ADDR {env[4:]} MASTER_PORT=\"$(py scripts/master_port.py)\" srun --nodes=4 "
         "--ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 py"
     )
-    assert launch_prefix(parse_topology("1x1"), site, "py") == f"{env} py"
+    assert launch_prefix(parse_topology("1x1"), site, "py") == (
+        f"{env} srun --nodes=1 --ntasks-per-node=1 --cpus-per-task=16 --kill-on-bad-exit=1 py")
 
 
 def test_launch_prefix_local_quotes_python():

@@ -317,18 +317,20 @@ def job_end_epoch(job_id: str) -> float:
     return time.mktime(time.strptime(out, "%Y-%m-%dT%H:%M:%S"))
 
 
-@pytest.mark.parametrize("signal_s", [60, 0], ids=["warning-signal", "no-signal"])
-def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspace, signal_s):
+# (topology, signal_s, epochs): the limit's kill, up to 95 s after it is set, must land before
+# the run ends; one rank trains an epoch of these 200000 samples in about 6 s, two in 10 s
+@pytest.mark.parametrize("topology,signal_s,epochs", [("1x2", 60, 12), ("1x2", 0, 12), ("1x1", 60, 30)],
+                         ids=["warning-signal", "no-signal", "warning-signal-1-rank"])
+def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspace, topology, signal_s, epochs):
     """Issue 11 item 4. Once the first epoch's checkpoint exists the job's limit is set 65 s
     ahead: with `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero
     before the limit; without it SLURM kills them at the limit. The retry resumes either way.
     Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
     slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s})
-    # 12 epochs: the limit's kill, up to 95 s after it is set, must land before the run ends
-    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=12)
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
     config["dataset"]["samples"] = 200000
     workspace.write_config(config)
-    checkpoint = workspace.path / "results/checkpoints/1x2/r0/last.ckpt"
+    checkpoint = workspace.path / f"results/checkpoints/{topology}/r0/last.ckpt"
     first, saved = [], []
 
     def watch():
@@ -337,7 +339,7 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
         if first or not checkpoint.exists():
             return False
         for job_id, state, comment in squeue_jobs():
-            if comment.startswith("rule_train_") and "1x2" in comment and state == "RUNNING":
+            if comment.startswith("rule_train_") and topology in comment and state == "RUNNING":
                 elapsed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True,
                                          text=True).stdout.strip()
                 minutes, seconds = (elapsed.split(":")[-2:] + ["0"])[:2] if ":" in elapsed else ("0", elapsed)
@@ -347,17 +349,17 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
         return False
 
     # the 2-rank run alone: its ranks are the tasks of an srun step, which SLURM signals
-    code, log = run_slurm(workspace, "results/runs/1x2/r0/metrics.json", timeout=560, during=watch)
+    code, log = run_slurm(workspace, f"results/runs/{topology}/r0/metrics.json", timeout=560, during=watch)
     assert code == 0, log[-4000:]
     assert first, "the first epoch never finished in the job"
     submitted = SUBMITTED.findall(log)
     states = {job_id: state for job_id, state, _ in squeue_jobs()}
     assert submitted[0] == first[0] and len(submitted) == 2
     lost = job_end_epoch(first[0]) - max(saved)
-    print(f"\nTIMEOUT with signal_s={signal_s}: first job {states[first[0]]}, training after its last "
+    print(f"\nTIMEOUT of {topology} with signal_s={signal_s}: first job {states[first[0]]}, training after its last "
           f"checkpoint (lost) {lost:.0f} s")
-    metrics = json.loads(workspace.metrics("1x2").read_text())
-    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == 12
+    metrics = json.loads(workspace.metrics(topology).read_text())
+    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == epochs
     if signal_s:
         assert states[first[0]] == "FAILED", "it should stop itself before the limit"
         assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
@@ -369,3 +371,66 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
 
 def squeue_state(job_id: str) -> str:
     return {j: s for j, s, _ in squeue_jobs()}.get(job_id, "")
+
+
+def rank_process(cwd: Path, topology: str, rank: int) -> psutil.Process | None:
+    """One srun-launched rank of a run: the python process whose SLURM_PROCID is `rank`
+    (all nodes of the test cluster are this host, so its environment tells them apart)."""
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if (proc.info["cwd"] == str(cwd) and cmdline and "python" in Path(cmdline[0]).name
+                and topology in cmdline and any(a.endswith("train.py") for a in cmdline)):
+            try:
+                if proc.environ().get("SLURM_PROCID") == str(rank):
+                    return proc
+            except psutil.Error:
+                continue
+    return None
+
+
+def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm_cluster, workspace):
+    """Issue 11 item 5 on SLURM: SIGKILL rank 1 (on the second node) of a 2x1 run. srun's
+    --kill-on-bad-exit ends the step at once, well within the collective timeout; the job
+    fails and says which task died, the other topology finishes, and a rerun resumes."""
+    slurm_workspace(workspace, retries=0)
+    config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60)
+    config["dataset"]["samples"] = 60000
+    workspace.write_config(config)
+    checkpoint = workspace.path / "results/checkpoints/2x1/r0/last.ckpt"
+    killed, ended = [], []
+
+    def kill_rank_one():
+        if not killed and checkpoint.exists():
+            victim = rank_process(workspace.path, "2x1", 1)
+            job = next((j for j, s, c in squeue_jobs() if c.startswith("rule_train_") and "2x1" in c
+                        and s == "RUNNING"), None)
+            if victim is not None and job is not None:
+                victim.send_signal(signal.SIGKILL)
+                killed.append((job, time.monotonic()))
+        elif killed and not ended and squeue_state(killed[0][0]) not in ("RUNNING", "COMPLETING"):
+            ended.append(time.monotonic())
+        return False
+
+    code, log = run_slurm(workspace, "scaling", timeout=480, during=kill_rank_one)
+    assert killed, "rank 1 was never found running after the first checkpoint"
+    job, at = killed[0]
+    assert ended, "the killed run's job did not end while snakemake ran"
+    took = ended[0] - at
+    print(f"\nSIGKILLed rank 1 of a 2-node run: its SLURM job {job} ended {took:.1f} s later "
+          f"(state {squeue_state(job)}; collective timeout 60 s)")
+    assert code != 0
+    assert squeue_state(job) == "FAILED"
+    assert took < 60 + 30, "the job outlived the collective timeout"
+    train_log = (workspace.path / "results/logs/train/2x1/r0.log").read_text()
+    assert re.search(r"task 1: Killed", train_log), train_log[-3000:]
+    assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"
+    assert not workspace.metrics("2x1").exists()
+    kept = workspace.metrics("1x1").read_bytes()
+
+    code, log = run_slurm(workspace, "scaling", timeout=480)
+    assert code == 0, log[-4000:]
+    assert len(SUBMITTED.findall(log)) == 1, "only the failed run is submitted again"
+    assert workspace.metrics("1x1").read_bytes() == kept
+    metrics = json.loads(workspace.metrics("2x1").read_text())
+    assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
+    assert len(metrics["epoch_times_s"]) == 8 and metrics["world_size"] == 2

@@ -90,7 +90,8 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
 
 
 def cluster_launched(topo: Topology, site: Site) -> bool:
-    """Whether the site's launcher (srun) starts the ranks; 1 rank or local: no launcher job."""
+    """Whether the ranks form a process group under SLURM (the `mpi` resource, Lightning's
+    SLURMEnvironment); a 1-rank cluster run is still an srun task (launch_prefix), alone."""
     return topo.world_size > 1 and not site.is_local
 
 
@@ -98,10 +99,11 @@ def slurm_resources(topo: Topology, site: Site) -> dict:
     """The plugin resources of one training job.
 
     Facts of plugin 2.8.0 this relies on:
-    - a job with a truthy `mpi` resource runs its shell in the batch step, and the shell
-      starts the ranks itself (launch_prefix); with `mpi` falsy the plugin wraps the job in
-      `srun -n1`, which would train a multi-node topology on one rank and "succeed";
-    - the plugin refuses `mpi` with tasks == 1, so the 1-rank baseline is a plain job;
+    - the jobstep plugin (0.6.1) runs the shell in the batch step whenever the job has an
+      `mpi` resource at all (it tests the key, not the value), and the shell starts the ranks
+      itself with srun (launch_prefix); without the key it would wrap the job in `srun -n1`,
+      which trains a multi-node topology on one rank and "succeeds";
+    - the plugin refuses a truthy `mpi` with tasks == 1, so the baseline's is empty (still a key);
     - with a gpu gres the plugin adds --ntasks-per-gpu from `tasks` unless tasks_per_gpu=0,
       which breaks M nodes x 1 GPU; `gres` is per node, unlike `gpu` (a job-wide total).
     """
@@ -126,7 +128,9 @@ def slurm_extra(topo: Topology, site: Site) -> str:
       place 7 + 1 tasks on nodes with room; the step (srun --ntasks-per-node=N) and Lightning
       need N on every node. Plugin 2.8.0 appends slurm_extra to its own flags and refuses
       only flags it sets itself (--ntasks, --nodes, ...; validation.py), not this one.
-    - --signal=USR1@s: SLURM signals the job's steps (the ranks) s seconds before the limit.
+    - --signal=USR1@s: SLURM signals the job's steps s seconds before the limit, never the
+      batch step, where the plugin runs Snakemake and the shell: so every rank, the 1-rank
+      baseline's too, is an srun task (launch_prefix), else the warning reaches no one.
     - --exclusive: whole nodes (site_exclusive).
     A local site has no scheduler: nothing.
     """
@@ -164,24 +168,26 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
     elif topo.world_size == 1:
         variables.append(f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu_ids[0])}")
     env = f"env {' '.join(variables)} " if variables else ""
-    if topo.world_size == 1:
-        return f"{env}{shlex.quote(python)}"
     if site.is_local:
+        if topo.world_size == 1:
+            return f"{env}{shlex.quote(python)}"
         gpus = "" if gpu_ids is None else f"--gpu-ids {shlex.quote(','.join(gpu_ids[:topo.world_size]))} "
         return (
             f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
             f"--procs-per-node {topo.devices_per_node} {gpus}-- {shlex.quote(python)}"
         )
+    # One rank too is an srun task: the batch step, where it would otherwise run, never gets
+    # the --signal warning (slurm_extra), and --kill-on-bad-exit reports its exit as srun's.
+    srun = (f"{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
+            f"--cpus-per-task={site.cpus_per_gpu} --kill-on-bad-exit=1 {shlex.quote(python)}")
+    if topo.world_size == 1:
+        return f"{env}{srun}"
     # sbatch exports the submitting shell's environment (--export=ALL), so a MASTER_ADDR or
     # MASTER_PORT set there would reach every job, and Lightning's default port (the job id's
     # last 4 digits) is shared by jobs 10000 apart. The batch step runs on the first node, where
     # rank 0 listens: it picks a port free there (scripts/master_port.py) and srun passes it on.
     port = f'MASTER_PORT="$({shlex.quote(python)} scripts/master_port.py)"'
-    return (
-        f"env -u MASTER_ADDR {' '.join(variables + [port])} "
-        f"{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
-        f"--cpus-per-task={site.cpus_per_gpu} --kill-on-bad-exit=1 {shlex.quote(python)}"
-    )
+    return f"env -u MASTER_ADDR {' '.join(variables + [port])} {srun}"
 
 
 def cluster_env(topo: Topology, site: Site) -> str:
