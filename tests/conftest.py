@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,18 @@ class Workspace:
 
     def metrics(self, topology: str, repeat: int = 0) -> Path:
         return self.path / f"results/runs/{topology}/r{repeat}/metrics.json"
+
+    def start_until_checkpoint(self, topology: str, timeout: float = 300) -> subprocess.Popen:
+        """The local workflow started in the background, returned once `topology`'s run has
+        written its first checkpoint (so a kill now leaves something to resume)."""
+        proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local"], cwd=self.path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        last = self.path / f"results/checkpoints/{topology}/r0/last.ckpt"
+        deadline = time.monotonic() + timeout
+        while not last.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert last.exists(), f"no {topology} checkpoint before the run ended"
+        return proc
 
 
 @pytest.fixture

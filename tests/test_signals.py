@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, SNAKEMAKE_CONSOLE, launched, tiny_config
+from conftest import ROOT, launched, tiny_config
 from ddpscale.launch import describe_exit
 from ddpscale.signals import check_due, exit_code, stop_message
 
@@ -159,13 +159,7 @@ def test_killed_rank_fails_its_job_naming_it_the_others_finish_and_a_rerun_resum
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=8)
     config["dataset"]["samples"] = 6000
     workspace.write_config(config)
-    proc = subprocess.Popen([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local"], cwd=workspace.path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = workspace.path / "results/checkpoints/1x2/r0/last.ckpt"
-    deadline = time.monotonic() + 300
-    while not last.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert last.exists(), "no 1x2 checkpoint before the run ended"
+    proc = workspace.start_until_checkpoint("1x2")
     launcher = launcher_of(workspace.path, "1x2")
     assert launcher is not None
     victim = sorted(launcher.children(), key=lambda child: (child.create_time(), child.pid))[1]

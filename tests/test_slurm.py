@@ -238,13 +238,7 @@ def test_local_run_killed_mid_epoch_resumes(workspace):
     assert workspace.snakemake("baseline").returncode == 0
     kept = workspace.metrics("1x1").read_bytes()
 
-    proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local"], cwd=workspace.path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = workspace.path / "results/checkpoints/1x2/r0/last.ckpt"
-    deadline = time.monotonic() + 180
-    while not last.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert last.exists(), "no checkpoint before the run ended"
+    proc = workspace.start_until_checkpoint("1x2", timeout=180)
     victims = training_processes(workspace.path, "1x2")
     assert victims, "found no training process to kill"
     for victim in victims:
