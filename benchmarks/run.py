@@ -31,6 +31,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+# the console script, as README and `make run` start the workflow (not `python -m snakemake`)
+SNAKEMAKE = str(Path(PY).parent / "snakemake")
 sys.path.insert(0, str(ROOT / "scripts"))
 from ddpscale.spiral import write_dataset  # noqa: E402
 
@@ -96,7 +98,7 @@ def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
 
 def snakemake(ws: Path, *args) -> float:
     start = time.perf_counter()
-    done = subprocess.run([PY, "-m", "snakemake", "--profile", "profiles/local", *args], cwd=ws,
+    done = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", *args], cwd=ws,
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"snakemake {' '.join(args)} failed in {ws}:\n{done.stderr[-3000:]}")
@@ -119,7 +121,7 @@ def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
     startup_s = full_s - sum(record["epoch_times_s"])  # everything that is not an epoch
 
     ws = workspace(tmp, changes)
-    proc = subprocess.Popen([PY, "-m", "snakemake", "--profile", "profiles/local", "baseline"], cwd=ws,
+    proc = subprocess.Popen([SNAKEMAKE, "--profile", "profiles/local", "baseline"], cwd=ws,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = ws / "results/checkpoints/1x1/r0/last.ckpt"
     deadline = time.monotonic() + 300
