@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, launched, tiny_config
-from ddpscale.launch import describe_exit
+from ddpscale.launch import describe_exit, run
 from ddpscale.signals import check_due, exit_code, stop_message
 
 # --- pure parts ------------------------------------------------------------------------------
@@ -40,6 +40,20 @@ def test_launcher_names_the_rank_and_how_it_ended():
     assert describe_exit(1, -9) == "rank 1 was killed by signal 9 (SIGKILL)"
     assert describe_exit(0, 143) == "rank 0 exited with code 143: it stopped on SIGTERM"
     assert describe_exit(2, 3) == "rank 2 exited with code 3"
+
+
+def test_launcher_blames_the_killed_rank_even_when_a_peer_exits_first(capfd):
+    """The race the full suite met on a loaded machine: rank 0 (its collective lost the
+    connection) ended with code 1 before rank 1's SIGKILL was reaped. Here rank 0 exits at
+    once and rank 1 is killed 0.3 s later: the launcher must name rank 1 and its signal."""
+
+    script = 'if [ "$RANK" = 0 ]; then exit 1; fi; sleep 0.3; kill -9 $$'
+    assert run(1, 2, ["sh", "-c", script]) == -9
+    assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL); stopping the other ranks" in capfd.readouterr().err
+    # both ended between two polls (2 s apart here): the kill is still named first
+    script = 'if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 0.2; exit 1'
+    assert run(1, 2, ["sh", "-c", script], poll_s=2) == -9
+    assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL)" in capfd.readouterr().err
 
 
 # --- real runs ---------------------------------------------------------------------------------
@@ -169,7 +183,8 @@ def test_killed_rank_fails_its_job_naming_it_the_others_finish_and_a_rerun_resum
     print(f"\nSIGKILLed rank: its local job failed {time.monotonic() - start:.1f} s later")
     assert proc.wait(300) != 0
     log = (workspace.path / "results/logs/train/1x2/r0.log").read_text()
-    assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL); stopping the other ranks" in log
+    # "; stopping the other ranks" follows when a poll saw the kill before the peer ended too
+    assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL)" in log
     assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"
     assert not workspace.metrics("1x2").exists()
 

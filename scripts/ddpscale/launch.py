@@ -88,6 +88,15 @@ def parse_gpu_ids(text: str) -> list[str]:
     return ids
 
 
+# How long a rank's plain error waits for a peer killed by a signal, to name the cause.
+CAUSE_WAIT_S = 2.0
+
+
+def _failed(procs) -> list[tuple[int, int]]:
+    """(rank, exit code) of every rank that has ended badly (negative: killed by that signal)."""
+    return [(rank, code) for rank, code in enumerate(proc.poll() for proc in procs) if code not in (None, 0)]
+
+
 def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.05,
         gpu_ids: list[str] | None = None) -> int:
     if nodes * procs_per_node > 1 and os.environ.get("SLURM_JOB_ID"):
@@ -117,12 +126,17 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
         signal.signal(signum, forward)
     failed = 0
     while any(proc.poll() is None for proc in procs):
-        codes = [proc.poll() for proc in procs]
-        bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        bad = _failed(procs)
         if bad:
             # One rank died: the others would wait in their next collective until its timeout.
-            # A rank killed by a signal is the cause; a peer's error (its collective lost the
-            # connection) may reach the same poll first.
+            # A rank killed by a signal is the cause, but a peer's error (its collective lost
+            # the connection) can be reaped first: a SIGKILLed process closes its sockets
+            # before it becomes a zombie, and on a loaded machine that gap outlasted the peer's
+            # exit. So a plain error waits briefly for a killed peer before it is blamed.
+            deadline = time.monotonic() + CAUSE_WAIT_S
+            while all(code >= 0 for _, code in bad) and time.monotonic() < deadline:
+                time.sleep(poll_s)
+                bad = _failed(procs)
             rank, failed = min(bad, key=lambda item: item[1] >= 0)
             print(f"ddpscale launch: {describe_exit(rank, failed)}; stopping the other ranks",
                   file=sys.stderr, flush=True)
@@ -132,8 +146,11 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
     codes = [proc.wait() for proc in procs]
     if failed:
         return failed
-    rank, code = next(((rank, code) for rank, code in enumerate(codes) if code != 0), (0, 0))
-    if code:  # every rank ended before a poll saw one fail
+    # every rank ended between two polls (a peer's error follows a kill within milliseconds):
+    # the same choice, a rank killed by a signal first
+    bad = [(rank, code) for rank, code in enumerate(codes) if code != 0]
+    rank, code = min(bad, key=lambda item: item[1] >= 0) if bad else (0, 0)
+    if code:
         print(f"ddpscale launch: {describe_exit(rank, code)}", file=sys.stderr, flush=True)
     return code
 
