@@ -63,6 +63,9 @@ EXPECTED = {
     "empty_section": ["dataset is empty (null)", "remove the 'dataset:' line"],
     "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu", "did you mean 'gpu'?"],
     "scaling_capitalised": ["batch.scaling is 'Weak'", "did you mean 'weak'?"],
+    "tab_indentation.full": ["config/config.yaml line 35: a tab indents this line", "replace the tab with spaces"],
+    "unclosed_list.full": ["config/config.yaml line 10: the list opened with '[' on this line is not closed",
+                           "close it with ']'"],
 }
 
 

@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from conftest import ROOT
 from ddpscale.configcheck import (
     config_source, dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
-    setting_problems,
+    setting_problems, yaml_problem,
 )
 from ddpscale.spiral import split_sizes
 from ddpscale.topology import Topology, parse_topology
@@ -224,3 +224,22 @@ def test_config_source_names_the_default_first_and_relative(tmp_path):
     files = [tmp_path / "presets/fast.yaml", tmp_path / "config/config.yaml"]
     assert config_source(files, tmp_path) == "config/config.yaml + presets/fast.yaml"
     assert config_source([tmp_path / "config/config.yaml"], tmp_path) == "config/config.yaml"
+
+
+@pytest.mark.parametrize("text,line,words", [
+    ("repeats: 1\nbatch:\n\tsize: 64\n", 3, "a tab indents this line"),
+    ('topologies: ["1x1", "1x2"\nmax_epochs: 3\n', 1, "the list opened with '[' on this line is not closed"),
+    ("batch: {size: 64\nrepeats: 1\n", 1, "the mapping opened with '{' on this line is not closed"),
+    ("model:\n  class_path: 'ddpscale.models.SpiralMLP\nrepeats: 1\n", 2, "the quote opened on this line is not closed"),
+    ("report: compare_with: old.tsv\n", 1, "a second ':' on one line"),
+    ("model:\n  class_path: x\n init_args: {}\n", 3, "this line is indented as no key above it is"),
+    ("repeats: @2\n", 1, "YAML cannot read it"),
+])
+def test_unreadable_yaml_is_one_line_with_its_line_number(text, line, words):
+    message = yaml_problem(text)
+    assert message.startswith(f"config/config.yaml line {line}: ") and words in message
+    assert "\n" not in message
+
+
+def test_readable_yaml_has_no_problem():
+    assert yaml_problem((ROOT / "config/config.yaml").read_text()) is None

@@ -13,6 +13,7 @@ import difflib
 import math
 from pathlib import Path
 
+import yaml
 from jsonschema import Draft202012Validator
 
 from ddpscale.spiral import split_sizes
@@ -248,3 +249,38 @@ def config_source(files, workdir) -> str:
         names.remove(DEFAULT_CONFIG)
         names.insert(0, DEFAULT_CONFIG)
     return " + ".join(names) or DEFAULT_CONFIG
+
+
+def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
+    """Why YAML cannot read a config, in one line with its line number and the fix; None if it can.
+
+    Snakemake's own message for every such file is "Config file is not valid JSON or YAML",
+    without a line, so the workflow reads config/config.yaml itself first."""
+    try:
+        yaml.safe_load(text)
+        return None
+    except yaml.MarkedYAMLError as error:
+        problem, context = error.problem or "", error.context or ""
+        mark = error.problem_mark or error.context_mark
+        if context.startswith(("while parsing a flow", "while scanning a quoted")) and error.context_mark:
+            mark = error.context_mark  # where the bracket or quote was opened
+        lines = text.splitlines()
+        at = f"{where} line {mark.line + 1}" if mark else where
+        shown_line = lines[mark.line].strip() if mark and mark.line < len(lines) else ""
+    except yaml.YAMLError as error:
+        return f"{where}: YAML cannot read it ({error}); fix the file's syntax"
+    if "'\\t'" in problem:
+        return f"{at}: a tab indents this line, and YAML indents with spaces only: replace the tab with spaces"
+    if context.startswith("while parsing a flow sequence"):
+        return f"{at}: the list opened with '[' on this line is not closed: close it with ']' (`{shown_line}`)"
+    if context.startswith("while parsing a flow mapping"):
+        return f"{at}: the mapping opened with '{{' on this line is not closed: close it with '}}' (`{shown_line}`)"
+    if context.startswith("while scanning a quoted"):
+        return f"{at}: the quote opened on this line is not closed: end the text with the same quote (`{shown_line}`)"
+    if problem.startswith("mapping values are not allowed"):
+        return (f"{at}: a second ':' on one line (`{shown_line}`): quote a value that contains ': ', "
+                "or put a nested key on its own line, indented")
+    if "expected <block end>" in problem:
+        return (f"{at}: this line is indented as no key above it is (`{shown_line}`): indent it exactly as "
+                "far as the keys it belongs with")
+    return f"{at}: YAML cannot read it ({problem or context}): fix that line (`{shown_line}`)"

@@ -25,9 +25,7 @@ def own_init_args(config, overrides):
             config[section]["init_args"] = dict(init_args) if isinstance(init_args, dict) else init_args
 
 
-# The importable code lives in scripts/ddpscale; only light modules are imported here so
-# that parsing (and a dry run) stays fast: no torch, no Lightning.
-sys.path.insert(0, str(Path(workflow.basedir).parent / "scripts"))
+# scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.configcheck import config_source, file_problems, schema_problems, setting_problems  # noqa: E402
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
