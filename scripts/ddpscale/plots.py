@@ -1,50 +1,20 @@
-"""The scaling figures (speedup, efficiency, throughput per device), one function each, as PNG.
-
-Figures are built on matplotlib.figure.Figure with an explicit Agg canvas
-instead of pyplot: no global backend switch, no display needed, and no
-figure left open in a long-lived process.
-"""
+"""The scaling figures (speedup, efficiency, throughput per device), one function each, as PNG,
+and the list of every report figure (figures())."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ddpscale.analysis import baseline_world_size, device_word
-
-FIGSIZE = (6.0, 4.0)
-DPI = 110
-
-
-def title(summary: pd.DataFrame, what: str) -> str:
-    # Simulated numbers must never be mistaken for GPU results, even when a
-    # figure is copied out of the report on its own.
-    if bool(summary["simulated"].any()):
-        return f"{what} (CPU-simulated devices)"
-    return what
-
-
-def _new_axes():
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.grid(True, alpha=0.4)
-    ax.set_axisbelow(True)
-    return fig, ax
-
-
-def save(fig: Figure, path: str | Path) -> None:
-    fig.tight_layout()
-    # format given explicitly so callers may write to a temp name first.
-    fig.savefig(path, format="png", dpi=DPI)
+from ddpscale.figure import new_axes, save, title
+from ddpscale.plots_time import plot_breakdown, plot_busbw
 
 
 def plot_speedup(data, path: str | Path) -> None:
     """Measured throughput speedup against the ideal line and the prediction."""
     summary = data.finished
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     base_ws = baseline_world_size(summary)
     ws = summary["world_size"].astype(float)
     xs = sorted(set(ws) | {float(base_ws)})
@@ -69,7 +39,7 @@ def plot_speedup(data, path: str | Path) -> None:
 
 
 def _bar(summary: pd.DataFrame, values, color: str):
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     labels = summary["topology"].astype(str).tolist()
     bars = ax.bar(labels, values, color=color)
     ax.set_xlabel("topology (nodes x devices per node)")
@@ -105,8 +75,6 @@ def plot_throughput(data, path: str | Path) -> None:
 
 def figures() -> dict:
     """File name -> plot function, in the order the report shows them."""
-    from ddpscale.plots_time import plot_breakdown, plot_busbw  # it imports this module
-
     return {"speedup.png": plot_speedup, "efficiency.png": plot_efficiency,
             "throughput.png": plot_throughput, "breakdown.png": plot_breakdown,
             "busbw.png": plot_busbw}

@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpscale.breakdown import TERM_WORDS, TERMS
-from ddpscale.plots import _new_axes, save, title
+from ddpscale.figure import new_axes, save, title
 
 COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "overhead": "tab:gray"}
 
 
 def plot_breakdown(data, path: str | Path) -> None:
     """Fractions of a training step per topology, measured by the probe and the training run."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     steps = data.steps
     if steps.empty:
         ax.text(0.5, 0.5, "no probe results", ha="center", va="center", transform=ax.transAxes)
@@ -35,7 +35,7 @@ def plot_breakdown(data, path: str | Path) -> None:
 
 def plot_busbw(data, path: str | Path) -> None:
     """All-reduce bus bandwidth against message size, one line per multi-device topology."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     drawn = 0
     grad_bytes = None
     for name, probe in sorted(data.probes.items(), key=lambda kv: kv[1]["world_size"]):
