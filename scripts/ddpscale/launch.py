@@ -92,9 +92,15 @@ def parse_gpu_ids(text: str) -> list[str]:
 CAUSE_WAIT_S = 2.0
 
 
-def _failed(procs) -> list[tuple[int, int]]:
+def _failed(codes) -> list[tuple[int, int]]:
     """(rank, exit code) of every rank that has ended badly (negative: killed by that signal)."""
-    return [(rank, code) for rank, code in enumerate(proc.poll() for proc in procs) if code not in (None, 0)]
+    return [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+
+
+def _cause(failed: list[tuple[int, int]]) -> tuple[int, int]:
+    """The rank to blame: one killed by a signal before one that exited with an error (a
+    peer's error is the lost connection to the killed rank), else the lowest rank."""
+    return min(failed, key=lambda item: item[1] >= 0)
 
 
 def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.05,
@@ -126,7 +132,7 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
         signal.signal(signum, forward)
     failed = 0
     while any(proc.poll() is None for proc in procs):
-        bad = _failed(procs)
+        bad = _failed(proc.poll() for proc in procs)
         if bad:
             # One rank died: the others would wait in their next collective until its timeout.
             # A rank killed by a signal is the cause, but a peer's error (its collective lost
@@ -136,8 +142,8 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
             deadline = time.monotonic() + CAUSE_WAIT_S
             while all(code >= 0 for _, code in bad) and time.monotonic() < deadline:
                 time.sleep(poll_s)
-                bad = _failed(procs)
-            rank, failed = min(bad, key=lambda item: item[1] >= 0)
+                bad = _failed(proc.poll() for proc in procs)
+            rank, failed = _cause(bad)
             print(f"ddpscale launch: {describe_exit(rank, failed)}; stopping the other ranks",
                   file=sys.stderr, flush=True)
             _stop(procs)
@@ -146,10 +152,9 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
     codes = [proc.wait() for proc in procs]
     if failed:
         return failed
-    # every rank ended between two polls (a peer's error follows a kill within milliseconds):
-    # the same choice, a rank killed by a signal first
-    bad = [(rank, code) for rank, code in enumerate(codes) if code != 0]
-    rank, code = min(bad, key=lambda item: item[1] >= 0) if bad else (0, 0)
+    # every rank ended between two polls (a peer's error follows a kill within milliseconds)
+    bad = _failed(codes)
+    rank, code = _cause(bad) if bad else (0, 0)
     if code:
         print(f"ddpscale launch: {describe_exit(rank, code)}", file=sys.stderr, flush=True)
     return code
