@@ -21,10 +21,10 @@ from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
 import train  # noqa: E402
-from ddpscale.checkpoint import epoch_checkpoint  # noqa: E402
-from ddpscale.models import SpiralMLP  # noqa: E402
-from ddpscale.resident import ResidentBatches  # noqa: E402
-from ddpscale.timing import ScalingMetrics  # noqa: E402
+from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
+from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.workloads.models import SpiralMLP  # noqa: E402
+from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
 
 
 class _Data(pl.LightningDataModule):

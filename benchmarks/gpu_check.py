@@ -29,11 +29,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.hostdevices import visible_gpus  # noqa: E402
+from ddpscale.cluster.hostdevices import visible_gpus  # noqa: E402
 
 # The figures the issue's first H100 run quotes: seed 004 at 1x1 took 362 s on an A100.
 REFERENCE = {"batch": {"scaling": "weak", "size": 32}, "max_epochs": 50,
-             "model": {"class_path": "ddpscale.models.SpiralMLP",
+             "model": {"class_path": "ddpscale.workloads.models.SpiralMLP",
                        "init_args": {"hidden": [64, 32, 16], "dropout": 0.2, "lr": 0.001}}}
 WORKLOADS = {"reference": ("config/config.yaml", REFERENCE), "transformer": ("config/transformer.yaml", {})}
 
@@ -97,8 +97,8 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
     """Samples/s of a bare loop over the preset's model and data (what Lightning is compared with)."""
     import torch
 
-    from ddpscale import plugins
-    from ddpscale.stepprobe import precision_plan
+    from ddpscale.measurement.stepprobe import precision_plan
+    from ddpscale.training import plugins
 
     preset = yaml.safe_load((ROOT / configfile).read_text())
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -35,14 +35,14 @@ from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
 import train  # noqa: E402  the pipeline's own Trainer construction
-from ddpscale import compiling  # noqa: E402
-from ddpscale.checkpoint import epoch_checkpoint  # noqa: E402
-from ddpscale.models import SpiralMLP  # noqa: E402
-from ddpscale.resident import from_dataset  # noqa: E402
-from ddpscale.spiral_datamodule import SpiralDataModule  # noqa: E402
-from ddpscale.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
-from ddpscale.synthetic_datamodule import SyntheticDataModule  # noqa: E402
-from ddpscale.timing import ScalingMetrics  # noqa: E402
+from ddpscale.measurement.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
+from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
+from ddpscale.training import compiling  # noqa: E402
+from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.workloads.models import SpiralMLP  # noqa: E402
+from ddpscale.workloads.resident import from_dataset  # noqa: E402
+from ddpscale.workloads.spiral_datamodule import SpiralDataModule  # noqa: E402
+from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule  # noqa: E402
 
 
 class StepLoggingMLP(SpiralMLP):

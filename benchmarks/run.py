@@ -34,7 +34,7 @@ PY = sys.executable
 # the console script, as README and `make run` start the workflow (not `python -m snakemake`)
 SNAKEMAKE = str(Path(PY).parent / "snakemake")
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.spiral import write_dataset  # noqa: E402
+from ddpscale.workloads.spiral import write_dataset  # noqa: E402
 
 TARGETS = {"ratio": 0.95, "pipeline_s": 90.0, "dry_run_s": 3.0, "resume": 1.2}
 

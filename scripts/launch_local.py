@@ -2,7 +2,7 @@
 
 import sys
 
-from ddpscale.launch import main
+from ddpscale.cluster.launch import main
 
 if __name__ == "__main__":
     sys.exit(main())

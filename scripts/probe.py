@@ -15,10 +15,11 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale import commbench, plugins, stepprobe
 from ddpscale.io import write_json_atomic
-from ddpscale.runargs import add_run_args, per_device_batch, set_threads, topology
-from ddpscale.timing import WorldSizeError
+from ddpscale.measurement import commbench, stepprobe
+from ddpscale.measurement.timing import WorldSizeError
+from ddpscale.training import plugins
+from ddpscale.training.runargs import add_run_args, per_device_batch, set_threads, topology
 
 
 def parse_args(argv=None):

@@ -9,9 +9,9 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale import analysis, breakdown, plots, reportdata, verdict  # noqa: E402
-from ddpscale import html as report_html  # noqa: E402
 from ddpscale.io import atomic_write  # noqa: E402
+from ddpscale.report import analysis, breakdown, plots, reportdata, verdict  # noqa: E402
+from ddpscale.report import html as report_html  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

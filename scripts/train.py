@@ -19,14 +19,15 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
-from ddpscale import compiling, flops, gpufacts, plugins, runinfo
-from ddpscale.checkpoint import epoch_checkpoint
+from ddpscale.cluster.topology import Topology
 from ddpscale.io import write_json_atomic
-from ddpscale.placement_check import PlacementCheck
-from ddpscale.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
-from ddpscale.signals import GracefulStop, StopRequested, exit_code, stop_message
-from ddpscale.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
-from ddpscale.topology import Topology
+from ddpscale.measurement import flops, gpufacts
+from ddpscale.measurement.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
+from ddpscale.training import compiling, plugins, runinfo
+from ddpscale.training.checkpoint import epoch_checkpoint
+from ddpscale.training.placement_check import PlacementCheck
+from ddpscale.training.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
+from ddpscale.training.signals import GracefulStop, StopRequested, exit_code, stop_message
 
 
 def parse_args(argv=None):

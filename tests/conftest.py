@@ -51,7 +51,7 @@ def load_profile(name: str) -> dict:
 
 
 def profile_site(name: str):
-    from ddpscale.resources import site_from_resources
+    from ddpscale.cluster.resources import site_from_resources
 
     return site_from_resources(load_profile(name)["set-resources"]["train"])
 
@@ -68,7 +68,7 @@ def tiny_config(**overrides) -> dict:
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory) -> str:
     """A small spiral dataset, written as prepare_data writes it, shared by a test module."""
-    from ddpscale.spiral import write_dataset
+    from ddpscale.workloads.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("data")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])

@@ -1,10 +1,10 @@
-"""Unit tests for ddpscale.analysis on fixed metric dicts (no torch needed)."""
+"""Unit tests for ddpscale.report.analysis on fixed metric dicts (no torch needed)."""
 import json
 
 import pandas as pd
 import pytest
 
-from ddpscale import analysis
+from ddpscale.report import analysis
 
 
 def make_run(topology="1x1", **overrides):

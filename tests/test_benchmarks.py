@@ -68,7 +68,7 @@ def load_benchmark(name: str):
 
 
 def test_synthetic_data_is_reproducible_and_split():
-    from ddpscale.synthetic_datamodule import SyntheticDataModule
+    from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule
 
     a, b = SyntheticDataModule(samples=100, features=8, classes=4, seed=3), SyntheticDataModule(samples=100, features=8, classes=4, seed=3)
     a.setup("fit"), b.setup("fit")

@@ -1,8 +1,8 @@
-"""Time breakdown and prediction (ddpscale.breakdown) on fixed summaries and probe records."""
+"""Time breakdown and prediction (ddpscale.report.breakdown) on fixed summaries and probe records."""
 import pandas as pd
 import pytest
 
-from ddpscale import analysis, breakdown
+from ddpscale.report import analysis, breakdown
 from test_analysis import make_run
 
 

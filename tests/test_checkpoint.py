@@ -8,9 +8,9 @@ import pytorch_lightning as pl
 import torch
 
 import train
-from ddpscale.checkpoint import EpochCheckpoint, epoch_checkpoint
-from ddpscale.models import SpiralMLP
-from ddpscale.resident import ResidentBatches
+from ddpscale.training.checkpoint import EpochCheckpoint, epoch_checkpoint
+from ddpscale.workloads.models import SpiralMLP
+from ddpscale.workloads.resident import ResidentBatches
 
 
 class TinyData(pl.LightningDataModule):

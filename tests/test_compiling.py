@@ -11,8 +11,8 @@ import pytest
 
 import system_tools
 from conftest import ROOT, launched
-from ddpscale import compiling
-from ddpscale.models import SpiralMLP
+from ddpscale.training import compiling
+from ddpscale.workloads.models import SpiralMLP
 
 
 def test_a_missing_cpu_compiler_names_the_fix(monkeypatch):
@@ -41,8 +41,8 @@ def test_a_compiled_two_rank_run_trains_and_counts_eager_flops(tmp_path, data_fi
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
              "--devices", "2", "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",
              "--scaling", "weak", "--batch-size", "32", "--compile", "default",
-             "--model-class", "ddpscale.models.SpiralMLP",
-             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--model-class", "ddpscale.workloads.models.SpiralMLP",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--data-args", '{"resident": true}',
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
     done = subprocess.run(launched(train, 1, 2), capture_output=True, text=True, timeout=280, cwd=ROOT)
@@ -61,7 +61,7 @@ def test_recompilations_are_counted_with_their_reason():
     system_tools.require(("g++",), "g++")
     import torch
 
-    from ddpscale import compiling
+    from ddpscale.training import compiling
 
     before = compiling.stats()["compile_recompiles"]
     step = torch.compile(lambda x: torch.relu(x) * 3)
@@ -73,7 +73,7 @@ def test_recompilations_are_counted_with_their_reason():
 
 
 def test_compiled_runs_ask_the_data_module_for_one_batch_shape():
-    from ddpscale import compiling
+    from ddpscale.training import compiling
 
     takes = {"batch_size", "drop_last"}
     assert compiling.static_shape_args("default", takes, {}) == {"drop_last": True}

@@ -13,8 +13,8 @@ from ddpscale.configcheck import (
     config_source, dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
     setting_problems, yaml_problem,
 )
-from ddpscale.spiral import split_sizes
-from ddpscale.topology import Topology, parse_topology
+from ddpscale.cluster.topology import Topology, parse_topology
+from ddpscale.workloads.spiral import split_sizes
 
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"
 SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())
@@ -183,9 +183,9 @@ def test_fewest_samples_is_exact_and_gives_up_rather_than_hang():
 
 
 def test_a_section_given_as_one_value_is_shown_as_keys():
-    [message] = schema_problems(shipped(model="ddpscale.models.SpiralMLP"), SCHEMA)
-    assert "model is 'ddpscale.models.SpiralMLP' (text) but must be a mapping of keys" in message
-    assert "give its keys (class_path, init_args) indented below it, e.g. class_path: ddpscale.models.SpiralMLP" in message
+    [message] = schema_problems(shipped(model="ddpscale.workloads.models.SpiralMLP"), SCHEMA)
+    assert "model is 'ddpscale.workloads.models.SpiralMLP' (text) but must be a mapping of keys" in message
+    assert "give its keys (class_path, init_args) indented below it, e.g. class_path: ddpscale.workloads.models.SpiralMLP" in message
 
 
 def test_validation_split_needs_a_sample_per_device():
@@ -208,7 +208,7 @@ def test_data_file_is_the_workflows_only_when_it_generates_the_data():
 def test_the_spiral_module_needs_the_generated_dataset():
     config = validated(shipped(dataset={"generator": "none"}))
     [message] = dataset_problems(config, topologies(config), "c")
-    assert "dataset.generator is none, but data.class_path ddpscale.spiral_datamodule.SpiralDataModule" in message
+    assert "dataset.generator is none, but data.class_path ddpscale.workloads.spiral_datamodule.SpiralDataModule" in message
 
 
 def test_data_files_must_exist_before_any_run():
@@ -230,7 +230,7 @@ def test_config_source_names_the_default_first_and_relative(tmp_path):
     ("repeats: 1\nbatch:\n\tsize: 64\n", 3, "a tab indents this line"),
     ('topologies: ["1x1", "1x2"\nmax_epochs: 3\n', 1, "the list opened with '[' on this line is not closed"),
     ("batch: {size: 64\nrepeats: 1\n", 1, "the mapping opened with '{' on this line is not closed"),
-    ("model:\n  class_path: 'ddpscale.models.SpiralMLP\nrepeats: 1\n", 2, "the quote opened on this line is not closed"),
+    ("model:\n  class_path: 'ddpscale.workloads.models.SpiralMLP\nrepeats: 1\n", 2, "the quote opened on this line is not closed"),
     ("report: compare_with: old.tsv\n", 1, "a second ':' on one line"),
     ("model:\n  class_path: x\n init_args: {}\n", 3, "this line is indented as no key above it is"),
     ("repeats: @2\n", 1, "YAML cannot read it"),

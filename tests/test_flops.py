@@ -1,9 +1,9 @@
-"""FLOPs per sample, peaks and MFU (ddpscale.flops), checked against hand-counted MLPs."""
+"""FLOPs per sample, peaks and MFU (ddpscale.measurement.flops), checked against hand-counted MLPs."""
 import pytest
 import torch
 
-from ddpscale import flops
-from ddpscale.models import SpiralMLP
+from ddpscale.measurement import flops
+from ddpscale.workloads.models import SpiralMLP
 
 
 def test_training_flops_of_an_mlp_match_the_matmuls():

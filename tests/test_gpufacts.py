@@ -1,4 +1,4 @@
-"""GPU facts of a training run: peak memory and nvidia-smi utilisation (ddpscale.gpufacts)."""
+"""GPU facts of a training run: peak memory and nvidia-smi utilisation (ddpscale.measurement.gpufacts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale import gpufacts
+from ddpscale.measurement import gpufacts
 
 from conftest import require_cuda
 from test_train_ddp import run, train_command

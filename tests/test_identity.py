@@ -16,12 +16,13 @@ import torch
 
 import train
 from conftest import ROOT, launched, tiny_config
-from ddpscale import analysis, identity, reportdata, runinfo
+from ddpscale.report import analysis, reportdata
+from ddpscale.training import identity, runinfo
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 from test_workflow_local import job_counts
 
-SPIRAL = ["--model-class", "ddpscale.models.SpiralMLP", "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule"]
+SPIRAL = ["--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule"]
 
 
 def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1) -> list[str]:
@@ -64,16 +65,16 @@ def test_checkpoint_of_other_data_bytes_is_not_resumed(tmp_path, capsys):
 
 
 def test_identity_parts_and_code_files():
-    fake = {"ddpscale.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/timing.py")),
+    fake = {"ddpscale.measurement.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/measurement/timing.py")),
             "usermods.tiny": types.SimpleNamespace(__file__=str(ROOT / "tests/fixtures/usermods/tiny.py")),
             "numpy": types.SimpleNamespace(__file__="/elsewhere/numpy/__init__.py"),
             "builtin": types.SimpleNamespace()}
-    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/launch.py"],
+    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/cluster/launch.py"],
                                 ["usermods.tiny"])
-    assert sorted(files) == ["ddpscale/launch.py", "ddpscale/timing.py", "train.py", "usermods.tiny"]
-    # a forked rank of the local launcher has ddpscale.launch loaded; the same set results
-    forked = {**fake, "ddpscale.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/launch.py"))}
-    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/launch.py"],
+    assert sorted(files) == ["ddpscale/cluster/launch.py", "ddpscale/measurement/timing.py", "train.py", "usermods.tiny"]
+    # a forked rank of the local launcher has ddpscale.cluster.launch loaded; the same set results
+    forked = {**fake, "ddpscale.cluster.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/cluster/launch.py"))}
+    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/cluster/launch.py"],
                                ["usermods.tiny"]) == files
     record = identity.identity({"d.npz": "ab"}, {"topology": "1x2", "seed": 1, "data_file": "d.npz"},
                                identity.code_hash(files), {"torch": "2"})
@@ -178,7 +179,7 @@ def test_metrics_record_the_identity_with_the_data_checksum(tmp_path, data_file)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "metrics.json").read_text())["identity"]
     assert record["data"] == {data_file: hashlib.sha256(Path(data_file).read_bytes()).hexdigest()}
-    assert record["settings"]["model_class"] == "ddpscale.models.SpiralMLP" and "topology" not in record["settings"]
+    assert record["settings"]["model_class"] == "ddpscale.workloads.models.SpiralMLP" and "topology" not in record["settings"]
     assert len(record["code"]) == 64
     assert record["versions"] == {"torch": torch.__version__, "lightning": __import__("pytorch_lightning").__version__,
                                   "cuda": None, "nccl": None}

@@ -11,23 +11,27 @@ from conftest import ROOT
 PACKAGE = ROOT / "scripts/ddpscale"
 
 
+def module_name(path) -> str:
+    """ddpscale/report/plots.py -> report.plots (the name below the package)."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
 def imported_modules(path) -> set[str]:
-    """The ddpscale modules a file imports anywhere, function bodies included."""
+    """The ddpscale modules a file imports anywhere, function bodies included, named as
+    module_name names them; `from ddpscale.report import plots` names report.plots."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ddpscale"):
-            parts = node.module.split(".")
-            if len(parts) > 1:
-                found.add(parts[1])
-            else:  # from ddpscale import a, b
-                found.update(alias.name for alias in node.names)
+            below = node.module.split(".")[1:]
+            found.add(".".join(below))
+            found.update(".".join([*below, alias.name]) for alias in node.names)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("ddpscale."))
+            found.update(a.name.split(".", 1)[1] for a in node.names if a.name.startswith("ddpscale."))
     return found
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {path.stem: path for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py") if path.stem != "__init__"}
     return {name: imported_modules(path) & set(modules) - {name} for name, path in modules.items()}
 
 
@@ -57,5 +61,13 @@ def test_circles_are_found():
 
 def test_ddpscale_modules_import_each_other_without_a_circle():
     graph = import_graph()
-    assert "figure" in graph["plots_time"] and "plots" not in graph["plots_time"]
+    assert "report.figure" in graph["report.plots_time"] and "report.plots" not in graph["report.plots_time"]
     assert circles(graph) == []
+
+
+def test_modules_live_in_their_stage():
+    """A newcomer finds each stage in one hop: only shared helpers sit at the package's top."""
+    top = sorted(path.stem for path in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "configcheck", "io"]
+    stages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
+    assert stages == ["cluster", "measurement", "report", "training", "workloads"]

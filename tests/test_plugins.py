@@ -1,10 +1,10 @@
-"""The parse-time import check (ddpscale.plugins.check_importable) finds a user's module where
+"""The parse-time import check (ddpscale.training.plugins.check_importable) finds a user's module where
 train.py will import it from: the workflow's working directory, then sys.path."""
 import sys
 
 import pytest
 
-from ddpscale.plugins import PluginError, check_importable
+from ddpscale.training.plugins import PluginError, check_importable
 
 
 @pytest.fixture
@@ -34,5 +34,5 @@ def test_missing_modules_under_the_root_still_fail_with_the_fix(user_root):
 
 
 def test_installed_and_scripts_modules_are_still_found(user_root):
-    check_importable("ddpscale.models.SpiralMLP", "model.class_path", root=str(user_root))
+    check_importable("ddpscale.workloads.models.SpiralMLP", "model.class_path", root=str(user_root))
     check_importable("json.JSONDecoder", "model.class_path", root=str(user_root))

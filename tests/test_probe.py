@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.commbench import allreduce_benchmark, bandwidths, message_sizes
+from ddpscale.measurement.commbench import allreduce_benchmark, bandwidths, message_sizes
 
 from conftest import ROOT, launched, require_cuda
 
@@ -44,8 +44,8 @@ def test_bandwidths_follow_nccl_tests():
 def test_first_optimizer_in_every_form_lightning_accepts():
     import torch
 
-    from ddpscale.plugins import PluginError
-    from ddpscale.stepprobe import first_optimizer
+    from ddpscale.measurement.stepprobe import first_optimizer
+    from ddpscale.training.plugins import PluginError
 
     opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, 1)
@@ -61,7 +61,7 @@ def test_first_optimizer_in_every_form_lightning_accepts():
 def test_precision_plan():
     import torch
 
-    from ddpscale.stepprobe import precision_plan
+    from ddpscale.measurement.stepprobe import precision_plan
 
     assert precision_plan("32-true", "cpu") == {"autocast": None, "params": None, "scaler": False}
     assert precision_plan("bf16-mixed", "cpu")["autocast"] is torch.bfloat16
@@ -81,7 +81,7 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict():
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ddpscale import stepprobe
+    from ddpscale.measurement import stepprobe
 
     class Logs(pl.LightningModule):
         def __init__(self):
@@ -141,9 +141,9 @@ def probe_command(out: Path, data_file: str, nodes: int, devices: int, *extra: s
     """As the workflow runs it: the launcher of the topology, then probe.py with the run flags."""
     probe = [sys.executable, str(ROOT / "scripts/probe.py"), "--topology", f"{nodes}x{devices}",
              "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
-             "--scaling", "strong", "--batch-size", "64", "--model-class", "ddpscale.models.SpiralMLP",
+             "--scaling", "strong", "--batch-size", "64", "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--model-args", '{"hidden": [64, 32, 16]}',
-             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--out", str(out), *extra]
     return launched(probe, nodes, devices)
 
@@ -231,7 +231,7 @@ def test_probe_with_gradient_accumulation_syncs_once_per_k_batches(tmp_path, dat
 @pytest.mark.slow
 def test_a_module_without_an_optimizer_is_named(tmp_path, data_file):
     (tmp_path / "noopt.py").write_text(
-        "from ddpscale.models import SpiralMLP\n\n"
+        "from ddpscale.workloads.models import SpiralMLP\n\n"
         "class NoOptimizer(SpiralMLP):\n"
         "    def configure_optimizers(self):\n"
         "        return None\n"

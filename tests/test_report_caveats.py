@@ -7,8 +7,8 @@ from html import escape
 import pandas as pd
 import pytest
 
-from ddpscale import analysis, boundness, reportdata, verdict
-from ddpscale import html as report_html
+from ddpscale.report import analysis, boundness, reportdata, verdict
+from ddpscale.report import html as report_html
 from test_analysis import make_run
 from test_breakdown import probe
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
@@ -147,7 +147,7 @@ def test_overhead_bound_from_gpu_utilisation():
 
 
 def test_the_transformer_itself_is_told_to_grow_not_pointed_to_itself():
-    runs = [make_run("1x1", gpu_utilization_pct=20.0, model_class="ddpscale.transformer.TransformerLM",
+    runs = [make_run("1x1", gpu_utilization_pct=20.0, model_class="ddpscale.workloads.transformer.TransformerLM",
                      **GPU)]
     [note] = build(runs).notes
     assert "transformer.yaml" not in note and "Raise the batch per device or the model size" in note

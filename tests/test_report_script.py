@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddpscale import analysis, reportdata
-from ddpscale import html as report_html
+from ddpscale.report import analysis, reportdata
+from ddpscale.report import html as report_html
 from test_analysis import make_run
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"

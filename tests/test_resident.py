@@ -8,9 +8,9 @@ import torch
 from lightning_fabric.utilities.data import _set_sampler_epoch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale.resident import ResidentBatches, check_no_workers, from_dataset, shard_indices
-from ddpscale.spiral_datamodule import SpiralDataModule
-from ddpscale.synthetic_datamodule import SyntheticDataModule
+from ddpscale.workloads.resident import ResidentBatches, check_no_workers, from_dataset, shard_indices
+from ddpscale.workloads.spiral_datamodule import SpiralDataModule
+from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule
 
 
 def batches(n: int = 10, batch_size: int = 4, shuffle: bool = False, **kwargs) -> ResidentBatches:

@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from ddpscale.resources import Site, SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources
-from ddpscale.topology import parse_topology
+from ddpscale.cluster.resources import Site, SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources
+from ddpscale.cluster.topology import parse_topology
 
 from conftest import ROOT, load_profile, profile_site
 

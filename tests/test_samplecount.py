@@ -1,4 +1,4 @@
-"""Every sample counted once (ddpscale.samplecount, timing, the built-in data modules): training
+"""Every sample counted once (ddpscale.training.samplecount, timing, the built-in data modules): training
 throughput leaves out DistributedSampler's padding repeats, evaluation sees each sample once,
 and the epoch's sample count stays exact above 2^24."""
 
@@ -16,11 +16,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale import samplecount
-from ddpscale.models import SpiralMLP
-from ddpscale.resident import ResidentBatches, shard_indices
-from ddpscale.spiral import split_sizes, write_dataset
-from ddpscale.timing import ScalingMetrics
+from ddpscale.measurement.timing import ScalingMetrics
+from ddpscale.training import samplecount
+from ddpscale.workloads.models import SpiralMLP
+from ddpscale.workloads.resident import ResidentBatches, shard_indices
+from ddpscale.workloads.spiral import split_sizes, write_dataset
 
 from conftest import ROOT, launched
 
@@ -108,8 +108,8 @@ def train(tmp_path: Path, data_file: str, devices: int, data_args: str) -> dict:
     command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
                "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
                "--scaling", "weak", "--batch-size", "16", "--seed", "0",
-               "--model-class", "ddpscale.models.SpiralMLP", "--model-args", '{"lr": 0.0}',
-               "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+               "--model-class", "ddpscale.workloads.models.SpiralMLP", "--model-args", '{"lr": 0.0}',
+               "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
                "--data-args", data_args,
                "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
     result = subprocess.run(launched(command, 1, devices), capture_output=True, text=True, timeout=200, cwd=ROOT)

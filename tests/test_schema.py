@@ -37,7 +37,7 @@ def test_empty_config_gets_every_default():
         "num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
     }
     assert config["dataset"]["split"] == [0.7, 0.15, 0.15]
-    assert config["model"] == {"class_path": "ddpscale.models.SpiralMLP", "init_args": {}}
+    assert config["model"] == {"class_path": "ddpscale.workloads.models.SpiralMLP", "init_args": {}}
     assert config["accuracy"] == {"metric": "test_acc", "tolerance": 0.02}
 
 

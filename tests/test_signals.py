@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from conftest import ROOT, launched, tiny_config
-from ddpscale.launch import describe_exit, run
-from ddpscale.signals import check_due, exit_code, stop_message
+from ddpscale.cluster.launch import describe_exit, run
+from ddpscale.training.signals import check_due, exit_code, stop_message
 
 # --- pure parts ------------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ LONG_SAMPLES = 30000
 
 @pytest.fixture(scope="module")
 def long_data(tmp_path_factory) -> str:
-    from ddpscale.spiral import write_dataset
+    from ddpscale.workloads.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("long")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), LONG_SAMPLES, 0.2, 7, [0.7, 0.15, 0.15])
@@ -77,8 +77,8 @@ def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *ext
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
              "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu", "--threads", "1",
              "--max-epochs", "2", "--warmup-epochs", "0", "--scaling", "strong", "--batch-size", "16",
-             "--model-class", "ddpscale.models.SpiralMLP",
-             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--model-class", "ddpscale.workloads.models.SpiralMLP",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
     return launched(train, nodes, devices)
 
@@ -100,7 +100,7 @@ def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
     children = parent.children()
     if not children:
         return {0: parent}
-    # forked in rank order (ddpscale.launch), and a fork's /proc environ is its parent's
+    # forked in rank order (ddpscale.cluster.launch), and a fork's /proc environ is its parent's
     return dict(enumerate(sorted(children, key=lambda child: (child.create_time(), child.pid))))
 
 

@@ -1,7 +1,7 @@
-"""Which epochs count as steady state (ddpscale.timing): warm-up is per process, not per run."""
+"""Which epochs count as steady state (ddpscale.measurement.timing): warm-up is per process, not per run."""
 import pytest
 
-from ddpscale.timing import ScalingMetrics, steady_epochs
+from ddpscale.measurement.timing import ScalingMetrics, steady_epochs
 
 
 def test_an_uninterrupted_run_leaves_out_its_first_epochs():

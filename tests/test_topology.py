@@ -1,7 +1,7 @@
-"""Topology parsing and the checks made before any job runs (ddpscale.topology)."""
+"""Topology parsing and the checks made before any job runs (ddpscale.cluster.topology)."""
 import pytest
 
-from ddpscale.topology import Topology, TopologyError, batch_per_device, check_topologies, parse_topology
+from ddpscale.cluster.topology import Topology, TopologyError, batch_per_device, check_topologies, parse_topology
 
 
 def check(entries, baseline="1x1", max_per_node=4, scaling="weak", batch=64):

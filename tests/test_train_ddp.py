@@ -20,8 +20,8 @@ def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *ext
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
              "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
              "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-             "--model-class", "ddpscale.models.SpiralMLP",
-             "--data-class", "ddpscale.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--model-class", "ddpscale.workloads.models.SpiralMLP",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
     return launched(train, nodes, devices)
 
@@ -167,7 +167,7 @@ def test_a_world_smaller_than_the_topology_fails_at_fit_start():
     """Trap 3 of issue 3: ranks that never started must fail the run, not shrink it."""
     from types import SimpleNamespace
 
-    from ddpscale.timing import ScalingMetrics, WorldSizeError
+    from ddpscale.measurement.timing import ScalingMetrics, WorldSizeError
 
     one_rank = SimpleNamespace(global_rank=0, node_rank=0, local_rank=0)  # no process group
     module = SimpleNamespace(device="cpu")

@@ -23,9 +23,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import ROOT, SNAKEMAKE_CONSOLE, Workspace, launched
-from ddpscale import flops
-from ddpscale.markov_datamodule import TEST_OFFSET, VAL_OFFSET, MarkovBatches, MarkovChain, MarkovTokens
-from ddpscale.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
+from ddpscale.measurement import flops
+from ddpscale.workloads.markov_datamodule import TEST_OFFSET, VAL_OFFSET, MarkovBatches, MarkovChain, MarkovTokens
+from ddpscale.workloads.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
 
 GPU_PRESET = yaml.safe_load((ROOT / "config/transformer.yaml").read_text())
 TINY_PRESET = yaml.safe_load((ROOT / "config/transformer_tiny.yaml").read_text())
@@ -53,7 +53,7 @@ def token_batch(vocab: int, batch: int, seq: int) -> tuple[torch.Tensor, torch.T
 @pytest.mark.parametrize("backend", [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
 def test_flops_per_token_is_what_flop_counter_mode_counts(tie_weights, backend):
     """FLASH_ATTENTION: the CPU flash kernel (what runs by default), counted by the formula that
-    ddpscale.transformer registers; MATH: torch's own decomposition into matmuls, which
+    ddpscale.workloads.transformer registers; MATH: torch's own decomposition into matmuls, which
     FlopCounterMode counts unaided."""
     model = small_model(tie_weights)
     x, y = token_batch(37, 5, 11)
@@ -271,8 +271,8 @@ def test_two_rank_run_of_the_tiny_preset_records_the_analytic_flops(tmp_path):
     data_args = {**TINY_PRESET["data"]["init_args"], "steps_per_epoch": 10}
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1", "--devices", "2",
              "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "strong", "--batch-size", "32",
-             "--model-class", "ddpscale.transformer.TransformerLM", "--model-args", json.dumps(model_args),
-             "--data-class", "ddpscale.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
+             "--model-class", "ddpscale.workloads.transformer.TransformerLM", "--model-args", json.dumps(model_args),
+             "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
     result = subprocess.run(launched(train, 1, 2), capture_output=True, text=True, timeout=170, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -311,7 +311,7 @@ def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_acc
     assert result.returncode == 0, result.stderr[-4000:]
     runs = {t: json.loads(workspace.metrics(t).read_text()) for t in ("1x1", "1x2")}
     for metrics in runs.values():
-        assert metrics["model_class"] == "ddpscale.transformer.TransformerLM"
+        assert metrics["model_class"] == "ddpscale.workloads.transformer.TransformerLM"
         assert metrics["flops_per_sample"] == metrics["flops_per_sample_analytic"]
         assert metrics["test_acc"] > 0.2  # chance is 1/256: the chain was learnt
     assert runs["1x2"]["world_size"] == 2
@@ -335,8 +335,8 @@ def test_on_one_gpu_the_transformer_reports_its_mfu(tmp_path, compile_mode):
     command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
                "--accelerator", "gpu", "--max-epochs", "3", "--scaling", "weak", "--batch-size", "16",
                "--precision", "bf16-mixed", "--compile", compile_mode,
-               "--model-class", "ddpscale.transformer.TransformerLM", "--model-args", json.dumps(model_args),
-               "--data-class", "ddpscale.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
+               "--model-class", "ddpscale.workloads.transformer.TransformerLM", "--model-args", json.dumps(model_args),
+               "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
                "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=290, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]

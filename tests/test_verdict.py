@@ -1,8 +1,8 @@
-"""Recommendation, cost, unfinished rows and comparison (ddpscale.verdict) on fixed summaries."""
+"""Recommendation, cost, unfinished rows and comparison (ddpscale.report.verdict) on fixed summaries."""
 import pandas as pd
 import pytest
 
-from ddpscale import analysis, verdict
+from ddpscale.report import analysis, verdict
 from test_analysis import make_run
 
 

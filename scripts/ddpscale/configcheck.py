@@ -16,11 +16,11 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator
 
-from ddpscale.spiral import split_sizes
-from ddpscale.topology import Topology
+from ddpscale.cluster.topology import Topology
+from ddpscale.workloads.spiral import split_sizes
 
 DEFAULT_CONFIG = "config/config.yaml"
-SPIRAL_MODULE = "ddpscale.spiral_datamodule.SpiralDataModule"
+SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
               "number": "a number", "boolean": "true or false", "null": "null"}
 

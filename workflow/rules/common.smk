@@ -45,16 +45,16 @@ def check_config_schema():
 own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()
 validate(config, schema="../schemas/config.schema.yaml")
-from ddpscale.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.identity import generated_with_other_settings, installed_versions  # noqa: E402
-from ddpscale.spiral import corruption, manifest_path_for  # noqa: E402
-from ddpscale.resources import (  # noqa: E402
-    SiteError, cluster_env, launch_prefix, refuse_slurm_extra, site_from_resources, slurm_resources,
-)
-from ddpscale.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
-from ddpscale.hostdevices import (  # noqa: E402
+from ddpscale.cluster.hostdevices import (  # noqa: E402
     AcceleratorError, choose_accelerator, oversubscription_warning, usable_cores, visible_gpus,
 )
+from ddpscale.cluster.resources import (  # noqa: E402
+    SiteError, cluster_env, launch_prefix, refuse_slurm_extra, site_from_resources, slurm_resources,
+)
+from ddpscale.cluster.topology import TopologyError, check_topologies, parse_topology  # noqa: E402
+from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
+from ddpscale.training.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.workloads.spiral import corruption, manifest_path_for  # noqa: E402
 
 DATA_DIR = "results/data"
 RUNS_DIR = "results/runs"
@@ -100,7 +100,7 @@ if SETTING_PROBLEMS:
 def resolve_accelerator():
     """The accelerator every run uses, and the GPU ids the local launcher hands out (or None).
 
-    Local profile: decided once, here, from this host (ddpscale.hostdevices): `auto` is GPU
+    Local profile: decided once, here, from this host (ddpscale.cluster.hostdevices): `auto` is GPU
     only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
     else CPU for all, so a report never mixes the two. A cluster's GPUs come from the
     allocation, so other profiles pass the configured value on unchanged.

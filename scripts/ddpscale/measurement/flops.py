@@ -1,0 +1,119 @@
+"""Training FLOPs per sample, achieved TFLOP/s and model FLOPs utilisation (MFU).
+
+FLOPs are counted by torch's FlopCounterMode over one forward + backward of the module's
+training_step (matrix multiplies, convolutions and attention; elementwise work is not counted,
+as in the usual MFU convention). They depend on shapes only, so the count runs on a fresh
+copy of the module built on the meta device, with the batch's shapes: no memory, no compute,
+and no way for the module and the batch to sit on different devices or in different dtypes.
+(Counting the trained module after fit failed on every GPU run: Lightning had moved the
+module back to the CPU while resident batches stayed on the GPU, or bf16-true weights met
+fp32 inputs.)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ddpscale.measurement.stepprobe import _LOG_WARNING, loss_of, precision_plan, to_device
+from ddpscale.measurement.timing import batch_len
+
+# Dense peak TFLOP/s per GPU by precision, from the vendors' data sheets (no sparsity).
+# A name matches when every word of the key is in torch.cuda.get_device_name().
+# Names as the driver reports them (torch.cuda.get_device_name / nvidia-smi): the H100 SXM is
+# "NVIDIA H100 80GB HBM3", the PCIe card "NVIDIA H100 PCIe", the NVL "NVIDIA H100 NVL". More
+# specific rows come first. The sparse figures (twice these) are never reachable by training.
+PEAK_TFLOPS = {
+    ("GH200",): {"bf16": 989.0, "16": 989.0, "32": 67.0},
+    ("H200",): {"bf16": 989.0, "16": 989.0, "32": 67.0},
+    ("H100", "PCIe"): {"bf16": 756.0, "16": 756.0, "32": 51.0},
+    ("H100", "NVL"): {"bf16": 835.0, "16": 835.0, "32": 60.0},
+    ("H100", "HBM3"): {"bf16": 989.0, "16": 989.0, "32": 67.0},  # SXM5
+    ("H100", "SXM"): {"bf16": 989.0, "16": 989.0, "32": 67.0},
+    ("A100",): {"bf16": 312.0, "16": 312.0, "32": 19.5},
+    ("V100",): {"16": 125.0, "32": 15.7},
+    ("L40S",): {"bf16": 362.0, "16": 362.0, "32": 91.6},
+    ("A40",): {"bf16": 149.7, "16": 149.7, "32": 37.4},
+    ("L4",): {"bf16": 121.0, "16": 121.0, "32": 30.3},
+}
+
+
+def precision_family(precision: str) -> str:
+    """'bf16' for bf16-mixed/bf16-true, '16' for 16-mixed/16-true, else '32'."""
+    if precision.startswith("bf16"):
+        return "bf16"
+    if precision.startswith("16"):
+        return "16"
+    return "32"
+
+
+def peak_tflops(device_name: str, precision: str) -> float | None:
+    """A GPU's dense peak for this precision, or None (CPU, unknown GPU, unknown precision)."""
+    names = device_name.replace("-", " ").upper().split()
+    for words, peaks in PEAK_TFLOPS.items():
+        if all(word.upper() in names for word in words):
+            return peaks.get(precision_family(precision))
+    return None
+
+
+def training_flops_per_sample(module, batch) -> float:
+    """FLOPs of one training step (forward + backward) on this batch, divided by its size."""
+    size = batch_len(batch)
+    module.train()
+    with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_LOG_WARNING)
+        loss_of(module.training_step(batch, 0)).backward()
+    module.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / size
+
+
+def utilisation(flops_per_sample: float | None, throughput: float | None, world_size: int,
+                device_name: str, precision: str) -> dict:
+    """Achieved TFLOP/s over all devices, the peak per device, and MFU (None where unknown)."""
+    achieved = (flops_per_sample * throughput / 1e12
+                if flops_per_sample and throughput else None)
+    peak = peak_tflops(device_name, precision)
+    mfu = achieved / (peak * world_size) if achieved is not None and peak else None
+    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "mfu": mfu}
+
+
+def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> float | None:
+    """FLOPs per training sample of one step on this batch's shapes; None if it cannot be counted.
+
+    First on a fresh module built on the meta device, in the dtype the precision trains in
+    (bf16-true: bf16 weights and inputs). A module that cannot be built there (say, it loads
+    weights in __init__) is counted on the trained module instead, with the batch moved to that
+    module's device and dtype.
+    """
+    dtype = precision_plan(precision, "cuda")["params"]
+    try:
+        with torch.device("meta"):
+            module = model_cls(**model_args)
+            module = module.to(dtype) if dtype is not None else module
+            return training_flops_per_sample(module, to_device(batch, torch.device("meta"), dtype))
+    except Exception as err:
+        meta_error = err
+    if trained is not None:
+        owner = trained._trainer
+        try:
+            trained.trainer = None  # outside the loop: self.log() must only warn, not raise
+            param = next(trained.parameters())
+            return training_flops_per_sample(trained, to_device(batch, param.device, dtype))
+        except Exception as err:
+            meta_error = err
+        finally:
+            trained.trainer = owner
+    # a user module that cannot run outside the Trainer: no MFU, no crash
+    print(f"ddpscale: could not count FLOPs ({type(meta_error).__name__}: {meta_error}); MFU will be n/a",
+          flush=True)
+    return None
+
+
+def check_analytic(counted: float | None, analytic: float | None, rel: float = 0.01) -> str | None:
+    """A warning when the counted FLOPs and the module's own analytic count disagree."""
+    if counted is None or analytic is None or abs(counted - analytic) <= rel * abs(analytic):
+        return None
+    return (f"ddpscale: counted {counted:,.0f} training FLOPs per sample but the module's "
+            f"flops_per_sample() says {analytic:,.0f}; MFU uses the counted figure")

@@ -1,0 +1,160 @@
+"""Where a training step's time goes, and what the baseline plus the all-reduce predict.
+
+Pure pandas: inputs are the scaling summary (analysis.summarize) and each topology's
+probe.json (scripts/probe.py), so every formula here is unit-tested without a cluster.
+
+Per topology the probe measured, per step: data wait (D), compute with DDP's gradient
+synchronisation switched off (C), and the extra time of a synchronised step over C, which is
+communication that backward did not hide (E). The training run measured its own step time T
+(per-device batch x world size / throughput); what T has beyond D + C + E is framework
+overhead outside the probe (O: Lightning's loop, logging, callbacks).
+
+A "step" here is one per-device batch (a micro-batch). With accumulate_grad_batches = k,
+DDP synchronises the gradient once every k batches, so one all-reduce is spread over k steps;
+the probe times its steps the same way (ddpscale.measurement.stepprobe).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+TERMS = ("data", "compute", "comm", "overhead")
+TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + optimizer)",
+              "comm": "exposed gradient communication", "overhead": "framework overhead"}
+# Below this many efficiency points apart, prediction and measurement agree.
+AGREE_POINTS = 0.05
+
+
+def load_probes(paths: Iterable[str | Path]) -> dict[str, dict]:
+    probes = {}
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read probe results ({exc})") from None
+        for key in ("topology", "world_size", "step", "allreduce", "gradient_bytes"):
+            if key not in record:
+                raise ValueError(f"{path}: missing key '{key}'; rerun its probe job")
+        probes[record["topology"]] = record
+    return probes
+
+
+def train_step_s(row) -> float:
+    """Measured seconds per training step: one per-device batch on every rank."""
+    return row["batch_per_device"] * row["world_size"] / row["throughput_samples_s"]
+
+
+def allreduce_s(probe: dict) -> float:
+    """Measured all-reduce time for the gradient (the largest message the probe timed)."""
+    if probe["world_size"] <= 1 or not probe["allreduce"]:
+        return 0.0
+    return float(max(probe["allreduce"], key=lambda r: r["bytes"])["time_s"])
+
+
+def accumulation(probe: dict) -> int:
+    """Batches per gradient synchronisation (accumulate_grad_batches); 1 in probes made before
+    it was recorded, which synchronised on every batch."""
+    return int(probe["step"].get("accumulate_grad_batches", 1))
+
+
+def comm_per_batch_s(probe: dict) -> float:
+    """The gradient all-reduce per batch: one every accumulate_grad_batches batches."""
+    return allreduce_s(probe) / accumulation(probe)
+
+
+def measured_terms(row, probe: dict) -> dict:
+    step = probe["step"]
+    parts = {"data": step["data_s"], "compute": step["compute_s"], "comm": step["exposed_comm_s"]}
+    total = train_step_s(row)
+    parts["overhead"] = max(0.0, total - sum(parts.values()))
+    return {**parts, "step": max(total, sum(parts.values()))}
+
+
+def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
+    """Seconds and fractions of a step per term, one row per topology with a probe."""
+    rows = []
+    for _, row in summary.iterrows():
+        probe = probes.get(row["topology"])
+        if probe is None or pd.isna(row.get("throughput_samples_s")):
+            continue
+        terms = measured_terms(row, probe)
+        out = {"topology": row["topology"], "world_size": row["world_size"],
+               "train_step_s": train_step_s(row), "step_s": terms["step"]}
+        for term in TERMS:
+            out[f"{term}_s"] = terms[term]
+            out[f"{term}_frac"] = terms[term] / terms["step"]
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
+    """Predicted efficiency from the baseline's step and each topology's all-reduce.
+
+    Model: data and compute scale with the per-device batch (b / b_base), the baseline's
+    per-step overhead stays, and the gradient all-reduce is added whole (no overlap assumed),
+    once per accumulate_grad_batches steps.
+    """
+    baseline = summary.attrs.get("baseline")
+    base_rows = summary[summary["topology"] == baseline]
+    if base_rows.empty or baseline not in probes or pd.isna(base_rows.iloc[0]["throughput_samples_s"]):
+        return pd.DataFrame()
+    base = base_rows.iloc[0]
+    base_terms = measured_terms(base, probes[baseline])
+    base_rate = base["world_size"] * base["batch_per_device"] / train_step_s(base)
+    rows = []
+    for _, row in summary.iterrows():
+        probe = probes.get(row["topology"])
+        if probe is None or pd.isna(row.get("throughput_samples_s")):
+            continue
+        scale = row["batch_per_device"] / base["batch_per_device"]
+        pred = {"data": base_terms["data"] * scale, "compute": base_terms["compute"] * scale,
+                "comm": comm_per_batch_s(probe), "overhead": base_terms["overhead"]}
+        meas = measured_terms(row, probe)
+        devices = row["world_size"] / base["world_size"]
+        pred_speedup = row["world_size"] * row["batch_per_device"] / sum(pred.values()) / base_rate
+        out = {"topology": row["topology"], "world_size": row["world_size"],
+               "predicted_efficiency": pred_speedup / devices,
+               "measured_efficiency": row["efficiency"],
+               "predicted_step_s": sum(pred.values()), "measured_step_s": train_step_s(row)}
+        for term in TERMS:
+            out[f"{term}_predicted_s"] = pred[term]
+            out[f"{term}_measured_s"] = meas[term]
+        out["explanation"] = explain(out)
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+# Why a term can be off, by direction (measured above or below its prediction).
+HINTS = {
+    ("compute", True): "per-device compute did not shrink with the per-device batch (a small batch "
+                       "leaves a GPU underused; CPU-simulated ranks share the host's cores)",
+    ("compute", False): "smaller per-device batches ran faster per sample than on the baseline",
+    ("comm", True): "a synchronised step costs more than one all-reduce of the gradient "
+                    "(bucketing, a slow link or a straggling rank)",
+    ("comm", False): "DDP hid part of the all-reduce behind the backward pass",
+    ("data", True): "data loading did not shrink with the per-device batch",
+    ("data", False): "data loading got cheaper than the batch size predicts",
+    ("overhead", True): "the training loop costs more per step than on the baseline",
+    ("overhead", False): "the training loop costs less per step than on the baseline",
+}
+
+
+def off_term(row) -> str:
+    """The term whose measurement is furthest (in seconds) from its prediction."""
+    return max(TERMS, key=lambda t: abs(row[f"{t}_measured_s"] - row[f"{t}_predicted_s"]))
+
+
+def explain(row) -> str:
+    gap = row["measured_efficiency"] - row["predicted_efficiency"]
+    if pd.isna(gap):
+        return "no measured efficiency"
+    if abs(gap) <= AGREE_POINTS:
+        return "prediction and measurement agree"
+    term = off_term(row)
+    meas, pred = row[f"{term}_measured_s"], row[f"{term}_predicted_s"]
+    ratio = f"{meas / pred:.1f}x" if pred > 0 else "above zero"
+    return (f"{TERM_WORDS[term]} is off: {meas * 1e3:.2f} ms per step measured vs "
+            f"{pred * 1e3:.2f} ms predicted ({ratio}): {HINTS[(term, meas > pred)]}")

@@ -1,0 +1,54 @@
+"""Everything the report shows, computed once from the inputs (pure pandas, no torch)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ddpscale.report import analysis, breakdown, verdict
+
+
+@dataclass
+class ReportData:
+    summary: pd.DataFrame  # one row per expected topology, with status
+    runs: pd.DataFrame  # one row per metrics.json
+    probes: dict  # topology -> probe.json record
+    steps: pd.DataFrame  # breakdown.breakdown
+    prediction: pd.DataFrame  # breakdown.predict
+    cost: pd.DataFrame
+    recommendation: str
+    threshold: float
+    comparison: pd.DataFrame | None = None
+    compared_with: str | None = None
+    notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
+
+    @property
+    def finished(self) -> pd.DataFrame:
+        return finished_rows(self.summary)
+
+
+def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows with measurements (plots and predictions skip topologies that did not finish)."""
+    done = summary[summary["throughput_samples_s"].notna()].reset_index(drop=True)
+    done.attrs.update(summary.attrs)
+    return done
+
+
+def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float,
+          threshold: float, expected: list[str], repeats: int, log_tails: dict,
+          earlier: pd.DataFrame | None = None, compared_with: str | None = None) -> ReportData:
+    summary = analysis.summarize(runs, baseline, metric, tolerance)
+    summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
+    summary = verdict.add_caveats(summary)
+    summary.attrs["threshold"] = threshold
+    done = finished_rows(summary)
+    steps = breakdown.breakdown(done, probes)
+    return ReportData(
+        summary=summary, runs=runs, probes=probes,
+        steps=steps, prediction=breakdown.predict(done, probes),
+        cost=verdict.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
+        threshold=threshold,
+        comparison=None if earlier is None else verdict.compare(done, earlier),
+        compared_with=compared_with,
+        notes=verdict.caveats(summary, runs, steps) + [n for n in [analysis.identity_note(runs)] if n],
+    )

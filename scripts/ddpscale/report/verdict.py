@@ -1,0 +1,276 @@
+"""The answer a user came for: which topology to use, what it costs, what did not finish,
+where a number cannot mean what it seems (caveats), and what changed since an earlier run.
+Pure pandas, unit-tested without a cluster.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ddpscale.cluster.topology import parse_topology
+from ddpscale.report import boundness
+from ddpscale.report.analysis import device_word, hours_label
+
+STATUS_OK = "ok"
+SIMULATED_NODES = "nodes simulated on one host: no network crossed"
+# One recompilation is routine (say, the last, smaller batch of an epoch, or the switch to
+# evaluation); more than one means shapes or guarded values keep changing from step to step.
+RECOMPILES_ALLOWED = 1
+
+
+def flag(row, key: str) -> bool:
+    """True only where the fact was recorded as true; missing or NA is not known, not true."""
+    value = row.get(key) if hasattr(row, "get") else None
+    try:
+        return bool(value) if not pd.isna(value) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def _count(row, key: str) -> int | None:
+    value = row.get(key)
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def oversubscription(row) -> str | None:
+    """'oversubscribed: 4 ranks on 2 cores' for a row that measured contention, else None."""
+    if not flag(row, "oversubscribed"):
+        return None
+    ranks, cores = _count(row, "ranks_per_host"), _count(row, "usable_cores")
+    if ranks is None or cores is None:
+        return "oversubscribed: more ranks on a host than usable cores"
+    return f"oversubscribed: {ranks} ranks on {cores} core{'' if cores == 1 else 's'}"
+
+
+def markers(row) -> list[str]:
+    """Why a row's numbers do not mean what they seem: oversubscribed, nodes on one host."""
+    out = [oversubscription(row)]
+    if flag(row, "simulated_nodes_on_one_host"):
+        out.append(SIMULATED_NODES)
+    return [m for m in out if m]
+
+
+def label(row) -> str:
+    """The topology with its markers: '2x1 (nodes simulated on one host: no network crossed)'."""
+    found = markers(row)
+    return f"{row['topology']} ({'; '.join(found)})" if found else str(row["topology"])
+
+
+def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
+    """A `caveats` column (markers joined by '; ', empty when none) for the table and the TSV."""
+    table = summary.copy()
+    table["caveats"] = ["; ".join(markers(row)) for _, row in table.iterrows()]
+    table.attrs.update(summary.attrs)
+    return table
+
+
+def usable(summary: pd.DataFrame) -> pd.DataFrame:
+    """Finished topologies whose accuracy did not fail (not logged is not a failure) and that
+    were not oversubscribed (those measured contention, not scaling)."""
+    status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
+    finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
+    finished = finished[finished["accuracy_held"].fillna(True).astype(bool)]
+    return finished.drop(flagged(finished, "oversubscribed").index)
+
+
+def recommendation(summary: pd.DataFrame, threshold: float) -> str:
+    """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
+    ok = usable(summary)
+    where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
+    if ok.empty:
+        if len(flagged(summary, "oversubscribed")):
+            return (f"{where}no topology finished with accuracy held on enough cores, so there is "
+                    "nothing to recommend")
+        return f"{where}no topology finished with accuracy held, so there is nothing to recommend"
+    fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
+    efficient = ok[ok["efficiency"] >= threshold - 1e-9]
+    fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
+            f"{fastest['speedup']:.2f}x, {fastest['efficiency']:.0%} efficient)")
+    baseline = summary.attrs.get("baseline")
+    if efficient.empty:
+        keep = f"no topology stays above {threshold:.0%} efficiency"
+    else:
+        top = efficient.sort_values(["world_size", "throughput_samples_s"]).iloc[-1]
+        if top["topology"] == baseline:
+            keep = f"none beyond the baseline {baseline} stays above {threshold:.0%} efficiency"
+        else:
+            keep = (f"the largest that stays above {threshold:.0%} efficiency is "
+                    f"{top['topology']} ({_devices(summary, top)}, {top['efficiency']:.0%})")
+    sentence = f"{fast}; {keep}"
+    return where + sentence if where else sentence[0].upper() + sentence[1:]
+
+
+def _devices(summary: pd.DataFrame, row) -> str:
+    n = int(row["world_size"])
+    where = ", nodes simulated on one host" if flag(row, "simulated_nodes_on_one_host") else ""
+    return f"{n} {device_word(summary, n)}{where}"
+
+
+def _names(rows: pd.DataFrame) -> str:
+    names = [str(t) for t in rows["topology"]]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def flagged(summary: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The rows where `key` was recorded as true."""
+    return summary[pd.Series([flag(r, key) for _, r in summary.iterrows()], index=summary.index,
+                             dtype=bool)]
+
+
+def oversubscribed_note(summary: pd.DataFrame) -> str | None:
+    rows = flagged(summary, "oversubscribed")
+    if rows.empty:
+        return None
+    cores = rows["usable_cores"].dropna() if "usable_cores" in rows else pd.Series(dtype=float)
+    limit = f" ({int(cores.min())} here)" if len(cores) else ""
+    left = ", ".join(f"{r['topology']} ({oversubscription(r)})" for _, r in rows.iterrows())
+    return (f"Left out of the recommendation: {left}. With more ranks on a host than usable "
+            "cores, the ranks took turns on the same cores, so their numbers measure contention, "
+            "not scaling. To measure them, run at most as many ranks per host as it has usable "
+            f"cores{limit}, or use a machine with more cores.")
+
+
+def simulated_nodes_note(summary: pd.DataFrame) -> str | None:
+    rows = flagged(summary, "simulated_nodes_on_one_host")
+    if rows.empty:
+        return None
+    return (f"Nodes simulated on one host in {_names(rows)}: their traffic between nodes stayed "
+            "inside that host (shared memory or loopback on CPU, NVLink or PCIe between GPUs) and "
+            "crossed no network, so their numbers say nothing about the interconnect between "
+            "real nodes.")
+
+
+def _first_reason(runs: pd.DataFrame | None, topology) -> str | None:
+    """The first recompilation reason a run of this topology recorded (newer files only)."""
+    if runs is None or "compile_recompile_reasons" not in runs:
+        return None
+    for reasons in runs.loc[runs["topology"] == topology, "compile_recompile_reasons"]:
+        if isinstance(reasons, (list, tuple)) and reasons:
+            return str(reasons[0])[:160]
+    return None
+
+
+def recompile_note(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> str | None:
+    if "compile_recompiles" not in summary:
+        return None
+    counts = pd.to_numeric(summary["compile_recompiles"], errors="coerce")
+    rows = summary[counts.gt(RECOMPILES_ALLOWED).fillna(False).astype(bool)]
+    if rows.empty:
+        return None
+    each = _names(pd.DataFrame({"topology": [f"{r['topology']} ({int(r['compile_recompiles'])} times)"
+                                             for _, r in rows.iterrows()]}))
+    reason = next((r for r in (_first_reason(runs, t) for t in rows["topology"]) if r), None)
+    why = f" The first reason recorded: {reason}." if reason else ""
+    return (f"torch.compile recompiled more than once in {each}.{why} Each recompilation ran "
+            "inside the training epochs: its compile time counts in the fit time, and in the "
+            "throughput when it came after the warm-up epoch(s), so their numbers understate "
+            "what the compiled code can do. Static shapes avoid it: every batch the same size "
+            "(drop_last=True) and no Python values that change from step to step.")
+
+
+def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
+    """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
+    bound = boundness.judge_baseline(summary, runs, steps)
+    notes = [oversubscribed_note(summary), simulated_nodes_note(summary),
+             boundness.sentence(bound, devices=device_word(summary),
+                                model_classes=runs.get("model_class")),
+             recompile_note(summary, runs)]
+    return [n for n in notes if n]
+
+
+def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """GPU-hours per run and per epoch, and the extra each topology costs over the baseline."""
+    finished = summary[summary["fit_time_s"].notna()]
+    base = finished[finished["topology"] == summary.attrs.get("baseline")]
+    base_hours = float(base["gpu_hours"].iloc[0]) if len(base) else float("nan")
+    out = pd.DataFrame({
+        "topology": finished["topology"], "world_size": finished["world_size"],
+        "speedup": finished["speedup"],
+        "gpu_hours": finished["gpu_hours"],
+        "gpu_hours_per_epoch": finished["time_per_epoch_s"] * finished["world_size"] / 3600.0,
+        "extra_gpu_hours": finished["gpu_hours"] - base_hours,
+        "extra_pct": (finished["gpu_hours"] / base_hours - 1.0) * 100.0,
+    })
+    out.attrs["hours_label"] = hours_label(summary)
+    return out.reset_index(drop=True)
+
+
+def run_status(finished: int, expected: int, log_tail: str | None) -> str:
+    """'ok', 'k of N repeats finished', 'failed: <last log line>' or 'not run'."""
+    if finished >= expected:
+        return STATUS_OK
+    if finished > 0:
+        return f"{finished} of {expected} repeats finished"
+    if log_tail is not None:
+        return f"failed: {log_tail}" if log_tail else "failed (empty log)"
+    return "not run"
+
+
+def last_line(log: Path) -> str | None:
+    """The last non-empty line of a log, usually the error; None when there is no log."""
+    if not log.exists():
+        return None
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    return lines[-1][:200] if lines else ""
+
+
+def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
+                log_tails: dict[str, str | None]) -> pd.DataFrame:
+    """Every expected topology appears: a status per row, and rows for those that never finished."""
+    attrs = dict(summary.attrs)
+    counts = dict(zip(summary["topology"], summary["repeats"]))
+    table = summary.copy()
+    table["status"] = [run_status(int(counts[t]), repeats, None) for t in table["topology"]]
+    extra = []
+    for name in expected:
+        if name in counts:
+            continue
+        topo = parse_topology(name)
+        extra.append({"topology": topo.name, "num_nodes": topo.num_nodes,
+                      "devices_per_node": topo.devices_per_node, "world_size": topo.world_size,
+                      "repeats": 0, "simulated": bool(summary["simulated"].any()),
+                      "status": run_status(0, repeats, log_tails.get(name))})
+    if extra:
+        table = pd.concat([table, pd.DataFrame(extra)], ignore_index=True)
+        table = table.sort_values(["world_size", "num_nodes"], kind="stable").reset_index(drop=True)
+        for col in ("num_nodes", "devices_per_node", "world_size", "repeats", "batch_per_device",
+                    "effective_batch"):
+            table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
+    table.attrs.update(attrs)
+    return table
+
+
+COMPARED = ("throughput_samples_s", "efficiency", "fit_time_s")
+
+
+def read_earlier(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"earlier scaling table {path} does not exist; fix report.compare_with "
+                         "in config/config.yaml (a scaling.tsv from an earlier run) or set it to null")
+    earlier = pd.read_csv(path, sep="\t")
+    missing = [c for c in ("topology", *COMPARED) if c not in earlier.columns]
+    if missing:
+        raise ValueError(f"{path} is not a ddpscale scaling.tsv (no column {', '.join(missing)})")
+    return earlier
+
+
+def compare(summary: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
+    """Per topology: earlier and current value of each compared figure and the change in %."""
+    now = summary.set_index("topology")
+    before = earlier.set_index("topology")
+    names = list(now.index) + [t for t in before.index if t not in now.index]
+    rows = []
+    for name in names:
+        row = {"topology": name,
+               "present": "both" if name in now.index and name in before.index
+               else ("only now" if name in now.index else "only earlier")}
+        for col in COMPARED:
+            old = before[col].get(name, float("nan"))
+            new = now[col].get(name, float("nan"))
+            row[f"{col}_earlier"], row[f"{col}_now"] = old, new
+            row[f"{col}_change_pct"] = (new / old - 1.0) * 100.0 if old and pd.notna(old) else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,1 @@
+"""Training: the user's modules, run flags, checkpoints, signals and the run's record."""

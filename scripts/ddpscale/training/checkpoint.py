@@ -1,0 +1,33 @@
+"""The resume checkpoint: one file, rewritten at the end of every epoch, and no work per step.
+
+Lightning calls every hook of every callback at every step, and names each call by the
+callback's state_key, which ModelCheckpoint formats anew from its settings each time (about
+4 us, 6 hooks a step). Its on_train_batch_end only serves every_n_train_steps and
+train_time_interval, which a per-epoch checkpoint does not use. On the spiral MLP, a
+2 ms step, that was measurable (docs/performance.md), so both are skipped here.
+"""
+
+from __future__ import annotations
+
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from ddpscale.training.runinfo import LAST
+
+
+class EpochCheckpoint(ModelCheckpoint):
+    @property
+    def state_key(self) -> str:
+        # the settings it is made of are fixed at __init__
+        if getattr(self, "_state_key_cache", None) is None:
+            self._state_key_cache = super().state_key
+        return self._state_key_cache
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Nothing to do: saving happens at validation end or train epoch end."""
+
+
+def epoch_checkpoint(ckpt_dir: str) -> EpochCheckpoint:
+    # save_top_k=1 with no monitor keeps the latest. (save_last with save_top_k=0 writes nothing
+    # in Lightning 2.6: "last" is only saved when a top-k checkpoint was saved in that step.)
+    return EpochCheckpoint(dirpath=ckpt_dir, filename=LAST.removesuffix(".ckpt"), save_top_k=1,
+                           enable_version_counter=False)

@@ -1,0 +1,80 @@
+"""What defines a run, shared by train.py and probe.py so both measure the same model and data.
+
+Flags in, (model, datamodule) out: the workflow passes every setting explicitly, and both
+scripts build the user's modules through the same plugin contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ddpscale.cluster.topology import Topology, batch_per_device
+from ddpscale.training import compiling, plugins
+
+# Flags that change how a run fails, not what it measures: left out of its identity, so
+# changing them does not start a run over.
+NOT_IDENTITY = ("collective_timeout_s",)
+DEFAULT_LOADER = '{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}'
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, help="label, e.g. 2x4")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--devices", type=int, required=True, help="devices (ranks) per node")
+    p.add_argument("--accelerator", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--cluster-env", default="local", choices=["local", "slurm"])
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank; 0: cores / local ranks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scaling", choices=["weak", "strong"], required=True)
+    p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
+    p.add_argument("--precision", default="32-true")
+    p.add_argument("--compile", default="none", choices=compiling.MODES, help="torch.compile mode, or none")
+    p.add_argument("--accumulate-grad-batches", type=int, default=1)
+    p.add_argument("--loader", default=DEFAULT_LOADER,
+                   help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
+    p.add_argument("--model-class", required=True)
+    p.add_argument("--model-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-class", required=True)
+    p.add_argument("--data-args", default="{}", help="JSON init arguments")
+    p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
+    p.add_argument("--collective-timeout-s", type=float, default=300,
+                   help="seconds a collective waits for a dead or stuck rank before the job fails")
+    p.add_argument("--data-files", default="[]",
+                   help="JSON list: the files the data module reads (config data.files), checksummed "
+                        "into the run's identity")
+
+
+def topology(args) -> Topology:
+    return Topology(args.nodes, args.devices)
+
+
+def per_device_batch(args) -> int:
+    return batch_per_device(args.scaling, args.batch_size, topology(args))
+
+
+def set_threads(args, torch) -> None:
+    """Ranks of one simulated node share its cores; a cluster rank gets its cpus-per-task."""
+    local_ranks = args.devices if args.cluster_env == "local" else 1
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // (local_ranks * args.nodes)))
+
+
+def build_modules(args):
+    """The user's LightningModule and LightningDataModule, built from the flags."""
+    import pytorch_lightning as pl
+
+    compiling.check_compiler(args.compile, on_cpu=args.accelerator == "cpu" or not _has_cuda())
+    model_cls = plugins.load_class(args.model_class, "model.class_path", pl.LightningModule)
+    data_cls = plugins.load_class(args.data_class, "data.class_path", pl.LightningDataModule)
+    user_data_args = json.loads(args.data_args)
+    data_args = plugins.data_init_args(data_cls, user_data_args, per_device_batch(args),
+                                       json.loads(args.loader), args.data_file)
+    data_args.update(compiling.static_shape_args(args.compile, plugins.accepted(data_cls), user_data_args))
+    return compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile), data_cls(**data_args)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
