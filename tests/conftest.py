@@ -130,3 +130,8 @@ class Workspace:
 @pytest.fixture
 def workspace(tmp_path) -> Workspace:
     return Workspace(tmp_path / "ws")
+
+
+# The throwaway SLURM cluster, one per session for every module that asks for it (defined with
+# the SLURM helpers; imported last, since slurmtools imports from this file).
+from slurmtools import slurm_cluster  # noqa: E402,F401

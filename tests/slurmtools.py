@@ -1,0 +1,140 @@
+"""The throwaway SLURM cluster of the tests (tests/slurm/minicluster.sh) and what the SLURM
+tests ask it: run snakemake through the executor, read squeue and scontrol, find a rank."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from conftest import ROOT, SNAKEMAKE, load_profile
+
+MINICLUSTER = ROOT / "tests/slurm/minicluster.sh"
+SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Bring the cluster up once; skip where it cannot come up, except under CI=true.
+
+    One cluster serves one pytest session at a time: a second session waits on the lock,
+    else its teardown would stop the daemons under the first one's jobs."""
+    lock = open("/tmp/ddpscale-slurm-tests.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.geteuid() != 0:
+        reason = "the throwaway SLURM cluster needs root (it installs slurm-wlm and writes /etc/slurm)"
+    else:
+        start = time.monotonic()
+        up = subprocess.run(["bash", str(MINICLUSTER), "up"], capture_output=True, text=True, timeout=600)
+        reason = None if up.returncode == 0 else f"minicluster.sh up failed: {(up.stdout + up.stderr)[-1500:]}"
+        print(f"\nSLURM test cluster up in {time.monotonic() - start:.1f} s")
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the SLURM tests, but: {reason}")
+        pytest.skip(reason)
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", str(MINICLUSTER), "down"], capture_output=True, timeout=120)
+        lock.close()
+
+
+def slurm_workspace(workspace, **profile_changes):
+    """The workspace with the test cluster's profile as profiles/minicluster."""
+    profile = load_profile("tests/slurm/profile")
+    for key, value in profile_changes.items():
+        if key == "site":
+            profile["set-resources"]["train"].update(value)
+        else:
+            profile[key] = value
+    target = workspace.path / "profiles/minicluster"
+    target.mkdir()
+    (target / "config.yaml").write_text(yaml.safe_dump(profile))
+    return workspace
+
+
+def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | None = None) -> tuple[int, str]:
+    """Snakemake through the SLURM executor. On timeout it gets SIGINT, not SIGTERM: only
+    SIGINT makes it scancel its jobs (SIGTERM leaves them running)."""
+    log = workspace.path / f"snakemake-{time.monotonic_ns()}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/minicluster", *args],
+                                cwd=workspace.path, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if during is not None and during():
+                during = None
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            pytest.fail(f"snakemake did not finish in {timeout} s:\n{log.read_text()[-3000:]}")
+    return proc.returncode, log.read_text()
+
+
+def squeue_jobs() -> list[tuple[str, str, str]]:
+    """(job id, state, comment) of every job the controller still remembers."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%T|%k"], capture_output=True, text=True).stdout
+    return [tuple(line.split("|", 2)) for line in out.splitlines() if line.strip()]
+
+
+def training_processes(cwd: Path, topology: str) -> list[psutil.Process]:
+    """The launcher and every rank of one local training run (forked ranks share its cmdline)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["cwd"] == str(cwd) and topology in cmdline and any(a.endswith("train.py") for a in cmdline):
+            found.append(proc)
+    return found
+
+
+def squeue_state(job_id: str) -> str:
+    return {j: s for j, s, _ in squeue_jobs()}.get(job_id, "")
+
+
+
+
+def running_train_job(topology: str) -> str | None:
+    """The RUNNING SLURM job training `topology` (any stage rule), or None. The executor
+    plugin comments each job `rule_<rule>_wildcards_<topology>_<repeat>`."""
+    for job_id, state, comment in squeue_jobs():
+        if state == "RUNNING" and f"_wildcards_{topology}_" in comment:
+            return job_id
+    return None
+
+
+def job_fields(job_id: str) -> dict:
+    """`scontrol show job` as a dict (MinJobAge=600 keeps finished jobs there)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
+
+def job_end_epoch(job_id: str) -> float:
+    """When a job ended, from squeue (seconds resolution; MinJobAge keeps it listed)."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%e"],
+                         capture_output=True, text=True).stdout.strip()
+    return time.mktime(time.strptime(out, "%Y-%m-%dT%H:%M:%S"))
+
+
+def rank_process(cwd: Path, topology: str, rank: int) -> psutil.Process | None:
+    """One srun-launched rank of a run: the python process whose SLURM_PROCID is `rank`
+    (all nodes of the test cluster are this host, so its environment tells them apart)."""
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = proc.info["cmdline"] or []
+        if (proc.info["cwd"] == str(cwd) and cmdline and "python" in Path(cmdline[0]).name
+                and topology in cmdline and any(a.endswith("train.py") for a in cmdline)):
+            try:
+                if proc.environ().get("SLURM_PROCID") == str(rank):
+                    return proc
+            except psutil.Error:
+                continue
+    return None

@@ -1,0 +1,200 @@
+"""Runs that stop before they finish resume where they stopped: on the throwaway SLURM cluster
+(a time limit with and without the warning signal, a killed rank of a two-node run) and, for
+comparison, a local run killed mid-epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import tiny_config
+from slurmtools import (
+    SUBMITTED, job_end_epoch, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
+    squeue_state, training_processes,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
+    """A job killed by its SLURM time limit (TIMEOUT) is retried and resumes its epochs.
+
+    SLURM enforces limits only every 30 s, so a fixed 1-minute limit ends a job anywhere
+    between 60 and 95 s in and the number of attempts would vary. Instead, once the job has a
+    checkpoint, the test shortens that job's limit to 10 s: SLURM kills it at its next check
+    (state TIMEOUT) and the retry gets the profile's full limit.
+    """
+    slurm_workspace(workspace, retries=1)
+    config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS)
+    config["dataset"]["samples"] = TIMEOUT_SAMPLES
+    workspace.write_config(config)
+    checkpoint = workspace.path / "results/checkpoints/1x1/r0/last.ckpt"
+    shortened = []
+
+    def shorten_time_limit():
+        if not checkpoint.exists():
+            return False
+        job_id = running_train_job("1x1")
+        if job_id is not None:
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=0:10"], check=True)
+            shortened.append(job_id)
+        return job_id is not None
+
+    start = time.monotonic()
+    # target `scaling`: training only, so every submission below is the training job's
+    code, log = run_slurm(workspace, "scaling", timeout=480, during=shorten_time_limit)
+    print(f"\nTIMEOUT + retry scenario: {time.monotonic() - start:.1f} s")
+    assert code == 0, log[-4000:]
+    assert shortened, "the job finished before its limit could be shortened; lengthen it"
+    submitted = SUBMITTED.findall(log)
+    states = {job_id: state for job_id, state, _ in squeue_jobs()}
+    assert submitted[0] == shortened[0] and len(submitted) == 2
+    assert [states[j] for j in submitted] == ["TIMEOUT", "COMPLETED"]
+    metrics = json.loads(workspace.metrics("1x1").read_text())
+    assert metrics["slurm_job_id"] == submitted[1]
+    assert metrics["attempts"] == 2
+    assert 1 <= metrics["resumed_from_epoch"] < TIMEOUT_EPOCHS, "it started over instead of resuming"
+    # useful work only: every epoch once, the one cut by the time limit not at all
+    assert len(metrics["epoch_times_s"]) == TIMEOUT_EPOCHS
+    assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
+
+
+# 0.3 to 0.9 s per epoch with one CPU on this 2-core machine, by how busy it is. The kill must
+# land while the job still trains: slurmctld enforces a shortened limit at its next check, up
+# to ~30 s later; 80 epochs once finished first (70 s), and 160 did too on a quiet machine (48 s),
+# so the run (rightly) finished and was re-emitted instead of resumed. 300 epochs give it 90 s
+# at the fastest; at the slowest the retry (about 250 epochs left) still fits the profile's
+# 5-minute limit.
+TIMEOUT_EPOCHS = 300
+TIMEOUT_SAMPLES = 20000
+
+
+def test_local_run_killed_mid_epoch_resumes(workspace):
+    """The same resume without SLURM: SIGKILL a local training run, run the command again."""
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=8)
+    config["dataset"]["samples"] = 6000
+    workspace.write_config(config)
+    assert workspace.snakemake("baseline").returncode == 0
+    kept = workspace.metrics("1x1").read_bytes()
+
+    proc = workspace.start_until_checkpoint("1x2", timeout=180)
+    victims = training_processes(workspace.path, "1x2")
+    assert victims, "found no training process to kill"
+    for victim in victims:
+        victim.send_signal(signal.SIGKILL)
+    assert proc.wait(120) != 0
+    assert not workspace.metrics("1x2").exists()
+
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "wildcards: topology=1x2, repeat=0" in result.stderr
+    assert "topology=1x1, repeat=0" not in result.stderr, "no other training run reruns"
+    assert workspace.metrics("1x1").read_bytes() == kept
+    metrics = json.loads(workspace.metrics("1x2").read_text())
+    assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
+    assert len(metrics["epoch_times_s"]) == 8
+
+
+# (topology, signal_s, epochs): the limit's kill, up to 95 s after it is set, must land before
+# the run ends; one rank trains an epoch of these 200000 samples in about 6 s, two in 10 s
+@pytest.mark.parametrize("topology,signal_s,epochs", [("1x2", 60, 12), ("1x2", 0, 12), ("1x1", 60, 30)],
+                         ids=["warning-signal", "no-signal", "warning-signal-1-rank"])
+def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspace, topology, signal_s, epochs):
+    """Issue 11 item 4. Once the first epoch's checkpoint exists the job's limit is set 65 s
+    ahead: with `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero
+    before the limit; without it SLURM kills them at the limit. The retry resumes either way.
+    Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
+    slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s})
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
+    config["dataset"]["samples"] = 200000
+    workspace.write_config(config)
+    checkpoint = workspace.path / f"results/checkpoints/{topology}/r0/last.ckpt"
+    first, saved = [], []
+
+    def watch():
+        if checkpoint.exists() and (not first or squeue_state(first[0]) == "RUNNING"):
+            saved.append(checkpoint.stat().st_mtime)
+        if first or not checkpoint.exists():
+            return False
+        job_id = running_train_job(topology)
+        if job_id is not None:
+            elapsed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True,
+                                     text=True).stdout.strip()
+            minutes, seconds = (elapsed.split(":")[-2:] + ["0"])[:2] if ":" in elapsed else ("0", elapsed)
+            limit = int(minutes) * 60 + int(seconds) + 65
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit=0:{limit}"], check=True)
+            first.append(job_id)
+        return False
+
+    # the 2-rank run alone: its ranks are the tasks of an srun step, which SLURM signals
+    code, log = run_slurm(workspace, f"results/runs/{topology}/r0/metrics.json", timeout=560, during=watch)
+    assert code == 0, log[-4000:]
+    assert first, "the first epoch never finished in the job"
+    submitted = SUBMITTED.findall(log)
+    states = {job_id: state for job_id, state, _ in squeue_jobs()}
+    assert submitted[0] == first[0] and len(submitted) == 2
+    lost = job_end_epoch(first[0]) - max(saved)
+    print(f"\nTIMEOUT of {topology} with signal_s={signal_s}: first job {states[first[0]]}, training after its last "
+          f"checkpoint (lost) {lost:.0f} s")
+    metrics = json.loads(workspace.metrics(topology).read_text())
+    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == epochs
+    if signal_s:
+        assert states[first[0]] == "FAILED", "it should stop itself before the limit"
+        assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
+    else:
+        # SLURM's SIGTERM at the limit also stops the ranks together; whether their save fits
+        # in KillWait (2 s here, 30 s by default) before SIGKILL varies, so mid-epoch or not
+        assert states[first[0]] == "TIMEOUT"
+
+
+def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm_cluster, workspace):
+    """Issue 11 item 5 on SLURM: SIGKILL rank 1 (on the second node) of a 2x1 run. srun's
+    --kill-on-bad-exit ends the step at once, well within the collective timeout; the job
+    fails and says which task died, the other topology finishes, and a rerun resumes."""
+    slurm_workspace(workspace, retries=0)
+    config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60)
+    config["dataset"]["samples"] = 60000
+    workspace.write_config(config)
+    checkpoint = workspace.path / "results/checkpoints/2x1/r0/last.ckpt"
+    killed, ended = [], []
+
+    def kill_rank_one():
+        if not killed and checkpoint.exists():
+            victim = rank_process(workspace.path, "2x1", 1)
+            job = running_train_job("2x1")
+            if victim is not None and job is not None:
+                victim.send_signal(signal.SIGKILL)
+                killed.append((job, time.monotonic()))
+        elif killed and not ended and squeue_state(killed[0][0]) not in ("RUNNING", "COMPLETING"):
+            ended.append(time.monotonic())
+        return False
+
+    code, log = run_slurm(workspace, "scaling", timeout=480, during=kill_rank_one)
+    assert killed, "rank 1 was never found running after the first checkpoint"
+    job, at = killed[0]
+    assert ended, "the killed run's job did not end while snakemake ran"
+    took = ended[0] - at
+    print(f"\nSIGKILLed rank 1 of a 2-node run: its SLURM job {job} ended {took:.1f} s later "
+          f"(state {squeue_state(job)}; collective timeout 60 s)")
+    assert code != 0
+    assert squeue_state(job) == "FAILED"
+    assert took < 60 + 30, "the job outlived the collective timeout"
+    train_log = (workspace.path / "results/logs/train/2x1/r0.log").read_text()
+    assert re.search(r"task 1: Killed", train_log), train_log[-3000:]
+    assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"
+    assert not workspace.metrics("2x1").exists()
+    kept = workspace.metrics("1x1").read_bytes()
+
+    code, log = run_slurm(workspace, "scaling", timeout=480)
+    assert code == 0, log[-4000:]
+    assert len(SUBMITTED.findall(log)) == 1, "only the failed run is submitted again"
+    assert workspace.metrics("1x1").read_bytes() == kept
+    metrics = json.loads(workspace.metrics("2x1").read_text())
+    assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
+    assert len(metrics["epoch_times_s"]) == 8 and metrics["world_size"] == 2
