@@ -1,14 +1,14 @@
-"""Probe one topology: all-reduce bandwidth and where a training step's time goes (probe.json).
+"""Probe one topology without training: all-reduce bandwidth and where a step's time goes.
 
-Every rank runs this script, started by the same launcher and with the same run flags as
-train.py; rank 0 writes the JSON (atomically).
+The workflow runs this probe inside the first repeat's training job (train.py --probe); this
+script runs it alone, on a process group of its own, for a quick look at a topology or a new
+cluster. Every rank runs it, started by a launcher with train.py's run flags; rank 0 writes
+the JSON (atomically).
 """
 
 import argparse
 import os
-import socket
 import sys
-import time
 from datetime import timedelta
 
 import pytorch_lightning as pl
@@ -16,20 +16,21 @@ import torch
 import torch.distributed as dist
 
 from ddpscale.io import write_json_atomic
-from ddpscale.measurement import commbench, stepprobe
+from ddpscale.measurement import probe as measurement_probe
+from ddpscale.measurement import stepprobe
 from ddpscale.measurement.timing import WorldSizeError
 from ddpscale.training import plugins
-from ddpscale.training.runargs import add_run_args, per_device_batch, set_threads, topology
+from ddpscale.training.runargs import add_run_args, set_threads, topology
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_run_args(p)
     p.add_argument("--out", required=True, help="probe.json to write")
-    p.add_argument("--steps", type=int, default=20, help="micro-batches per timed block (whole optimizer steps: rounded up to accumulate_grad_batches)")
-    p.add_argument("--rounds", type=int, default=5, help="rounds of (no_sync block, synced block)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps / all-reduce calls first")
-    p.add_argument("--iters", type=int, default=10, help="timed all-reduce calls per message size")
+    p.add_argument("--steps", type=int, default=measurement_probe.DEFAULTS["steps"], help="micro-batches per timed block (whole optimizer steps: rounded up to accumulate_grad_batches)")
+    p.add_argument("--rounds", type=int, default=measurement_probe.DEFAULTS["rounds"], help="rounds of (no_sync block, synced block)")
+    p.add_argument("--warmup", type=int, default=measurement_probe.DEFAULTS["warmup"], help="untimed steps / all-reduce calls first")
+    p.add_argument("--iters", type=int, default=measurement_probe.DEFAULTS["iters"], help="timed all-reduce calls per message size")
     return p.parse_args(argv)
 
 
@@ -58,66 +59,19 @@ def start_group(info: dict, device: torch.device, timeout_s: float) -> str:
     return backend
 
 
-def gather(value) -> list:
-    if not dist.is_initialized():
-        return [value]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
-
-
 def probe(args) -> dict | None:
-    started = time.perf_counter()
     topo = topology(args)
     info = rank_info(args.cluster_env)
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     device = stepprobe.resolve_device(args.accelerator, info["local_rank"])
-    backend = start_group(info, device, args.collective_timeout_s)
+    start_group(info, device, args.collective_timeout_s)
     world = dist.get_world_size() if dist.is_initialized() else 1
     if world != topo.world_size:
         raise WorldSizeError(f"the process group has {world} rank(s) but the topology asks for "
                              f"{topo.world_size}: the launcher did not start every rank")
-    places = gather({"host": socket.gethostname(), "node_rank": info["node_rank"]})
-
-    model, loader, plan = stepprobe.prepare(args, device)
-    step = stepprobe.measure(model, loader, plan, device, world, info["local_rank"], steps=args.steps,
-                             rounds=args.rounds, warmup=args.warmup, batch_per_device=per_device_batch(args),
-                             accumulate=args.accumulate_grad_batches)
-    numel, nbytes = stepprobe.gradient_numel(model)
-    allreduce = commbench.allreduce_benchmark(commbench.message_sizes(nbytes), device,
-                                              warmup=args.warmup, iters=args.iters)
-    if info["rank"] != 0:
-        return None
-    return {
-        "schema_version": 1,
-        "topology": args.topology,
-        "num_nodes": args.nodes,
-        "devices_per_node": args.devices,
-        "world_size": world,
-        "node_ranks": [p["node_rank"] for p in places],
-        "hosts": sorted({p["host"] for p in places}),
-        "backend": backend,
-        "device_kind": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type}, simulated",
-        "simulated": device.type != "cuda",
-        "precision": args.precision,
-        "gradient_numel": numel,
-        "gradient_bytes": nbytes,
-        "allreduce": allreduce,
-        "step": step,
-        "probe_wall_s": time.perf_counter() - started,
-    }
-
-
-def summary(record: dict) -> str:
-    step, last = record["step"], record["allreduce"][-1]
-    ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
-    busbw = "n/a (one rank)" if last["busbw_gbps"] is None else f"{last['busbw_gbps']:.3f} GB/s"
-    return (f"ddpscale probe: {record['topology']} world size {record['world_size']} ({record['backend']}, "
-            f"{record['device_name']}): per batch data {ms(step['data_s'])}, compute {ms(step['compute_s'])}, "
-            f"exposed comm {ms(step['exposed_comm_s'])}; all-reduce of {last['bytes']} B gradient: "
-            f"{ms(last['time_s'])}, busbw {busbw}; probe {record['probe_wall_s']:.2f} s")
+    return measurement_probe.measure(args, device, info["rank"], info["local_rank"], info["node_rank"],
+                                     steps=args.steps, rounds=args.rounds, warmup=args.warmup, iters=args.iters)
 
 
 def main(argv=None) -> int:
@@ -126,7 +80,7 @@ def main(argv=None) -> int:
         record = probe(args)
         if record is not None:
             write_json_atomic(args.out, record)
-            print(summary(record), flush=True)
+            print(measurement_probe.summary(record), flush=True)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ddpscale report: metrics.json and probe.json files -> tables (TSV), 5 PNGs, report.html."""
+"""ddpscale report: metrics.json files (and their probes) -> tables (TSV), 5 PNGs, report.html."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +19,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--metrics", nargs="+", required=True, metavar="PATH",
                    help="metrics.json files, one per training run")
     p.add_argument("--probes", nargs="*", default=[], metavar="PATH",
-                   help="probe.json files, one per topology (time breakdown, all-reduce)")
+                   help="probe.json files of scripts/probe.py, one per topology; they replace the probe "
+                        "a topology's first repeat ran before training (time breakdown, all-reduce)")
     p.add_argument("--baseline", default="1x1", help="baseline topology (default 1x1)")
     p.add_argument("--accuracy-metric", default="test_acc",
                    help="metric compared against the baseline (default test_acc)")
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     try:
         runs = analysis.load_runs(args.metrics)
         data = reportdata.build(
-            runs, breakdown.load_probes(args.probes), baseline=args.baseline,
+            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes)}, baseline=args.baseline,
             metric=args.accuracy_metric, tolerance=args.accuracy_tolerance,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),

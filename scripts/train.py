@@ -5,7 +5,6 @@ topology comes from explicit flags and is checked against the process group that
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -21,13 +20,10 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale.cluster.topology import Topology
 from ddpscale.io import write_json_atomic
-from ddpscale.measurement import flops, gpufacts
-from ddpscale.measurement.timing import NonFiniteLossError, ScalingMetrics, WorldSizeError
-from ddpscale.training import compiling, plugins, runinfo
-from ddpscale.training.checkpoint import epoch_checkpoint
-from ddpscale.training.placement_check import PlacementCheck
+from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
+from ddpscale.training import callbacks, compiling, plugins, runinfo
 from ddpscale.training.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
-from ddpscale.training.signals import GracefulStop, StopRequested, exit_code, stop_message
+from ddpscale.training.signals import StopRequested, exit_code, stop_message
 
 
 def parse_args(argv=None):
@@ -39,10 +35,12 @@ def parse_args(argv=None):
     p.add_argument("--ckpt-dir", required=True, help="resume checkpoints (not a workflow output)")
     p.add_argument("--metrics", required=True, help="metrics.json to write")
     p.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt of this job (retries count up)")
+    p.add_argument("--probe", action="store_true",
+                   help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     return p.parse_args(argv)
 
 
-def build_trainer(args, callbacks) -> pl.Trainer:
+def build_trainer(args, run_callbacks: list) -> pl.Trainer:
     topo = Topology(args.nodes, args.devices)
     env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
     return pl.Trainer(
@@ -50,24 +48,10 @@ def build_trainer(args, callbacks) -> pl.Trainer:
         # one device trains as a user would without DDP; more devices use DDP
         strategy=DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s)) if topo.world_size > 1 else "auto",
         plugins=[env], precision=args.precision, max_epochs=args.max_epochs,
-        accumulate_grad_batches=args.accumulate_grad_batches, callbacks=callbacks,
+        accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
         logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-
-
-def count_flops(args, model, datamodule) -> dict:
-    """Training FLOPs per sample on the shapes of a real batch (flops.count), and the module's
-    own analytic figure where it states one (`flops_per_sample()`), which must agree."""
-    batch = next(iter(datamodule.train_dataloader()))
-    # from_compiled swaps methods in place: the class is still the user's own
-    counted = flops.count(type(model), json.loads(args.model_args), batch, args.precision,
-                          trained=compiling.unwrap(model))
-    analytic = model.flops_per_sample() if callable(getattr(model, "flops_per_sample", None)) else None
-    warning = flops.check_analytic(counted, analytic)
-    if warning:
-        print(warning, flush=True)
-    return {"flops_per_sample": counted, "flops_per_sample_analytic": analytic}
 
 
 def is_first_rank() -> bool:
@@ -78,7 +62,8 @@ def is_first_rank() -> bool:
 def main(argv=None) -> int:
     args = parse_args(argv)
     topo = Topology(args.nodes, args.devices)
-    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt", *NOT_IDENTITY)}
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", *NOT_IDENTITY)}
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()
@@ -86,12 +71,8 @@ def main(argv=None) -> int:
     effective = per_device * topo.world_size * args.accumulate_grad_batches
     model, datamodule = build_modules(args)
 
-    metrics = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
-    # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
-    stop = GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=metrics.pause)
-    # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
-    placed = PlacementCheck(args.accelerator, args.devices)
-    trainer = build_trainer(args, [metrics, stop, epoch_checkpoint(args.ckpt_dir), placed])
+    measured = callbacks.build(args, topo)
+    trainer = build_trainer(args, measured.all())
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
     settings = {**settings, "identity": identity}
@@ -108,35 +89,26 @@ def main(argv=None) -> int:
               f"device(s); batch per device {per_device}, effective "
               f"{effective} ({args.scaling} scaling)"
               + (f"; resuming from {ckpt}" if ckpt else ""), flush=True)
-    root = trainer.strategy.root_device
-    sampler = gpufacts.UtilizationSampler(root.index or 0).start() if root.type == "cuda" else None
     fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
-    gpu = gpufacts.CPU_RECORD
-    if sampler is not None:  # the same on every rank, so every rank joins the gather
-        mine = {"peak_memory_mb": gpufacts.peak_memory_mb(root), "utilization": sampler.stop()}
-        gpu = gpufacts.summarize(gpufacts.gather(mine))
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
     # a test pass needs both halves: a module may define test_step while its data has no test split
     if is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule):
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
     if trainer.global_rank == 0:
-        record = runinfo.metrics_record(args, logged, trainer, metrics.summary(), metrics.ranks, started,
-                                        per_device, effective)
-        # wall time of this attempt's trainer.fit (set-up included); fit_time_s is the sum
-        # of finished epochs over all attempts, the figure the report compares
-        record["fit_wall_s"] = fit_wall_s
-        record.update(gpu)
-        record.update(placed.summary())
+        record = runinfo.metrics_record(args, logged, trainer, measured.timing.summary(), measured.timing.ranks,
+                                        started, per_device, effective)
+        # wall time of this attempt's trainer.fit (set-up included, the probe not); fit_time_s
+        # is the sum of finished epochs over all attempts, the figure the report compares
+        record["fit_wall_s"] = fit_wall_s - (measured.probe.seconds if measured.probe else 0.0)
+        record.update(measured.record(record["world_size"], record["throughput_samples_s"],
+                                      record["device_name"], args.precision))
         record["compile"] = args.compile
         record["identity"] = identity
         if args.compile != "none":
             record.update(compiling.stats())
-        record.update(count_flops(args, model, datamodule))
-        record.update(flops.utilisation(record["flops_per_sample"], record["throughput_samples_s"],
-                                        record["world_size"], record["device_name"], args.precision))
         runinfo.finish(args.ckpt_dir, settings, record)
         write_json_atomic(args.metrics, record)  # last: its presence marks the run as done
     return 0

@@ -175,28 +175,50 @@ def test_partial_report_marks_failed_and_missing_topologies(tmp_path):
     assert "Not complete: 1x2: 1 of 2 repeats finished; 2x2: failed" in page
 
 
-def test_probes_give_breakdown_prediction_and_bandwidth(tmp_path):
+def probed_runs():
+    """Two runs and the probe each topology's first repeat recorded."""
     from test_breakdown import probe
 
     runs = [make_run("1x1", batch_per_device=64, throughput_samples_s=6400.0),
             make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0105)]
-    probes = []
-    for name, record in {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
-                         "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}.items():
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0), "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}
+    for record in probes.values():
         record["allreduce"] = [{**r, "algbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None,
                                 "busbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None}
                                for r in record["allreduce"]]
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(record))
-        probes.append(path)
-    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", *map(str, probes))
-    assert proc.returncode == 0, proc.stderr
-    page = (tmp_path / "out" / "report.html").read_text()
+    return runs, probes
+
+
+def assert_breakdown_prediction_and_bandwidth(out):
+    page = (out / "report.html").read_text()
     for heading in ("Where the time goes", "Predicted vs measured", "All-reduce at the gradient size"):
         assert f"<h2>{heading}</h2>" in page
     assert "compute (forward + backward + optimizer) is off: 6.00 ms per step measured" in page
-    pred = pd.read_csv(tmp_path / "out" / "prediction.tsv", sep="\t").set_index("topology")
+    pred = pd.read_csv(out / "prediction.tsv", sep="\t").set_index("topology")
     assert pred.loc["1x2", "measured_efficiency"] < pred.loc["1x2", "predicted_efficiency"]
+
+
+def test_probes_in_the_runs_give_breakdown_prediction_and_bandwidth(tmp_path):
+    """The workflow's way: the first repeat's metrics.json carries its topology's probe."""
+    runs, probes = probed_runs()
+    for run in runs:
+        run["probe"] = probes[run["topology"]]
+    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert_breakdown_prediction_and_bandwidth(tmp_path / "out")
+
+
+def test_probe_files_give_breakdown_prediction_and_bandwidth(tmp_path):
+    """scripts/probe.py run alone: its probe.json files, given with --probes."""
+    runs, probes = probed_runs()
+    paths = []
+    for name, record in probes.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(record))
+        paths.append(path)
+    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", *map(str, paths))
+    assert proc.returncode == 0, proc.stderr
+    assert_breakdown_prediction_and_bandwidth(tmp_path / "out")
 
 
 def test_compare_with_an_earlier_table(tmp_path, sim_report):

@@ -53,10 +53,9 @@ def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devi
     assert metrics["mfu"] is None and metrics["peak_tflops_per_device"] is None  # no peak for a CPU
 
 
-def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
-    command = train_command(tmp_path, data_file, 1, 1)
-    command[command.index("--max-epochs") + 1] = "8"
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> None:
+    """Start a training run and SIGKILL it once its first checkpoint exists."""
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     last = tmp_path / "ckpt/last.ckpt"
     deadline = time.monotonic() + 120
     while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -64,6 +63,12 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
     assert last.exists(), "no checkpoint appeared before the run ended"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
+    command = train_command(tmp_path, data_file, 1, 1)
+    command[command.index("--max-epochs") + 1] = "8"
+    kill_after_first_checkpoint(command, tmp_path)
     assert not (tmp_path / "metrics.json").exists()
 
     result = run(command)

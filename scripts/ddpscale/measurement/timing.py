@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from ddpscale.measurement import progress
 from ddpscale.training import samplecount
 
 
@@ -55,6 +56,7 @@ class ScalingMetrics(pl.Callback):
         # epoch, so the epoch counts once, whole, with the time it really took
         self._partial: dict | None = None
         self.resumed_mid_epoch = False
+        self._fit_t0 = time.perf_counter()  # reset when training starts
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
@@ -105,6 +107,7 @@ class ScalingMetrics(pl.Callback):
                   f"{pl_module.device}", flush=True)
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self._fit_t0 = time.perf_counter()
         self.attempts += 1
         if trainer.current_epoch > 0:
             self.resumed_from_epoch = trainer.current_epoch
@@ -185,6 +188,11 @@ class ScalingMetrics(pl.Callback):
             self.train_times[-1] += self._carry["train_time_s"]
             self.epoch_times[-1] += self._carry["train_time_s"]
         self._epoch_open = False
+        if trainer.global_rank == 0:  # for `make status` (ddpscale.measurement.progress)
+            print(progress.line(progress.Progress(
+                epoch=len(self.epoch_times), max_epochs=trainer.max_epochs, epoch_s=self.epoch_times[-1],
+                throughput=self.samples[-1] / self.epoch_times[-1] if self.epoch_times[-1] > 0 else 0.0,
+                attempt=self.attempts, fit_s=time.perf_counter() - self._fit_t0, at=time.time())), flush=True)
 
     # -- summary ----------------------------------------------------------------------
     def summary(self) -> dict:

@@ -28,17 +28,37 @@ TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + opt
 AGREE_POINTS = 0.05
 
 
+PROBE_KEYS = ("topology", "world_size", "step", "allreduce", "gradient_bytes")
+
+
+def _checked(record: dict, source: str) -> dict:
+    for key in PROBE_KEYS:
+        if key not in record:
+            raise ValueError(f"{source}: missing key '{key}'; rerun its probe")
+    return record
+
+
 def load_probes(paths: Iterable[str | Path]) -> dict[str, dict]:
+    """probe.json files of scripts/probe.py (a probe run alone), by topology."""
     probes = {}
     for path in paths:
         try:
             record = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: cannot read probe results ({exc})") from None
-        for key in ("topology", "world_size", "step", "allreduce", "gradient_bytes"):
-            if key not in record:
-                raise ValueError(f"{path}: missing key '{key}'; rerun its probe job")
-        probes[record["topology"]] = record
+        probes[record.get("topology")] = _checked(record, str(path))
+    return probes
+
+
+def probes_in_runs(runs: pd.DataFrame) -> dict[str, dict]:
+    """The probe each topology's first repeat ran before training (metrics.json 'probe')."""
+    if "probe" not in runs:
+        return {}
+    probes = {}
+    for _, row in runs.sort_values("repeat").iterrows():
+        record = row["probe"]
+        if isinstance(record, dict) and row["topology"] not in probes:
+            probes[row["topology"]] = _checked(record, f"{row['source']}, probe")
     return probes
 
 

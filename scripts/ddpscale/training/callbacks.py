@@ -1,0 +1,155 @@
+"""Every callback of a training run, built in one place, and what each adds to metrics.json.
+
+train.py wires these into the Trainer and writes the record; the measuring happens here and
+in the modules each callback names (ddpscale.measurement.*), inside Lightning's own hooks.
+Order matters where hooks share a moment: the world size is checked (ScalingMetrics) before
+the probe spends time on the group, and the GPU sampler starts after the probe, so its
+utilisation describes training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from ddpscale.cluster.topology import Topology
+from ddpscale.measurement import flops, gpufacts
+from ddpscale.measurement import probe as step_probe
+from ddpscale.measurement.timing import ScalingMetrics
+from ddpscale.training import compiling, runinfo
+from ddpscale.training.checkpoint import epoch_checkpoint
+from ddpscale.training.placement_check import PlacementCheck
+from ddpscale.training.signals import GracefulStop
+
+
+class GpuFacts(pl.Callback):
+    """Peak memory and nvidia-smi utilisation over fit, gathered from every rank (CUDA only)."""
+
+    def __init__(self):
+        self.sampler = None
+        self.record = dict(gpufacts.CPU_RECORD)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        root = trainer.strategy.root_device
+        if root.type == "cuda":
+            self.sampler = gpufacts.UtilizationSampler(root.index or 0).start()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.sampler is None:
+            return
+        # every rank has a sampler on CUDA, so every rank joins the gather
+        mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
+                "utilization": self.sampler.stop()}
+        self.record = gpufacts.summarize(gpufacts.gather(mine))
+
+
+class FlopsCount(pl.Callback):
+    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), and the
+    module's own analytic figure where it states one (`flops_per_sample()`), which must agree."""
+
+    def __init__(self, model_args: str, precision: str):
+        self.model_args = model_args
+        self.precision = precision
+        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None}
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if trainer.global_rank != 0:
+            return
+        batch = next(iter(trainer.datamodule.train_dataloader()))
+        # from_compiled swaps methods in place: the class is still the user's own
+        counted = flops.count(type(pl_module), json.loads(self.model_args), batch, self.precision,
+                              trained=compiling.unwrap(pl_module))
+        stated = getattr(pl_module, "flops_per_sample", None)
+        analytic = stated() if callable(stated) else None
+        warning = flops.check_analytic(counted, analytic)
+        if warning:
+            print(warning, flush=True)
+        self.record = {"flops_per_sample": counted, "flops_per_sample_analytic": analytic}
+
+
+@contextmanager
+def rng_untouched(device: torch.device):
+    """Run code that draws random numbers (the probe builds a model and shuffles a loader)
+    without moving the generators training draws from: a probed repeat trains as an unprobed
+    one would."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        yield
+    random.setstate(py_state)
+    np.random.set_state(np_state)
+
+
+class ProbeBeforeTraining(pl.Callback):
+    """The topology's probe (ddpscale.measurement.probe), in this job, on the group Lightning
+    formed, before the first epoch: one allocation serves probe and training, and the
+    prediction uses the nodes that trained. Kept in the checkpoint, so a resumed run does not
+    probe again."""
+
+    def __init__(self, args):
+        self.args = args
+        self.probed = False  # on every rank, so all of them skip a resumed run's probe together
+        self.record: dict | None = None  # rank 0's, for metrics.json
+        self.seconds = 0.0  # this attempt's time in the probe, not part of fit_wall_s
+
+    def state_dict(self) -> dict:
+        return {"probed": self.probed, "record": self.record}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.probed, self.record = bool(state.get("probed")), state.get("record")
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self.probed:  # every rank loaded the same checkpoint
+            return
+        device = trainer.strategy.root_device
+        with rng_untouched(device):
+            record = step_probe.measure(self.args, device, trainer.global_rank, trainer.local_rank,
+                                        trainer.node_rank, **step_probe.DEFAULTS)
+        if record is not None:  # rank 0
+            self.record, self.seconds = record, record["probe_wall_s"]
+            print(step_probe.summary(record), flush=True)
+        self.probed = True
+
+
+@dataclass
+class RunCallbacks:
+    timing: ScalingMetrics
+    stop: GracefulStop
+    placement: PlacementCheck
+    gpu: GpuFacts
+    flops: FlopsCount
+    probe: ProbeBeforeTraining | None
+    checkpoint: pl.callbacks.ModelCheckpoint
+
+    def all(self) -> list[pl.Callback]:
+        ordered = [self.placement, self.timing, self.probe, self.stop, self.gpu, self.flops, self.checkpoint]
+        return [c for c in ordered if c is not None]
+
+    def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
+        """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
+        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record}
+        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision))
+        if self.probe is not None:
+            out["probe"] = self.probe.record
+        return out
+
+
+def build(args, topo: Topology) -> RunCallbacks:
+    timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
+    return RunCallbacks(
+        timing=timing,
+        # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
+        stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
+        # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
+        placement=PlacementCheck(args.accelerator, args.devices),
+        gpu=GpuFacts(),
+        flops=FlopsCount(args.model_args, args.precision),
+        probe=ProbeBeforeTraining(args) if args.probe else None,
+        checkpoint=epoch_checkpoint(args.ckpt_dir),
+    )

@@ -1,0 +1,50 @@
+"""The probe runs inside the first repeat's training job (train.py --probe), on the process
+group Lightning formed, before the first epoch: one allocation per topology and repeat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_train_ddp import kill_after_first_checkpoint, run, train_command
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def trained(tmp_path, data_file, nodes, devices, *extra):
+    result = run(train_command(tmp_path, data_file, nodes, devices, "--seed", "7", *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "metrics.json").read_text()), result.stdout
+
+
+def test_probed_run_trains_as_an_unprobed_one_would(tmp_path, data_file):
+    probed, log = trained(tmp_path / "probed", data_file, 1, 2, "--probe")
+    plain, plain_log = trained(tmp_path / "plain", data_file, 1, 2)
+
+    probe = probed["probe"]
+    assert probe["world_size"] == 2 and probe["node_ranks"] == [0, 0] and probe["backend"] == "gloo"
+    assert probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"] and probe["step"]["compute_s"] > 0
+    assert log.count("ddpscale probe: 1x2 world size 2") == 1 and "ddpscale probe:" not in plain_log
+    assert "probe" not in plain
+    # the probe draws random numbers (a model, a shuffled loader): training must not see them
+    for key in ("val_loss", "val_acc", "test_acc"):
+        assert probed[key] == plain[key], key
+    # fit_wall_s is training's: the probe's time is its own figure
+    assert probe["probe_wall_s"] > 0 and probed["fit_wall_s"] >= probed["fit_time_s"]
+
+
+def test_resumed_run_keeps_its_probe_and_does_not_probe_again(tmp_path, data_file):
+    command = train_command(tmp_path, data_file, 1, 1, "--probe")
+    command[command.index("--max-epochs") + 1] = "8"
+    first_log = tmp_path / "first.log"
+    with open(first_log, "w") as out:
+        kill_after_first_checkpoint(command, tmp_path, out)
+    assert "ddpscale probe: 1x1" in first_log.read_text()
+
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ddpscale probe:" not in result.stdout, "the resumed run probed again"
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
+    assert metrics["probe"]["topology"] == "1x1" and metrics["probe"]["world_size"] == 1
