@@ -198,7 +198,7 @@ def test_metrics_record_the_identity_with_the_data_checksum(tmp_path, data_file)
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_changed_dataset_reruns_train_and_probe(workspace):
+def test_changed_dataset_reruns_the_runs(workspace):
     workspace.write_config(tiny_config(topologies=["1x1"]))
     first = workspace.snakemake()
     assert first.returncode == 0, first.stderr[-4000:]
@@ -210,12 +210,12 @@ def test_changed_dataset_reruns_train_and_probe(workspace):
     workspace.write_config(config)
     dry = workspace.snakemake("-n")
     assert dry.returncode == 0, dry.stderr[-4000:]
-    assert job_counts(dry.stdout + dry.stderr) == {"all": 1, "prepare_data": 1, "train": 1, "probe": 1,
+    assert job_counts(dry.stdout + dry.stderr) == {"all": 1, "prepare_data": 1, "train_baseline": 1,
                                                    "report_scaling": 1}
 
     # the data regenerated alone (say, by its target): the runs made from the old data still rerun
     data = workspace.snakemake("results/data/spiral/data.npz")
     assert data.returncode == 0, data.stderr[-4000:]
     dry = workspace.snakemake("-n")
-    assert job_counts(dry.stdout + dry.stderr) == {"all": 1, "train": 1, "probe": 1, "report_scaling": 1}
+    assert job_counts(dry.stdout + dry.stderr) == {"all": 1, "train_baseline": 1, "report_scaling": 1}
     assert "Params have changed" in dry.stdout + dry.stderr

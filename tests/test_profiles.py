@@ -31,17 +31,20 @@ def dry_run(profile, topologies, *extra):
     return proc.returncode, proc.stdout
 
 
-def train_jobs(output):
-    """{topology: (resources dict, shell command)} of the printed train jobs."""
+def train_jobs(output, rules=None):
+    """{topology: (resources dict, shell command)} of the printed training jobs (any stage);
+    `rules`, when given, receives {topology: the rule that trains it}."""
     jobs = {}
     for block in re.split(r"^rule ", output, flags=re.M)[1:]:
-        if not block.startswith("train:"):
+        if not block.startswith("train_"):
             continue
         wildcards = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block)[1].split(", "))
         resources = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", block)[1].split(", "))
         shell = re.search(r"^Shell command: (.*)$", block, flags=re.M)[1]
         assert wildcards["repeat"] == "0"
         jobs[wildcards["topology"]] = (resources, shell)
+        if rules is not None:
+            rules[wildcards["topology"]] = block.split(":", 1)[0]
     return jobs
 
 
@@ -100,14 +103,14 @@ def test_too_many_devices_per_node_stops_the_dry_run():
     assert rc != 0
     assert "'1x8' asks for 8 devices per node but the profile's nodes have 4 (site_gpus_per_node)" in output
     assert "e.g. '2x4'" in output
-    assert "rule train:" not in output
+    assert "rule train_" not in output
 
 
 def test_zero_nodes_stops_the_dry_run():
     rc, output = dry_run("raven", ["0x2"])
     assert rc != 0
     assert "topologies[0]: '0x2' has 0 nodes; nodes must be an integer >= 1" in output
-    assert "rule train:" not in output
+    assert "rule train_" not in output
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -129,7 +132,7 @@ def test_cluster_profiles_query_status_with_sacct(profile):
     assert load_profile(profile)["slurm-status-command"] == "sacct"
 
 
-@pytest.mark.parametrize("rule", ["train", "probe"])
+@pytest.mark.parametrize("rule", ["train", "train_multi_node"])
 def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
     """A profile's own slurm_extra would replace the per-topology one (--ntasks-per-node, --signal)."""
     profile = load_profile("raven")
@@ -138,4 +141,64 @@ def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
     rc, output = dry_run(str(tmp_path), ["1x1", "2x4"])
     assert rc != 0
     assert f"profile set-resources {rule}: slurm_extra would replace the flags ddpscale sets" in output
-    assert "site_slurm_extra" in output and "rule train:" not in output
+    assert "site_slurm_extra" in output and "rule train_" not in output
+
+
+# The stage of each test topology with baseline 1x1, and the rule that trains it.
+STAGE_RULES = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": "train_multi_node",
+               "4x1": "train_multi_node"}
+
+
+@pytest.mark.parametrize("profile", ["gilbreth", "raven", "slurm", "local"])
+def test_each_stage_gets_its_own_set_resources_over_the_shared_ones(profile):
+    """Issue 12: set-resources by stage rule name, on top of what `train` sets for every stage."""
+    rules = {}
+    rc, output = dry_run(profile, TOPOLOGIES)
+    assert rc == 0, output
+    jobs = train_jobs(output, rules)
+    assert rules == STAGE_RULES
+    entries = load_profile(profile)["set-resources"]
+    for topology, rule in rules.items():
+        resources, _ = jobs[topology]
+        wanted = {**entries["train"], **entries.get(rule, {})}
+        if "runtime" in wanted:
+            assert resources["runtime"] == str(wanted["runtime"]), (profile, topology, rule)
+    if profile != "local":
+        # the baseline trains on one GPU: its own, longer limit
+        assert int(jobs["1x1"][0]["runtime"]) > int(jobs["1x4"][0]["runtime"])
+
+
+def test_a_stage_entry_overrides_shared_resources_and_partition(tmp_path):
+    """A QOS and partition for multi-node jobs only; the other stages keep the shared ones."""
+    profile = load_profile("raven")
+    profile["set-resources"]["train_multi_node"] = {"slurm_partition": "big", "runtime": 30}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    rules = {}
+    rc, output = dry_run(str(tmp_path), TOPOLOGIES)
+    assert rc == 0, output
+    jobs = train_jobs(output, rules)
+    for topology in ("2x4", "4x1"):
+        assert (jobs[topology][0]["slurm_partition"], jobs[topology][0]["runtime"]) == ("big", "30")
+    assert jobs["1x4"][0]["runtime"] == str(profile["set-resources"]["train"]["runtime"])
+    assert jobs["1x4"][0].get("slurm_partition") != "big"
+
+
+def test_site_facts_under_a_stage_entry_stop_the_dry_run(tmp_path):
+    profile = load_profile("gilbreth")
+    profile["set-resources"]["train_single_node"] = {"site_gpus_per_node": 8}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(tmp_path), ["1x1", "1x4"])
+    assert rc != 0
+    assert ("profile set-resources train_single_node: site_gpus_per_node is a site fact; site facts hold "
+            "for every stage, so set them once, under set-resources train") in output
+    assert "rule train_" not in output
+
+
+def test_a_stage_runs_alone_by_its_name():
+    """`snakemake ... multi_node` plans the M x N topologies and nothing else."""
+    rules = {}
+    rc, output = dry_run("slurm", TOPOLOGIES, "multi_node")
+    assert rc == 0, output
+    train_jobs(output, rules)
+    assert rules == {"2x4": "train_multi_node", "4x1": "train_multi_node"}
+    assert "rule report_scaling" not in output

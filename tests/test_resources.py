@@ -3,7 +3,9 @@ import re
 
 import pytest
 
-from ddpscale.cluster.resources import Site, SiteError, cluster_env, launch_prefix, site_from_resources, slurm_resources
+from ddpscale.cluster.resources import (
+    Site, SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
+)
 from ddpscale.cluster.topology import parse_topology
 
 from conftest import ROOT, load_profile, profile_site
@@ -260,3 +262,19 @@ def test_exclusive_as_snakemake_passes_it_on():
     """Snakemake hands a profile's `site_exclusive: false` over as the text "False"."""
     assert site_from_resources({"site_launcher": "srun", "site_exclusive": "False"}).exclusive is False
     assert site_from_resources({"site_launcher": "srun", "site_exclusive": "True"}).exclusive is True
+
+
+def test_train_entry_splits_into_site_facts_and_resources_for_every_stage():
+    entry = load_profile("gilbreth")["set-resources"]["train"]
+    assert shared_resources(entry) == {"runtime": 120}
+    assert site_from_resources(entry).gpus_per_node == 4
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"site_gpus_per_node": 8}, "site_gpus_per_node is a site fact"),
+    ({"slurm_extra": "--qos=high"}, "slurm_extra would replace the flags ddpscale sets"),
+])
+def test_a_stage_entry_refuses_site_facts_and_slurm_extra(entry, words):
+    with pytest.raises(SiteError, match=words):
+        check_stage_entry("train_multi_node", entry)
+    check_stage_entry("train_multi_node", {"runtime": 30, "slurm_partition": "big", "slurm_qos": "long"})

@@ -26,7 +26,9 @@ def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
     assert (generic["slurm-status-command"], test["slurm-status-command"]) == ("sacct", "squeue")
     assert {k: v for k, v in generic.items() if k not in site_keys | {"set-resources"}} == \
            {k: v for k, v in test.items() if k not in site_keys | {"set-resources"}}
-    assert set(generic["set-resources"]) == set(test["set-resources"]) == {"train"}
+    # site facts in one entry, `train`; per-stage entries beside it (the test cluster sets its own)
+    assert set(generic["set-resources"]) == {"train", "train_baseline"}
+    assert set(test["set-resources"]) == {"train", "train_baseline", "train_multi_node"}
     assert set(generic["set-resources"]["train"]) == set(test["set-resources"]["train"])
     assert test["set-resources"]["train"]["site_launcher"] == generic["set-resources"]["train"]["site_launcher"] == "srun"
 
@@ -38,8 +40,12 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
     print(f"\nworkflow with 4 topologies through SLURM: {time.monotonic() - start:.1f} s")
     assert code == 0, log[-4000:]
     submitted = SUBMITTED.findall(log)
-    assert len(submitted) == 8, "one SLURM job per training run and per probe; data and report run locally"
+    assert len(submitted) == 4, "one SLURM job per topology and repeat (the probe inside it); data and report run locally"
     expected = {"1x1": [0], "1x2": [0, 0], "2x1": [0, 1], "2x2": [0, 0, 1, 1]}
+    # every stage ran, each with its profile entry's time limit (tests/slurm/profile)
+    stages = {"1x1": ("train_baseline", "00:10:00"), "1x2": ("train_single_node", "00:05:00"),
+              "2x1": ("train_multi_node", "00:07:00"), "2x2": ("train_multi_node", "00:07:00")}
+    comments = {job_id: comment for job_id, _, comment in squeue_jobs()}
     job_ids = set()
     for topology, node_ranks in expected.items():
         metrics = json.loads(workspace.metrics(topology).read_text())
@@ -49,9 +55,12 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         assert metrics["node_ranks"] == node_ranks
         assert metrics["slurm_job_id"] in submitted
         job_ids.add(metrics["slurm_job_id"])
-        # the probe ran on the same shape of allocation: its all-reduce spans every rank
-        probe = json.loads((workspace.path / f"results/runs/{topology}/probe.json").read_text())
-        assert probe["world_size"] == len(node_ranks)
+        rule, limit = stages[topology]
+        assert comments[metrics["slurm_job_id"]] == f"rule_{rule}_wildcards_{topology}_0"
+        assert job_fields(metrics["slurm_job_id"])["TimeLimit"] == limit
+        # the probe ran in the training job, before training: its all-reduce spans every rank
+        probe = metrics["probe"]
+        assert probe["world_size"] == len(node_ranks) and probe["node_ranks"] == node_ranks
     assert len(job_ids) == 4
     assert (workspace.path / "results/report/report.html").exists()
 
@@ -62,7 +71,7 @@ def test_cancelled_run_is_the_only_one_resubmitted(slurm_cluster, workspace):
 
     def cancel_2x2():
         for job_id, state, comment in squeue_jobs():
-            if comment.startswith("rule_train_") and "2x2" in comment and state in ("PENDING", "RUNNING"):
+            if "_wildcards_2x2_" in comment and state in ("PENDING", "RUNNING"):
                 subprocess.run(["scancel", job_id], check=True)
                 cancelled.append(job_id)
                 return True
@@ -97,9 +106,9 @@ def test_cluster_run_without_site_facts_is_refused_before_submission(slurm_clust
     """--set-resources on the command line replaces the profile's, site facts included: the
     jobs would start every rank on one node. The run must stop before any sbatch."""
     slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2"]))
-    code, log = run_slurm(workspace, "--set-resources", "train:runtime=5", timeout=120)
+    code, log = run_slurm(workspace, "--set-resources", "train_baseline:runtime=5", timeout=120)
     assert code != 0
-    assert "rule train has no site facts" in log and "repeat the profile's site_* entries" in log
+    assert "set-resources train has no site facts" in log and "repeat the profile's site_* entries" in log
     assert not SUBMITTED.findall(log)
 
 

@@ -1,7 +1,11 @@
 """Topology parsing and the checks made before any job runs (ddpscale.cluster.topology)."""
+import re
+
 import pytest
 
-from ddpscale.cluster.topology import Topology, TopologyError, batch_per_device, check_topologies, parse_topology
+from ddpscale.cluster.topology import (
+    Topology, TopologyError, batch_per_device, check_topologies, name_pattern, parse_topology, stage_topologies,
+)
 
 
 def check(entries, baseline="1x1", max_per_node=4, scaling="weak", batch=64):
@@ -85,3 +89,20 @@ def test_strong_scaling_needs_batch_divisible_by_world_size():
 ])
 def test_batch_per_device(scaling, topo, expected):
     assert batch_per_device(scaling, 32, parse_topology(topo)) == expected
+
+
+def test_stages_split_the_topologies_around_the_configured_baseline():
+    topologies = check(["1x1", "1x2", "1x4", "2x4", "4x1"], baseline="1x1")
+    assert stage_topologies(topologies, "1x1") == {
+        "baseline": ["1x1"], "single_node": ["1x2", "1x4"], "multi_node": ["4x1", "2x4"]}  # by world size
+    # the baseline is whatever the config names, even several devices or nodes
+    assert stage_topologies(topologies, "1x2")["baseline"] == ["1x2"]
+    assert stage_topologies(topologies, " 2 x 4 ") == {
+        "baseline": ["2x4"], "single_node": ["1x1", "1x2", "1x4"], "multi_node": ["4x1"]}
+
+
+def test_a_stage_pattern_matches_its_topologies_only():
+    pattern = re.compile(rf"(?:{name_pattern(['1x2', '1x4'])})$")
+    assert pattern.match("1x2") and pattern.match("1x4")
+    assert not pattern.match("1x24") and not pattern.match("11x2") and not pattern.match("1x1")
+    assert not re.match(rf"(?:{name_pattern([])})$", "1x1"), "an empty stage matches nothing"

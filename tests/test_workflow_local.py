@@ -26,8 +26,9 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     workspace.write_config(tiny_config(topologies=["1x1", "1x2", "2x1"]))
     first = workspace.snakemake()
     assert first.returncode == 0, first.stderr[-4000:]
-    assert job_counts(first.stderr) == {"all": 1, "prepare_data": 1, "train": 3, "probe": 3,
-                                        "report_scaling": 1}
+    # a job per stage's topology, each run's probe inside its job
+    assert job_counts(first.stderr) == {"all": 1, "prepare_data": 1, "train_baseline": 1, "train_single_node": 1,
+                                        "train_multi_node": 1, "report_scaling": 1}
 
     for topology, world, node_ranks in [("1x1", 1, [0]), ("1x2", 2, [0, 0]), ("2x1", 2, [0, 1])]:
         metrics = json.loads(workspace.metrics(topology).read_text())
@@ -42,8 +43,9 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
     assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
-    probe = json.loads((workspace.path / "results/runs/2x1/probe.json").read_text())
+    probe = json.loads(workspace.metrics("2x1").read_text())["probe"]
     assert probe["world_size"] == 2 and probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"]
+    assert probe["node_ranks"] == [0, 1], "the probe ran on the ranks that trained"
     steps = pd.read_csv(report / "breakdown.tsv", sep="\t")
     assert list(steps.topology) == ["1x1", "1x2", "2x1"] and (steps.compute_s > 0).all()
     assert "<h2>Predicted vs measured</h2>" in html
@@ -54,7 +56,7 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     workspace.metrics("1x2").unlink()
     second = workspace.snakemake()
     assert second.returncode == 0, second.stderr[-4000:]
-    assert job_counts(second.stderr) == {"all": 1, "train": 1, "report_scaling": 1}
+    assert job_counts(second.stderr) == {"all": 1, "train_single_node": 1, "report_scaling": 1}
     assert "wildcards: topology=1x2, repeat=0" in second.stderr
     assert {t: workspace.metrics(t).stat().st_mtime_ns for t in kept} == kept
 
@@ -87,7 +89,7 @@ def test_corrupt_data_stops_before_any_job_and_keeps_finished_runs(workspace):
     result = workspace.snakemake()
     assert result.returncode == 0, result.stderr[-4000:]
     assert data.read_bytes() == pristine
-    assert job_counts(result.stderr) == {"all": 1, "train": 1, "probe": 2, "report_scaling": 1}
+    assert job_counts(result.stderr) == {"all": 1, "train_single_node": 1, "report_scaling": 1}
     assert workspace.metrics("1x1").read_bytes() == baseline
 
 
@@ -116,7 +118,8 @@ def test_failing_runs_do_not_stop_the_others_and_rerun_alone(workspace):
 
     second = workspace.snakemake()
     assert second.returncode == 0, second.stderr[-4000:]
-    assert job_counts(second.stderr) == {"all": 1, "train": 2, "probe": 2, "report_scaling": 1}
+    assert job_counts(second.stderr) == {"all": 1, "train_single_node": 1, "train_multi_node": 1,
+                                         "report_scaling": 1}
     assert workspace.metrics("1x1").read_bytes() == kept
 
 

@@ -1,3 +1,4 @@
+# The generated dataset (helpers: common_data.smk).
 rule prepare_data:
     input:
         script="scripts/prepare_data.py",

@@ -1,6 +1,19 @@
-# One job per topology and repeat. Checkpoints live outside the outputs, so a failed or
-# timed-out run resumes from its last epoch when the command is run again.
-rule train:
+# The three training stages: the baseline topology, then 1 x N (one node), then M x N (several
+# nodes). One rule definition, three names: the stages differ only in which topologies they
+# take (wildcard constraints from config) and in the resources a profile may set for each by
+# rule name (set-resources: train_baseline / train_single_node / train_multi_node). Site facts
+# and resources every stage shares stay under set-resources `train` (README, "On a SLURM cluster").
+#
+# One job per topology and repeat. The first repeat probes its topology (step breakdown,
+# all-reduce) inside the same allocation before training: one submission per topology and
+# repeat, and the prediction measures the nodes that trained. Checkpoints live outside the
+# outputs, so a failed or timed-out run resumes from its last checkpoint when run again.
+# Helpers: common_train.smk.
+#
+# The stages are independent jobs: on a cluster they queue at the same time (a multi-node job
+# need not wait for the baseline to finish); the local profile, one run at a time, trains
+# them in stage order (priority).
+rule train_baseline:
     input:
         script="scripts/train.py",
         data=get_train_data,
@@ -13,12 +26,27 @@ rule train:
         # not on the command line: its change alone reruns the job (dataset settings, versions)
         identity=get_run_identity,
     resources:
-        **TOPOLOGY_RESOURCES,
+        **TRAINING_RESOURCES,
         # a retry may find the run already finished (killed while exiting): see train.py
         attempt=get_attempt,
         # The local profile allows one at a time, so runs never share the CPU they measure.
         train_slots=1,
+    wildcard_constraints:
+        topology=STAGE_PATTERNS["baseline"],
+    priority: 3
     log:
         "results/logs/train/{topology}/r{repeat}.log",
     shell:
         "{params.launch} {input.script} {params.flags} --metrics {output.metrics} --attempt {resources.attempt} > {log} 2>&1"
+
+
+use rule train_baseline as train_single_node with:
+    wildcard_constraints:
+        topology=STAGE_PATTERNS["single_node"],
+    priority: 2
+
+
+use rule train_baseline as train_multi_node with:
+    wildcard_constraints:
+        topology=STAGE_PATTERNS["multi_node"],
+    priority: 1

@@ -51,6 +51,23 @@ def refuse_slurm_extra(resources: dict, where: str) -> None:
         )
 
 
+def shared_resources(resources: dict) -> dict:
+    """What a profile's set-resources `train` gives every training stage besides the site facts
+    (runtime, partition, QOS...): set on each stage rule, below its own set-resources entry."""
+    return {key: value for key, value in resources.items() if not key.startswith(SITE_PREFIX)}
+
+
+def check_stage_entry(rule: str, resources: dict) -> None:
+    """A stage's own set-resources entry may set any resource but the site facts (they stay in
+    `train`, one place for every stage) and slurm_extra (it would drop the per-topology flags)."""
+    where = f"profile set-resources {rule}"
+    refuse_slurm_extra(resources, where)
+    misplaced = sorted(key for key in resources if key.startswith(SITE_PREFIX))
+    if misplaced:
+        raise SiteError(f"{where}: {', '.join(misplaced)} is a site fact; site facts hold for every "
+                        f"stage, so set them once, under set-resources train")
+
+
 def site_from_resources(resources: dict, where: str = "profile set-resources train") -> Site:
     """Build a Site from the `site_*` entries of a profile's set-resources for rule train."""
     known = {f.name for f in fields(Site)}

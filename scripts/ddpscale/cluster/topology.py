@@ -91,3 +91,24 @@ def batch_per_device(scaling: str, batch_size: int, topo: Topology) -> int:
     if scaling == "weak":
         return batch_size
     return batch_size // topo.world_size
+
+
+# The training stages, in the order the workflow runs them, each trained by rule train_<stage>.
+STAGES = ("baseline", "single_node", "multi_node")
+
+
+def stage_of(topo: Topology, baseline: str) -> str:
+    """The configured baseline, whatever its size; else one node or several."""
+    if topo.name == parse_topology(baseline, "baseline").name:
+        return "baseline"
+    return "single_node" if topo.num_nodes == 1 else "multi_node"
+
+
+def stage_topologies(topologies: list[Topology], baseline: str) -> dict[str, list[str]]:
+    """{stage: names of its topologies}; a stage may have none."""
+    return {stage: [t.name for t in topologies if stage_of(t, baseline) == stage] for stage in STAGES}
+
+
+def name_pattern(names: list[str]) -> str:
+    """A wildcard constraint matching exactly these topology names ("(?!)" matches none)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"

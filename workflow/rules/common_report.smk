@@ -1,0 +1,82 @@
+# Helpers of rules/report.smk: its outputs, inputs and flags.
+REPORT_FIGURES = {
+    "speedup": "Speedup vs ideal and predicted",
+    "efficiency": "Parallel efficiency",
+    "throughput": "Throughput per device",
+    "breakdown": "Where a training step's time goes",
+    "busbw": "All-reduce bus bandwidth",
+}
+
+
+def report_outputs(folder, registered):
+    """Every file the report script writes; the full report registers them for --report."""
+    def item(name, labels):
+        path = f"{folder}/{name}"
+        caption = f"../report/{name.split('.')[0]}.rst"
+        return report(path, caption=caption, category="Scaling", labels=labels) if registered else path
+
+    out = {"table": item("scaling.tsv", {"table": "scaling"}),
+           "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
+           "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"})}
+    for name, title in REPORT_FIGURES.items():
+        out[name] = item(f"{name}.png", {"figure": title})
+    out["html"] = f"{folder}/report.html"
+    return out
+
+
+def get_report_dir(wildcards, output):
+    return str(Path(output.html).parent)
+
+
+def get_compare_with(wildcards):
+    """The earlier scaling.tsv to compare with (checked at parse time), or nothing."""
+    path = config["report"]["compare_with"]
+    return [path] if path else []
+
+
+def get_finished_metrics(wildcards):
+    """What a partial report is built from: every run that finished, none that did not."""
+    done = finished(get_metrics(TOPOLOGY_NAMES))
+    if not done:
+        raise WorkflowError("no training run has finished yet, so there is nothing to report; "
+                            "run the workflow (or its `baseline` target) first")
+    return done
+
+
+def get_failures(wildcards):
+    """The last line of each train log without metrics: a new failure reruns the partial report."""
+    tails = {}
+    for metrics in get_metrics(TOPOLOGY_NAMES):
+        # results/runs/<topology>/r<k>/metrics.json -> results/logs/train/<topology>/r<k>.log
+        log = Path("results/logs/train", Path(metrics).parent.relative_to(RUNS_DIR)).with_suffix(".log")
+        if not Path(metrics).exists() and log.exists():
+            tails[str(log)] = log.read_text(errors="replace").strip().splitlines()[-1:]
+    return json.dumps(tails, sort_keys=True)
+
+
+def get_report_flags(wildcards):
+    """The report's settings as explicit flags (inputs come separately)."""
+    flags = {
+        "--baseline": parse_topology(config["baseline"]).name,
+        "--accuracy-metric": config["accuracy"]["metric"],
+        "--accuracy-tolerance": config["accuracy"]["tolerance"],
+        "--efficiency-threshold": config["report"]["efficiency_threshold"],
+        "--repeats": config["repeats"],
+        "--log-dir": "results/logs/train",
+    }
+    if config["report"]["compare_with"]:
+        flags["--compare"] = config["report"]["compare_with"]
+    return as_flags(flags) + " --expected " + " ".join(TOPOLOGY_NAMES)
+
+
+def check_compare_with():
+    path = config["report"]["compare_with"]
+    if path and not Path(path).is_file():
+        raise WorkflowError(
+            f"config/config.yaml: report.compare_with is {path!r}, which is not a file; point it at "
+            "a scaling.tsv from an earlier run (copy results/report/scaling.tsv before rerunning) "
+            "or set it to null"
+        )
+
+
+check_compare_with()

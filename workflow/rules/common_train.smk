@@ -1,0 +1,125 @@
+# Helpers of rules/train.smk: what each training job gets: its allocation, launch command
+# and flags.
+def get_resources(wildcards):
+    return slurm_resources(parse_topology(wildcards.topology), SITE)
+
+
+def get_nodes(wildcards):
+    return get_resources(wildcards)["nodes"]
+
+
+def get_tasks(wildcards):
+    return get_resources(wildcards)["tasks"]
+
+
+def get_gres(wildcards):
+    return get_resources(wildcards)["gres"]
+
+
+def get_cpus_per_task(wildcards):
+    return get_resources(wildcards)["cpus_per_task"]
+
+
+def get_mem_mb(wildcards):
+    return get_resources(wildcards)["mem_mb"]
+
+
+def get_mpi(wildcards):
+    return get_resources(wildcards)["mpi"]
+
+
+def get_slurm_extra(wildcards):
+    return get_resources(wildcards)["slurm_extra"]
+
+
+# The allocation of one topology, then what the profile's `train` entry sets for every stage
+# (it wins, as set-resources did before there were stages); a stage's own entry wins over both.
+TRAINING_RESOURCES = {
+    **dict(nodes=get_nodes, tasks=get_tasks, tasks_per_gpu=0, gres=get_gres, cpus_per_task=get_cpus_per_task,
+           mem_mb=get_mem_mb, mpi=get_mpi, slurm_extra=get_slurm_extra),
+    **SHARED_TRAINING_RESOURCES,
+}
+
+
+def get_attempt(wildcards, attempt):
+    return attempt
+
+
+def get_launch(wildcards):
+    check_site_matches_executor()
+    return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON, GPU_IDS)
+
+
+def check_site_matches_executor():
+    """A cluster executor with no site facts would start every rank on one node.
+
+    Happens when --set-resources on the command line replaces the profile's. The executor is
+    only known once execution starts, so this runs when jobs are built, before submission.
+    """
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.common_settings.non_local_exec and SITE.is_local:
+        raise WorkflowError(
+            "set-resources train has no site facts (site_launcher, site_gpus_per_node, ...) but jobs go "
+            "to a cluster executor. If you passed --set-resources on the command line, it replaced "
+            "the profile's: repeat the profile's site_* entries for train there"
+        )
+
+
+def run_flags(topology_name):
+    """Every setting that defines a run, the same for each of its repeats."""
+    topo = parse_topology(topology_name)
+    flags = {
+        "--topology": topo.name,
+        "--nodes": topo.num_nodes,
+        "--devices": topo.devices_per_node,
+        # resolved for this host on the local profile: the flag, and so the checkpoint's
+        # fingerprint, says what the run used
+        "--accelerator": ACCELERATOR,
+        "--cluster-env": cluster_env(topo, SITE),
+        # Locally one simulated device is one core: a 1-device run must not get every core, or
+        # adding devices would add no hardware and speedup would mean nothing.
+        "--threads": 1 if SITE.is_local else SITE.cpus_per_gpu,
+        "--seed": config["seed"],
+        "--scaling": config["batch"]["scaling"],
+        "--batch-size": config["batch"]["size"],
+        "--precision": config["precision"],
+        "--compile": config["compile"],
+        "--accumulate-grad-batches": config["accumulate_grad_batches"],
+        # how a dead or stuck rank ends the job; not part of the run's identity
+        "--collective-timeout-s": config["collective_timeout_s"],
+        "--loader": json.dumps(config["dataloader"], sort_keys=True),
+        "--model-class": config["model"]["class_path"],
+        "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
+        "--data-class": config["data"]["class_path"],
+        "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
+    }
+    if GENERATED:
+        flags["--data-file"] = get_data_file()
+    if config["data"]["files"]:  # checksummed into the run's identity
+        flags["--data-files"] = json.dumps(config["data"]["files"])
+    return flags
+
+
+def get_run_identity(wildcards):
+    """What defines a run beyond its flags, as a param so that a change reruns it.
+
+    The generated data is an ancient() input (a byte-identical regeneration must not rerun
+    finished measurements), so its settings must trigger the rerun here; so must another
+    torch or Lightning, read from package metadata (no import: parsing stays fast). The data's
+    checksum and the training code are checked by train.py and the report (README, "Run identity").
+    """
+    return json.dumps({"dataset": config["dataset"] if GENERATED else None,
+                       "versions": INSTALLED_VERSIONS}, sort_keys=True)
+
+
+def get_train_flags(wildcards):
+    """Every setting of a run as explicit flags, so the log shows exactly what ran."""
+    flags = run_flags(wildcards.topology)
+    flags.update({
+        "--repeat": wildcards.repeat,
+        "--max-epochs": config["max_epochs"],
+        "--warmup-epochs": config["warmup_epochs"],
+        "--ckpt-dir": f"results/checkpoints/{flags['--topology']}/r{wildcards.repeat}",
+    })
+    # the first repeat probes its topology before training, in the same allocation
+    return as_flags(flags) + (" --probe" if wildcards.repeat == "0" else "")
