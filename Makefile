@@ -2,13 +2,14 @@
 # make test: set up and run the whole test suite (.ci/run calls exactly this).
 # make bench: set up and print the performance figures (benchmarks/run.py).
 # make gpu-check: on a machine with a CUDA GPU, the GPU tests and the pipeline on its GPUs.
+# make status: per topology and repeat, not started, queued, running, done or failed (scripts/status.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 
-.PHONY: run test bench gpu-check setup lint clean
+.PHONY: run test bench gpu-check status setup lint clean
 
 setup: $(STAMP)
 
@@ -37,6 +38,10 @@ bench: $(STAMP)
 # GPU tests, then the reference and transformer workloads on this machine's GPUs, with figures.
 gpu-check: $(STAMP)
 	$(VENV)/bin/python benchmarks/gpu_check.py
+
+# What the benchmark is doing now, from results/, the logs and squeue; never imports torch.
+status: $(STAMP)
+	$(VENV)/bin/python scripts/status.py
 
 lint: $(STAMP)
 	$(VENV)/bin/snakemake --lint

@@ -1,0 +1,100 @@
+"""What `make status` reads from the system: the config, metrics.json and the train logs,
+squeue (where there is one), this directory's processes in /proc, and .snakemake/locks/. The
+rows and the text are made by the pure functions of status.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from ddpscale.report import status
+
+
+def read_config(path: Path, overlays: list[Path]) -> dict:
+    """config/config.yaml with the --configfile overlays (paths as the user gave them)."""
+    return status.merge_configs(yaml.safe_load(path.read_text()),
+                                [yaml.safe_load(Path(p).read_text()) for p in overlays])
+
+
+def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[str, int], status.Run]:
+    runs = {}
+    for t in topologies:
+        for r in range(repeats):
+            metrics_file = results / f"runs/{t}/r{r}/metrics.json"
+            log_file = results / f"logs/train/{t}/r{r}.log"
+            metrics = None
+            if metrics_file.exists():
+                try:
+                    metrics = json.loads(metrics_file.read_text())
+                except (OSError, ValueError):
+                    metrics = {}
+            log = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else None
+            runs[(t, r)] = status.Run(metrics, log)
+    return runs
+
+
+def query_squeue() -> tuple[list[status.Job] | None, str]:
+    """This user's jobs, or None and why there is no cluster to ask (a laptop has no squeue)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "--me", "-o", status.SQUEUE_FORMAT],
+                              capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        return None, "no squeue here"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"squeue did not answer ({exc})"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, f"squeue failed ({lines[-1].strip() if lines else f'exit {done.returncode}'})"
+    # %Z is the directory sbatch was given; compared with this one resolved, links and all
+    return [replace(job, workdir=os.path.realpath(job.workdir)) for job in status.parse_squeue(done.stdout)], "squeue"
+
+
+def processes_here(workdir: str) -> list[tuple[int, list[str]]] | None:
+    """(pid, argv) of every process whose working directory is workdir; None without /proc."""
+    proc = Path("/proc")
+    if not (proc / "self/cmdline").exists():
+        return None
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if os.readlink(entry / "cwd") != workdir:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # another user's process, or one that just ended
+            continue
+        found.append((int(entry.name), [a.decode(errors="replace") for a in argv if a]))
+    return found
+
+
+def lock_files(workdir: Path) -> list[str]:
+    locks = workdir / ".snakemake/locks"
+    return sorted(p.name for p in locks.iterdir()) if locks.is_dir() else []
+
+
+def profile_names(workdir: Path) -> list[str]:
+    folder = workdir / "profiles"
+    return sorted(p.name for p in folder.iterdir() if (p / "config.yaml").exists()) if folder.is_dir() else []
+
+
+def report(config: dict, results: Path, workdir: Path) -> str:
+    """The whole status text for the directory snakemake runs in."""
+    now = time.time()
+    topologies, repeats, baseline = status.plan(config)
+    here = str(workdir.resolve())
+    runs = read_runs(results, sorted({*topologies, baseline}), repeats)
+    jobs, source = query_squeue()
+    live = status.active_jobs(jobs, here) if jobs is not None else {}
+    locks = lock_files(workdir)
+    wanted = [(t, r) for t in topologies for r in range(repeats)]
+    pids, running_here = status.live_here(processes_here(here), wanted, runs, bool(locks))
+    table_rows = status.rows(topologies, repeats, baseline, runs, live, running_here, now)
+    return status.render(now, here, table_rows, pids, len(live) if jobs is not None else None, source,
+                         status.lock_line(locks, pids, profile_names(workdir)))

@@ -1,0 +1,248 @@
+"""`make status` (scripts/status.py): pure rows and table from plain data and squeue lines, and
+the command on a results tree written here. A real local workflow watched while it trains,
+then killed (its lock named with the fix, and the fix works): tests/test_status_local.py; on
+the SLURM test cluster with a run queued, one running and one done: tests/test_status_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from ddpscale.measurement import progress
+from ddpscale.report import status
+
+STATUS = ROOT / "scripts/status.py"
+NOW = 1_700_000_000.0
+HERE = "/work/bench"
+
+
+def progress_line(epoch, max_epochs, epoch_s, throughput, fit_s, at, attempt=1) -> str:
+    return progress.line(progress.Progress(epoch, max_epochs, epoch_s, throughput, attempt, fit_s, at))
+
+
+def row_of(rows, topology, repeat=0) -> status.Row:
+    return next(r for r in rows if (r.topology, r.repeat) == (topology, repeat))
+
+
+# -- pure -------------------------------------------------------------------------------------
+
+def test_squeue_lines_become_jobs_of_this_directory_by_run():
+    text = "\n".join([
+        f"101|RUNNING|None|rule_train_wildcards_1x2_0|{HERE}|1:05",
+        f"102|PENDING|Resources|rule_multi_node_wildcards_2x1_1|{HERE}|0:00",
+        f"103|PENDING|Priority|rule_train_wildcards_1x1_0|/elsewhere|0:00",     # another checkout
+        f"104|COMPLETED|None|rule_baseline_wildcards_1x1_0|{HERE}|0:12",       # ended: files decide
+        f"105|RUNNING|None|rule_probe_wildcards_1x2|{HERE}|0:03",              # not a training run
+        f"106|PENDING|JobHeldUser|rule_train_single_node_wildcards_1x2_0|{HERE}|0:00",  # a retry waits
+        f"107|CONFIGURING|None|rule_single_node_wildcards_11x2_0|{HERE}|1-02:03:04",
+        "garbage line",
+    ])
+    jobs = status.parse_squeue(text)
+    assert [j.id for j in jobs] == ["101", "102", "103", "104", "105", "106", "107"]
+    assert jobs[1].reason == "Resources" and jobs[0].elapsed_s == 65 and jobs[6].elapsed_s == 93784
+    live = status.active_jobs(jobs, HERE)
+    assert {run: job.id for run, job in live.items()} == {("1x2", 0): "101", ("2x1", 1): "102", ("11x2", 0): "107"}
+
+
+@pytest.mark.parametrize("text,seconds", [("5", 5), ("0:00", 0), ("3:04", 184), ("2:03:04", 7384),
+                                          ("1-02:03:04", 93784), ("INVALID", None), ("", None)])
+def test_squeue_elapsed(text, seconds):
+    assert status.parse_elapsed(text) == seconds
+
+
+def test_every_state_and_its_figures():
+    """The figures a user reads: throughput and efficiency against the baseline's mean per
+    device, epoch k/N with elapsed and time left, SLURM's job and reason, a log's last line."""
+    runs = {
+        ("1x1", 0): status.Run({"throughput_samples_s": 100.0, "world_size": 1, "fit_time_s": 61.0}, "..."),
+        ("1x1", 1): status.Run({"throughput_samples_s": 110.0, "world_size": 1, "fit_time_s": 59.0}, "..."),
+        ("1x2", 0): status.Run({"throughput_samples_s": 189.0, "world_size": 2, "fit_time_s": 33.0}, "..."),
+        # running: 2 of 5 epochs of 10 s, the last ended 4 s ago, 30 s into the fit
+        ("1x2", 1): status.Run(None, "start\n" + progress_line(1, 5, 11, 150, 18, NOW - 16)
+                               + "\n" + progress_line(2, 5, 10.0, 180.5, 30.0, NOW - 4) + "\nnoise\n"),
+        ("2x1", 0): status.Run(None, "Traceback\n  ...\nRuntimeError: gloo timed out\n\n  \n"),
+        # a job still ending after its metrics were written: done
+        ("2x2", 0): status.Run({"throughput_samples_s": None, "world_size": 4}, ""),
+    }
+    jobs = {("2x1", 1): status.Job("77", "PENDING", "Resources", "c", HERE, 0.0),
+            ("2x2", 0): status.Job("78", "COMPLETING", "None", "c", HERE, 50.0),
+            ("2x2", 1): status.Job("79", "RUNNING", "None", "c", HERE, 3.0)}
+    rows = status.rows(["1x1", "1x2", "2x1", "2x2"], 2, "1x1", runs, jobs, {("1x2", 1)}, NOW)
+    assert [(r.topology, r.repeat, r.state) for r in rows] == [
+        ("1x1", 0, "done"), ("1x1", 1, "done"), ("1x2", 0, "done"), ("1x2", 1, "running"),
+        ("2x1", 0, "failed"), ("2x1", 1, "queued"), ("2x2", 0, "done"), ("2x2", 1, "running")]
+    # baseline mean 105 samples/s per device; 1x2: 189 / 2 = 94.5 per device -> 0.90
+    assert row_of(rows, "1x1").detail == "100.0 samples/s, efficiency 0.95 vs 1x1, fit 1:01"
+    assert row_of(rows, "1x2").detail == "189.0 samples/s, efficiency 0.90 vs 1x1, fit 0:33"
+    # local: elapsed = fit 30 s + 4 s since the line; left = 3 epochs x 10 s - 4 s
+    assert row_of(rows, "1x2", 1).detail == "epoch 2/5, elapsed 0:34, ~0:26 left, 180.5 samples/s last epoch"
+    assert row_of(rows, "2x1").detail == "RuntimeError: gloo timed out"
+    assert row_of(rows, "2x1", 1).detail == "SLURM job 77, reason Resources"
+    assert row_of(rows, "2x2").detail == "throughput n/a (no steady epoch)"
+    assert row_of(rows, "2x2", 1).detail == "SLURM job 79, starting, elapsed 0:03"
+
+
+def test_running_on_slurm_takes_the_jobs_elapsed_and_ignores_an_earlier_attempts_line():
+    log = progress_line(3, 10, 20.0, 50.0, 60.0, NOW - 30)
+    job = status.Job("5", "RUNNING", "None", "c", HERE, 125.0)
+    assert status.running_detail(log, job, NOW) == \
+        "SLURM job 5, epoch 3/10, elapsed 2:05, ~1:50 left, 50.0 samples/s last epoch"
+    # the line is older than the job: the retry's shell has not truncated the log yet
+    retry = status.Job("6", "RUNNING", "None", "c", HERE, 5.0)
+    assert status.running_detail(log, retry, NOW) == "SLURM job 6, starting, elapsed 0:05"
+    # a run past its estimate shows no negative time
+    assert "~0:00 left" in status.running_detail(progress_line(9, 10, 5.0, 1.0, 45.0, NOW - 60), None, NOW)
+
+
+def test_efficiency_is_na_until_the_baseline_is_done_and_failed_logs_are_cut():
+    runs = {("1x2", 0): status.Run({"throughput_samples_s": 200.0, "world_size": 2}, ""),
+            ("1x1", 0): status.Run(None, "x" * 500 + "\n")}
+    rows = status.rows(["1x1", "1x2"], 1, "1x1", runs, {}, set(), NOW)
+    assert row_of(rows, "1x2").detail == "200.0 samples/s, efficiency n/a (1x1 not done)"
+    assert row_of(rows, "1x1").detail == "x" * 157 + "..."
+    assert status.rows(["1x1"], 1, "1x1", {("1x1", 0): status.Run(None, "\n \n")}, {}, set(), NOW)[0].detail == \
+        "(empty log: the job wrote nothing)"
+    assert status.rows(["1x1"], 1, "1x1", {}, {}, set(), NOW) == [status.Row("1x1", 0, "not started")]
+
+
+def test_table_is_aligned():
+    rows = [status.Row("1x1", 0, "done", "a"), status.Row("12x4", 10, "not started"),
+            status.Row("2x1", 1, "queued", "SLURM job 7, reason Resources")]
+    lines = status.table(rows).splitlines()
+    assert lines[0].split() == ["topology", "repeat", "state", "detail"]
+    for column in ("repeat", "state", "detail"):
+        at = lines[0].index(column)
+        assert all(line[at - 2:at] == "  " and line[at] != " " for line in lines if len(line) > at), column
+    assert lines[2] == "12x4      r10     not started"
+    assert status.counts(rows) == "1 done, 0 running, 1 queued, 0 failed, 1 not started"
+
+
+def test_lock_line():
+    assert status.lock_line([], [], ["local"]) is None
+    assert status.lock_line(["0.input.lock"], [4242], ["local"]) is None, "a live snakemake holds it"
+    stale = status.lock_line(["0.input.lock", "0.output.lock"], [], ["local", "slurm"])
+    assert "Stale Snakemake lock" in stale and "no snakemake runs" in stale and "\n" not in stale
+    assert stale.endswith("fix with .venv/bin/snakemake --profile profiles/<name> --unlock (<name>: local, slurm)")
+    assert "may be stale" in status.lock_line(["0.input.lock"], None, [])
+
+
+def test_processes_are_told_apart_by_their_command_line():
+    assert status.is_snakemake(["/x/.venv/bin/python3", "/x/.venv/bin/snakemake", "--profile", "profiles/local"])
+    assert status.is_snakemake(["python", "-m", "snakemake", "--profile", "profiles/slurm", "scaling"])
+    assert not status.is_snakemake(["python", "-m", "pytest", "tests/test_snakemake_lock.py"])
+    # a job the main snakemake spawned (a SLURM job's, on a node that is this host): no lock
+    assert not status.is_snakemake(["/x/python3", "-m", "snakemake", "--snakefile", "/x/workflow/Snakefile",
+                                    "--target-jobs", "train_single_node:topology=1x2,repeat=0", "--mode", "remote"])
+    runs = [("1x1", 0), ("1x2", 0), ("11x2", 0), ("1x2", 1)]
+    shell = ["/bin/bash", "-c", "python scripts/train.py --nodes 1 --metrics results/runs/1x2/r0/metrics.json "
+             "> results/logs/train/1x2/r0.log 2>&1"]
+    assert status.run_named(shell, runs) == {("1x2", 0)}
+    assert status.run_named(["srun", "python", "scripts/train.py", "--metrics",
+                             "/abs/results/runs/11x2/r0/metrics.json"], runs) == {("11x2", 0)}
+
+
+def test_live_processes_and_the_fallback_without_proc():
+    wanted = [("1x1", 0), ("1x2", 0), ("2x1", 0)]
+    runs = {("1x1", 0): status.Run(None, "log"), ("1x2", 0): status.Run(None, "log")}
+    procs = [(10, ["/v/python3", "/v/snakemake", "--profile", "profiles/local"]),
+             (11, ["/bin/bash", "-c", "python scripts/train.py --metrics results/runs/1x1/r0/metrics.json"])]
+    assert status.live_here(procs, wanted, runs, locked=True) == ([10], {("1x1", 0)})
+    assert status.live_here([], wanted, runs, locked=True) == ([], set())
+    # no /proc: a held lock says snakemake may run, so may every run with a log
+    assert status.live_here(None, wanted, runs, locked=True) == (None, {("1x1", 0), ("1x2", 0)})
+    assert status.live_here(None, wanted, runs, locked=False) == (None, set())
+
+
+def test_render_says_where_the_state_came_from():
+    rows = [status.Row("1x1", 0, "done", "1.0 samples/s")]
+    text = status.render(NOW, HERE, rows, [10, 12], 3, "squeue", "Stale ...")
+    lines = text.splitlines()
+    assert lines[0].startswith("ddpscale status ") and lines[0].endswith(f" in {HERE}")
+    assert lines[1] == "snakemake: running here (pid 10, 12); SLURM: 3 queued or running job(s) of this directory"
+    assert lines[-2:] == ["1 done, 0 running, 0 queued, 0 failed, 0 not started", "Stale ..."]
+    assert status.render(NOW, HERE, rows, None, None, "no squeue here", None).splitlines()[1] == \
+        "snakemake: cannot tell (no /proc); SLURM: no squeue here, local runs only"
+
+
+def test_overlays_replace_top_level_keys():
+    merged = status.merge_configs({"topologies": ["1x1", "1x2"], "repeats": 1, "baseline": "1x1"},
+                                  [{"topologies": ["1 x 1", "2x2"]}, {"repeats": 3}])
+    assert status.plan(merged) == (["1x1", "2x2"], 3, "1x1")
+
+
+# -- the command on a results tree ------------------------------------------------------------
+
+def run_status(cwd, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(STATUS), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def write_tree(root, *, lock: bool) -> None:
+    (root / "config").mkdir()
+    (root / "config/config.yaml").write_text(yaml.safe_dump(
+        {"topologies": ["1x1", "1x2", "2x1"], "baseline": "1x1", "repeats": 1, "max_epochs": 3}))
+    (root / "config/more.yaml").write_text(yaml.safe_dump({"repeats": 2}))
+    for (topology, repeat), thr, world in [(("1x1", 0), 100.0, 1), (("1x1", 1), 110.0, 1), (("1x2", 0), 189.0, 2)]:
+        path = root / f"out/runs/{topology}/r{repeat}/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"throughput_samples_s": thr, "world_size": world, "topology": topology,
+                                    "fit_time_s": 12.5}))
+    log = root / "out/logs/train/2x1/r0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(progress_line(1, 3, 1.0, 90.0, 1.0, NOW) + "\nTraceback (most recent call last):\n"
+                   "RuntimeError: rank 1 exited with signal 9\n\n")
+    if lock:
+        (root / ".snakemake/locks").mkdir(parents=True)
+        (root / ".snakemake/locks/0.input.lock").write_text("x\n")
+    (root / "profiles/local").mkdir(parents=True)
+    (root / "profiles/local/config.yaml").write_text("cores: 1\n")
+
+
+def test_command_reads_config_overlay_and_results(tmp_path):
+    write_tree(tmp_path, lock=True)
+    done = run_status(tmp_path, "--configfile", "config/more.yaml", "--results", "out")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    print(out)
+    lines = {tuple(line.split()[:2]): line for line in out.splitlines() if re.match(r"^\d+x\d+ ", line)}
+    assert re.search(r"^1x1 +r0 +done +100\.0 samples/s, efficiency 0\.95 vs 1x1, fit 0:12$", out, re.M)
+    assert re.search(r"^1x2 +r0 +done +189\.0 samples/s, efficiency 0\.90 vs 1x1", out, re.M)
+    assert lines[("1x2", "r1")].split()[2:] == ["not", "started"]
+    assert re.search(r"^2x1 +r0 +failed +RuntimeError: rank 1 exited with signal 9$", out, re.M)
+    assert len(lines) == 6, "3 topologies x 2 repeats (the overlay's)"
+    assert "3 done, 0 running, 0 queued, 1 failed, 2 not started" in out
+    assert "snakemake: not running here" in out
+    # the test cluster may be up (the SLURM tests of this session): none of its jobs is this directory's
+    assert re.search(r"^snakemake: not running here; SLURM: (0 queued or running job\(s\) of this directory|"
+                     r".*, local runs only)$", out, re.M), out
+    assert out.strip().splitlines()[-1] == (
+        "Stale Snakemake lock: .snakemake/locks/ holds 1 file(s) but no snakemake runs in this directory (it "
+        "was killed), so a rerun stops with 'Directory cannot be locked': fix with .venv/bin/snakemake "
+        "--profile profiles/<name> --unlock (<name>: local)")
+
+    (tmp_path / ".snakemake/locks/0.input.lock").unlink()
+    assert "lock" not in run_status(tmp_path, "--configfile", "config/more.yaml", "--results", "out").stdout
+
+
+def test_command_without_a_config_says_so_in_one_line(tmp_path):
+    done = run_status(tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("ddpscale status: ") and "config/config.yaml" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_command_never_imports_torch(tmp_path):
+    """It runs on a login node while jobs train: no torch, Lightning or pandas (seconds each)."""
+    write_tree(tmp_path, lock=False)
+    done = subprocess.run([sys.executable, "-X", "importtime", str(STATUS), "--results", "out"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1x1  " in done.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "ddpscale" in imported and "yaml" in imported, "importtime lists the modules"
+    assert not imported & {"torch", "lightning", "pytorch_lightning", "pandas", "numpy", "matplotlib"}

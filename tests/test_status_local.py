@@ -1,0 +1,85 @@
+"""`make status` on a real local workflow: while a run trains, after it is killed, and the lock
+its killed snakemake leaves behind (tests/test_status.py has the rest)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from conftest import SNAKEMAKE, tiny_config
+from ddpscale.measurement import progress
+from test_status import run_status
+
+
+# -- a real local workflow, watched, then killed ----------------------------------------------
+
+def kill_everything_in(path) -> None:
+    """SIGKILL the processes this test started there (snakemake, its job, the ranks)."""
+    for proc in psutil.process_iter(["cwd"]):
+        if proc.info["cwd"] == str(path) and proc.pid != os.getpid():
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_local_run_while_it_trains_then_killed(workspace):
+    epochs = 6
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
+    config["dataset"]["samples"] = 40000  # about a second an epoch: the run is still training when sampled
+    workspace.write_config(config)
+    logs = {t: workspace.path / f"results/logs/train/{t}/r0.log" for t in ("1x1", "1x2")}
+    proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local", "scaling"], cwd=workspace.path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline, first = time.monotonic() + 200, None
+        while first is None and time.monotonic() < deadline and proc.poll() is None:
+            first = next((t for t, log in logs.items() if log.exists() and progress.last(log.read_text())), None)
+            time.sleep(0.2)
+        assert first is not None, "no epoch finished"
+        live = run_status(workspace.path)
+        print(live.stdout)
+        line_read = progress.last(logs[first].read_text())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        kill_everything_in(workspace.path)
+    other = ({"1x1", "1x2"} - {first}).pop()
+    assert live.returncode == 0, live.stderr
+    assert f"snakemake: running here (pid {proc.pid})" in live.stdout
+    running = re.search(rf"^{first} +r0 +running +epoch (\d+)/(\d+), elapsed (\d+):(\d\d), ~\d+:\d\d left, "
+                        r"([\d.]+) samples/s last epoch$", live.stdout, re.M)
+    assert running, live.stdout
+    epoch, max_epochs, minutes, seconds, throughput = running.groups()
+    assert 1 <= int(epoch) < epochs and int(max_epochs) == epochs
+    shown = [p for p in map(progress.last, logs[first].read_text().splitlines()) if p and p.epoch == int(epoch)]
+    assert shown and float(throughput) == pytest.approx(shown[0].throughput, abs=0.051)
+    assert int(minutes) * 60 + int(seconds) >= shown[0].fit_s - 1
+    assert re.search(rf"^{other} +r0 +not started$", live.stdout, re.M), "the local profile trains one at a time"
+    assert line_read.epoch >= int(epoch)
+
+    # killed: the run failed (its log's last line), and the lock stays behind
+    assert os.listdir(workspace.path / ".snakemake/locks"), "a killed snakemake leaves its lock"
+    after = run_status(workspace.path).stdout
+    print(after)
+    last = [line.strip() for line in logs[first].read_text().splitlines() if line.strip()][-1]
+    assert re.search(rf"^{first} +r0 +failed +{re.escape(last[:100])}", after, re.M), after
+    assert "snakemake: not running here" in after
+    fix = re.search(r"Stale Snakemake lock: .* rerun stops with 'Directory cannot be locked': fix with "
+                    r"(\.venv/bin/snakemake --profile profiles/<name> --unlock) \(<name>: ([\w, ]+)\)$", after, re.M)
+    assert fix and "local" in fix.group(2).split(", "), after
+    # what the line says is so: a rerun refuses, the named fix lifts it
+    refused = workspace.snakemake("scaling", timeout=120)
+    assert refused.returncode != 0 and "Directory cannot be locked" in refused.stderr + refused.stdout
+    unlock = fix.group(1).replace(".venv/bin/snakemake", SNAKEMAKE[0]).replace("<name>", "local").split()
+    assert subprocess.run(unlock, cwd=workspace.path, capture_output=True, timeout=120).returncode == 0
+    assert not list((workspace.path / ".snakemake").glob("locks/*"))
+    assert "lock" not in run_status(workspace.path).stdout
