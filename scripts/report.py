@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.io import atomic_write  # noqa: E402
-from ddpscale.report import analysis, breakdown, plots, reportdata, verdict  # noqa: E402
+from ddpscale.report import analysis, breakdown, plots, records, reportdata, verdict  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        runs = analysis.load_runs(args.metrics)
+        runs = records.load_runs(args.metrics)
         data = reportdata.build(
             runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes)}, baseline=args.baseline,
             metric=args.accuracy_metric, tolerance=args.accuracy_tolerance,

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis
+from ddpscale.report import analysis, records
 
 
 def make_run(topology="1x1", **overrides):
@@ -154,7 +154,7 @@ def _write(path, obj):
 def test_load_runs_keeps_lists(tmp_path):
     a = _write(tmp_path / "a.json", make_run("1x1"))
     b = _write(tmp_path / "b.json", make_run("2x2"))
-    runs = analysis.load_runs([a, b])
+    runs = records.load_runs([a, b])
     assert len(runs) == 2
     assert runs.loc[1, "node_ranks"] == [0, 0, 1, 1]
     assert runs.loc[1, "epoch_times_s"] == [12.0, 10.0, 10.0]
@@ -172,13 +172,13 @@ def test_load_runs_rejects_bad_files(tmp_path, content, message):
     good = _write(tmp_path / "good.json", make_run())
     bad = _write(tmp_path / "bad_metrics.json", content)
     with pytest.raises(ValueError, match=message) as err:
-        analysis.load_runs([good, bad])
+        records.load_runs([good, bad])
     assert "bad_metrics.json" in str(err.value)
 
 
 def test_load_runs_missing_file(tmp_path):
     with pytest.raises(ValueError, match="nope.json"):
-        analysis.load_runs([tmp_path / "nope.json"])
+        records.load_runs([tmp_path / "nope.json"])
 
 
 def test_rounded_keeps_small_hours():

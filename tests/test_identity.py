@@ -16,7 +16,7 @@ import torch
 
 import train
 from conftest import ROOT, launched, tiny_config
-from ddpscale.report import analysis, reportdata
+from ddpscale.report import analysis, records, reportdata
 from ddpscale.training import identity, runinfo
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
@@ -101,7 +101,7 @@ def test_report_refuses_runs_whose_identity_differs(tmp_path):
         summarize(runs)
     message = str(err.value)
     assert "data (1x1/r0, 2x1/r0: data.npz aaaa1111; 1x2/r0: data.npz bbbb2222)" in message
-    assert "--forcerun train" in message and "code" not in message.split(";")[0]
+    assert records.RERUN_ALL in message and "code" not in message.split(";")[0]
 
     other = [make_run("1x1", identity=ident()),
              make_run("1x2", identity=ident(code="beef", torch_version="2.12.0", seed=7))]
@@ -111,7 +111,7 @@ def test_report_refuses_runs_whose_identity_differs(tmp_path):
 
     # the report script (full and partial report alike) says it in one line and writes nothing
     proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out")
-    _assert_one_line_error(proc, "1x2/r0", "data", "--forcerun train")
+    _assert_one_line_error(proc, "1x2/r0", "data", records.RERUN_ALL)
     assert not (tmp_path / "out/report.html").exists()
 
 
@@ -131,7 +131,7 @@ def test_runs_without_identity_are_unknown_not_a_crash():
 
     mixed = [older_run("1x1"), make_run("1x2", identity=ident())]
     message = str(pytest.raises(ValueError, summarize, mixed).value)
-    assert "run(s) 1x1/r0 record no identity" in message and "--forcerun train" in message
+    assert "run(s) 1x1/r0 record no identity" in message and records.RERUN_ALL in message
     assert len(summarize([make_run("1x1", identity=ident()), make_run("1x2", identity=ident())])) == 2
 
 

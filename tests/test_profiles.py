@@ -202,3 +202,20 @@ def test_a_stage_runs_alone_by_its_name():
     train_jobs(output, rules)
     assert rules == {"2x4": "train_multi_node", "4x1": "train_multi_node"}
     assert "rule report_scaling" not in output
+
+
+def test_the_rerun_the_report_names_reruns_every_training_run():
+    """The fix the report names for runs that differ (records.RERUN_ALL) plans every run again."""
+    from ddpscale.report.records import RERUN_ALL
+
+    rule_names = RERUN_ALL.split("--forcerun ")[1].split()
+    cmd = [*SNAKEMAKE, "--profile", "profiles/slurm", "-n", "--config", f"topologies={json.dumps(TOPOLOGIES)}",
+           "repeats=1", "--forcerun", *rule_names]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    rules = {}
+    train_jobs(proc.stdout, rules)
+    assert sorted(rules) == sorted(TOPOLOGIES)
+    # forced, whether or not their metrics exist here
+    forced = re.findall(r"^rule (train_\w+):\n(?:    .*\n)*?    reason: Forced execution", proc.stdout, re.M)
+    assert len(forced) == len(TOPOLOGIES), proc.stdout

@@ -108,7 +108,7 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
     if nodes * procs_per_node > 1 and os.environ.get("SLURM_JOB_ID"):
         raise LaunchError(
             "a multi-rank topology reached the local launcher inside a SLURM job: the profile's "
-            "set-resources for rule train lacks site_launcher: srun, so the ranks would all run "
+            "set-resources train lacks site_launcher: srun, so the ranks would all run "
             "in one task on one node. If you passed --set-resources on the command line, it "
             "replaced the profile's entries: repeat the site_* entries there"
         )

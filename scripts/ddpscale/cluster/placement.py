@@ -19,7 +19,7 @@ PORT_LOW, PORT_HIGH = 20000, 32767
 # GPUs per task, while Lightning gives local rank k device cuda:k of all the node's GPUs.
 FIX = ("every rank must see all the node's GPUs, one per rank; if the site binds GPUs per task "
        "(--gpu-bind, --gpus-per-task defaults), add site_env: \"SLURM_GPU_BIND=none\" to the "
-       "profile's set-resources for rule train")
+       "profile's set-resources train")
 
 
 class PlacementError(ValueError):

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 
 from ddpscale.cluster.topology import Topology
 
-# A profile states its site facts as custom resources of rule `train`, prefixed so that
-# they never collide with a resource the SLURM plugin interprets.
+# A profile states its site facts as custom resources of its set-resources entry `train`,
+# prefixed so that they never collide with a resource the SLURM plugin interprets.
 SITE_PREFIX = "site_"
 
 
@@ -69,7 +69,7 @@ def check_stage_entry(rule: str, resources: dict) -> None:
 
 
 def site_from_resources(resources: dict, where: str = "profile set-resources train") -> Site:
-    """Build a Site from the `site_*` entries of a profile's set-resources for rule train."""
+    """Build a Site from the `site_*` entries of a profile's set-resources `train`."""
     known = {f.name for f in fields(Site)}
     refuse_slurm_extra(resources, where)
     values = {}

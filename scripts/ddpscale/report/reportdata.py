@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, verdict
+from ddpscale.report import analysis, breakdown, records, verdict
 
 
 @dataclass
@@ -50,5 +50,5 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         threshold=threshold,
         comparison=None if earlier is None else verdict.compare(done, earlier),
         compared_with=compared_with,
-        notes=verdict.caveats(summary, runs, steps) + [n for n in [analysis.identity_note(runs)] if n],
+        notes=verdict.caveats(summary, runs, steps) + [n for n in [records.identity_note(runs)] if n],
     )

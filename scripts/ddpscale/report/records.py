@@ -1,0 +1,142 @@
+"""The runs a report is made from: metrics.json records read, validated, and checked that they
+may be compared (the world that formed, one kind of device, one identity).
+
+Pure pandas, like the rest of the report: no torch.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from ddpscale.training import identity
+
+SCHEMA_VERSION = 1
+
+# Keys the report reads. Accuracy metrics are deliberately not listed: a user
+# LightningModule may log no test step, and that is reported, not rejected.
+REQUIRED_KEYS = (
+    "schema_version", "topology", "repeat", "num_nodes", "devices_per_node",
+    "world_size", "device_name", "simulated", "backend", "scaling",
+    "batch_per_device", "effective_batch", "warmup_epochs", "epoch_times_s",
+    "fit_time_s", "throughput_samples_s", "time_per_epoch_s", "hosts",
+    "versions",
+)
+
+def validate_run(record: object, source: str) -> dict:
+    """Return record if it is a schema-1 metrics dict, else raise ValueError."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{source}: expected a JSON object, got {type(record).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"{source}: missing required key(s): {', '.join(missing)}")
+    if record["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(
+            f"{source}: schema_version {record['schema_version']!r} is not "
+            f"supported (expected {SCHEMA_VERSION})")
+    return record
+
+
+def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per metrics.json; list/dict fields stay Python objects."""
+    records = []
+    for path in paths:
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        record = dict(validate_run(record, str(path)))
+        record["source"] = str(path)
+        records.append(record)
+    if not records:
+        raise ValueError("no metrics files given")
+    return pd.DataFrame.from_records(records)
+
+
+def check_world_sizes(runs: pd.DataFrame) -> None:
+    """A run whose world_size differs from the request lost ranks: it must
+    never be shown as a result, so refuse the whole report."""
+    expected = runs["num_nodes"] * runs["devices_per_node"]
+    bad = runs[runs["world_size"] != expected]
+    if not bad.empty:
+        row = bad.iloc[0]
+        raise ValueError(
+            f"run {row['topology']} (repeat {row['repeat']}) is broken: "
+            f"world_size {row['world_size']} != num_nodes*devices_per_node "
+            f"{row['num_nodes'] * row['devices_per_node']}; rerun it or drop "
+            f"its metrics file")
+
+
+def known(value) -> bool:
+    """False for None, NaN and pd.NA (a key an older metrics file does not have)."""
+    try:
+        return not pd.isna(value)
+    except (TypeError, ValueError):  # a list or dict: present
+        return True
+
+
+def column(runs: pd.DataFrame, key: str) -> pd.Series:
+    return runs[key] if key in runs.columns else pd.Series(None, index=runs.index, dtype=object)
+
+
+def device_kinds(runs: pd.DataFrame) -> pd.Series:
+    """"cuda" or "cpu" per run: the recorded device_kind, else what `simulated` implies."""
+    kinds = column(runs, "device_kind")
+    return pd.Series([str(k) if known(k) else ("cpu" if bool(sim) else "cuda")
+                      for k, sim in zip(kinds, runs["simulated"])], index=runs.index)
+
+
+RUNS_DIR = "results/runs"
+# Reruns every training run: the stage rules by name (workflow/rules/train.smk).
+RERUN_ALL = "snakemake --profile <profile> --forcerun train_baseline train_single_node train_multi_node"
+
+
+def check_device_kinds(runs: pd.DataFrame) -> None:
+    """GPU and CPU runs in one report would make speedups across different hardware: refuse."""
+    gpu = device_kinds(runs).eq("cuda")
+    if gpu.all() or not gpu.any():
+        return
+    names = {"GPU": list(dict.fromkeys(runs.loc[gpu, "topology"])),
+             "CPU": list(dict.fromkeys(runs.loc[~gpu, "topology"]))}
+    listing = "; ".join(f"{kind}: {', '.join(map(str, tops))}" for kind, tops in names.items())
+    raise ValueError(f"the runs mix GPU and CPU devices ({listing}), and a speedup across them "
+                     f"would compare different hardware; rerun with one accelerator: delete the "
+                     f"stale {RUNS_DIR}/<topology> folders of the kind you do not want and run "
+                     f"the workflow again")
+
+
+def _run_labels(runs: pd.DataFrame) -> list[str]:
+    return [f"{t}/r{r}" for t, r in zip(runs["topology"], runs["repeat"])]
+
+
+def check_identities(runs: pd.DataFrame) -> None:
+    """Runs made from other data, settings, code or versions are not comparable: refuse.
+
+    A run written before identities were recorded is unknown: alone it is allowed (see
+    identity_note), beside known ones it cannot be checked, so it is refused too.
+    """
+    records = dict(zip(_run_labels(runs), column(runs, "identity")))
+    unknown = [label for label, rec in records.items() if not isinstance(rec, dict)]
+    fix = (f"rerun them so every run matches, e.g. `{RERUN_ALL}`, "
+           f"or delete the stale {RUNS_DIR}/<topology>/r<k>/metrics.json and run the workflow again")
+    if unknown and len(unknown) < len(records):
+        raise ValueError(f"run(s) {', '.join(unknown)} record no identity (written before ddpscale "
+                         "recorded the data, code and versions of a run), so the report cannot check "
+                         f"that they match the others; {fix}")
+    differing = identity.differences(records)
+    if differing:
+        raise ValueError(f"the runs differ in {'; '.join(differing)}, and the report never mixes "
+                         f"runs of different data, settings, code or versions; {fix}")
+
+
+def identity_note(runs: pd.DataFrame) -> str | None:
+    """Said in the report when no run records its identity (older metrics files)."""
+    if any(isinstance(rec, dict) for rec in column(runs, "identity")):
+        return None
+    return ("identity unknown: these metrics files predate ddpscale's record of each run's data "
+            "checksum, code and versions, so the report could not check that every run used the same")
