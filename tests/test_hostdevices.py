@@ -1,14 +1,13 @@
 """GPU or CPU on the local profile: visible GPUs, the decision, each simulated node's own GPUs.
 
 Pure functions first (fake environments, a fake nvidia-smi runner), then the launcher for real
-on this GPU-less machine, then real dry runs of the workflow with a fake nvidia-smi on PATH.
+on this GPU-less machine. Real dry runs of the workflow: test_hostdevices_dryrun.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from ddpscale.cluster.launch import LaunchError, parse_gpu_ids, rank_env
 from ddpscale.cluster.resources import launch_prefix, site_from_resources
 from ddpscale.cluster.topology import parse_topology
 
-from conftest import ROOT, SNAKEMAKE_CONSOLE, tiny_config
+from conftest import ROOT
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -270,84 +269,3 @@ def test_cpu_run_ranks_see_no_gpu_and_too_few_ids_are_refused(tmp_path, launch_e
                      launch_env)
     assert refused.returncode == 2
     assert "--gpu-ids gives 1 GPU(s) but 2 node(s) x 1 rank(s) need 2, one each" in refused.stderr
-
-
-# --- the workflow's dry run on the local profile ---------------------------------------------
-
-def dry_run(workspace, config: dict, cuda_visible_devices: str | None = None, smi: str | None = None):
-    """`snakemake --profile profiles/local -n -p` with a fake nvidia-smi (or none) on PATH."""
-    workspace.write_config(config)
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    bin_dir = workspace.path.parent / "fakebin"
-    if smi is not None:
-        fake_nvidia_smi(bin_dir, smi)
-    env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
-    if cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    proc = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
-                          capture_output=True, text=True, timeout=120, env=env)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def train_commands(output: str) -> dict[str, str]:
-    """{topology: shell command} of the planned train jobs."""
-    commands = {}
-    for line in output.splitlines():
-        match = re.search(r"scripts/train\.py --topology (\d+x\d+) ", line)
-        if line.startswith("Shell command: ") and match:
-            commands[match.group(1)] = line[len("Shell command: "):]
-    return commands
-
-
-def test_dry_run_one_gpu_too_few_for_1x2_runs_everything_on_cpu(workspace):
-    rc, output = dry_run(workspace, tiny_config(topologies=["1x1", "1x2"]), smi=SMI_ONE)
-    assert rc == 0, output
-    note = ("ddpscale: accelerator auto: this machine has 1 GPU (nvidia-smi -L), too few for 1x2 "
-            "(2 GPUs), so every topology runs CPU-simulated; a report never mixes GPU and CPU rows. "
-            "Remove the topologies larger than 1 device or use a machine with more GPUs")
-    assert output.count(note) == 1, output
-    commands = train_commands(output)
-    assert sorted(commands) == ["1x1", "1x2"]
-    for command in commands.values():
-        assert "--accelerator cpu " in command and "--gpu-ids" not in command
-        assert command.startswith("env CUDA_VISIBLE_DEVICES= ")
-
-
-def test_dry_run_four_gpus_gives_each_topology_its_gpus(workspace):
-    rc, output = dry_run(workspace, tiny_config(topologies=["1x1", "1x2", "2x1", "2x2"]),
-                         cuda_visible_devices="0,1,2,3", smi=SMI_ONE)
-    assert rc == 0, output
-    assert "ddpscale:" not in output  # nothing to explain
-    commands = train_commands(output)
-    assert all("--accelerator gpu " in c for c in commands.values()), commands
-    assert re.match(r"env CUDA_VISIBLE_DEVICES=0 \S+ scripts/train\.py ", commands["1x1"]), commands["1x1"]
-    assert "--nodes 1 --procs-per-node 2 --gpu-ids 0,1 -- " in commands["1x2"]
-    assert "--nodes 2 --procs-per-node 1 --gpu-ids 0,1 -- " in commands["2x1"]
-    assert "--nodes 2 --procs-per-node 2 --gpu-ids 0,1,2,3 -- " in commands["2x2"]
-    # the probe runs inside the training job, on the same GPUs
-    assert commands["2x2"].count(" --probe ") == 1
-
-
-def test_dry_run_accelerator_gpu_with_too_few_gpus_stops_before_any_job(workspace):
-    rc, output = dry_run(workspace, tiny_config(topologies=["1x1", "1x2"], accelerator="gpu"), smi=SMI_ONE)
-    assert rc != 0
-    assert ("config/config.yaml: accelerator is gpu but this machine has 1 GPU (nvidia-smi -L), too few "
-            "for 1x2 (2 GPUs)") in output
-    assert "Remove the topologies larger than 1 device, set accelerator: auto or cpu" in output
-    assert "Traceback" not in output and "rule train_" not in output
-    assert not (workspace.path / "results").exists()
-
-
-def test_dry_run_warns_about_topologies_beyond_the_cores(workspace):
-    cores = len(os.sched_getaffinity(0))
-    big = f"{cores + 1}x1"
-    config = tiny_config(topologies=["1x1", big], batch={"scaling": "weak", "size": 16})
-    rc, output = dry_run(workspace, config, cuda_visible_devices="")
-    assert rc == 0, output
-    assert output.count('ddpscale: no GPU found (CUDA_VISIBLE_DEVICES=""): every device is simulated '
-                        "by one CPU process") == 1
-    warning = [line for line in output.splitlines() if line.startswith("ddpscale: warning: ")]
-    assert len(warning) == 1, output
-    assert warning[0].startswith(f"ddpscale: warning: {big}: more simulated devices than the {cores} usable core")
-    assert f"Remove the topologies larger than {cores} device" in warning[0]
-    assert "--accelerator cpu " in train_commands(output)[big]
