@@ -107,7 +107,7 @@ def test_the_workspace_config_itself_plans_jobs(finished):
     workspace, _ = finished
     result = console(workspace, "--dry-run")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "rule train_baseline" in result.stdout  # the refusals below are the corpus's doing
+    assert "rule train_single_node" in result.stdout  # the refusals below are the corpus's doing
 
 
 def refusal(workspace: Workspace, name: str) -> subprocess.CompletedProcess:
