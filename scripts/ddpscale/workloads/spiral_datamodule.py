@@ -6,8 +6,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.training.samplecount import evaluation_sampler
 from ddpscale.workloads import resident as resident_batches
+from ddpscale.workloads import splits
 from ddpscale.workloads.spiral import load_checked
 
 
@@ -38,16 +38,9 @@ class SpiralDataModule(pl.LightningDataModule):
             )
 
     def _loader(self, name: str, shuffle: bool):
-        drop_last = self.drop_last and name == "train"
-        # validation and test: each sample once, not DistributedSampler's padded shards
-        evaluating = name != "train"
-        if self.resident:
-            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer,
-                                                 drop_last=drop_last, pad=not evaluating)
-        sampler = evaluation_sampler(self.splits[name]) if evaluating else None
-        # Lightning swaps in a DistributedSampler under DDP, so each rank reads its shard.
-        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
-                          sampler=sampler, **self.loader_args)
+        return splits.split_loader(self.splits[name], name, self.batch_size, shuffle, self.trainer,
+                                   resident=self.resident, drop_last=self.drop_last,
+                                   loader_args=self.loader_args)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
-from ddpscale.training.samplecount import evaluation_sampler
 from ddpscale.workloads import resident as resident_batches
+from ddpscale.workloads import splits
 
 
 class SyntheticDataModule(pl.LightningDataModule):
@@ -36,15 +36,9 @@ class SyntheticDataModule(pl.LightningDataModule):
                        "test": TensorDataset(points[val:], labels[val:])}
 
     def _loader(self, name: str, shuffle: bool):
-        drop_last = self.drop_last and name == "train"
-        # validation and test: each sample once, not DistributedSampler's padded shards
-        evaluating = name != "train"
-        if self.resident:
-            return resident_batches.from_dataset(self.splits[name], self.batch_size, shuffle, self.trainer,
-                                                 drop_last=drop_last, pad=not evaluating)
-        sampler = evaluation_sampler(self.splits[name]) if evaluating else None
-        return DataLoader(self.splits[name], batch_size=self.batch_size, shuffle=shuffle, drop_last=drop_last,
-                          sampler=sampler, num_workers=self.num_workers)
+        return splits.split_loader(self.splits[name], name, self.batch_size, shuffle, self.trainer,
+                                   resident=self.resident, drop_last=self.drop_last,
+                                   loader_args={"num_workers": self.num_workers})
 
     def train_dataloader(self):
         return self._loader("train", shuffle=True)
