@@ -18,7 +18,7 @@ import torch.distributed as dist
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement import probe as measurement_probe
 from ddpscale.measurement import stepprobe
-from ddpscale.measurement.timing import WorldSizeError
+from ddpscale.measurement.timing import WorldSizeError, check_world_size
 from ddpscale.training import plugins
 from ddpscale.training.runargs import add_run_args, set_threads, topology
 
@@ -48,15 +48,15 @@ def rank_info(cluster_env: str) -> dict:
             "addr": get("MASTER_ADDR", "127.0.0.1"), "port": int(get("MASTER_PORT", 0) or 0)}
 
 
-def start_group(info: dict, device: torch.device, timeout_s: float) -> str:
+def start_group(info: dict, device: torch.device, timeout_s: float) -> None:
+    """This script's own process group (train.py uses the one Lightning forms); none for one rank."""
     if info["world_size"] == 1:
-        return "none"
+        return
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://{info['addr']}:{info['port']}",
                             rank=info["rank"], world_size=info["world_size"], timeout=timedelta(seconds=timeout_s))
-    return backend
 
 
 def probe(args) -> dict | None:
@@ -66,10 +66,7 @@ def probe(args) -> dict | None:
     pl.seed_everything(args.seed, workers=True, verbose=False)
     device = stepprobe.resolve_device(args.accelerator, info["local_rank"])
     start_group(info, device, args.collective_timeout_s)
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    if world != topo.world_size:
-        raise WorldSizeError(f"the process group has {world} rank(s) but the topology asks for "
-                             f"{topo.world_size}: the launcher did not start every rank")
+    check_world_size(dist.get_world_size() if dist.is_initialized() else 1, topo.world_size)
     return measurement_probe.measure(args, device, info["rank"], info["local_rank"], info["node_rank"],
                                      steps=args.steps, rounds=args.rounds, warmup=args.warmup, iters=args.iters)
 

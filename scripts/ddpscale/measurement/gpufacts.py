@@ -97,15 +97,4 @@ def summarize(ranks: list[dict]) -> dict:
     }
 
 
-def gather(mine: dict) -> list[dict]:
-    """Every rank's facts (collective: all ranks must call it), or just these without a group."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return [mine]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, mine)
-    return out
-
-
 CPU_RECORD = {"gpu_peak_memory_mb": None, "gpu_utilization_pct": None, "gpu_utilization_samples": 0}

@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ddpscale.cluster import ranks
 from ddpscale.measurement import commbench, stepprobe
 from ddpscale.training.runargs import per_device_batch
 
@@ -23,21 +24,13 @@ SCHEMA_VERSION = 1
 DEFAULTS = {"steps": 20, "rounds": 5, "warmup": 3, "iters": 10}
 
 
-def gather(value) -> list:
-    if not (dist.is_available() and dist.is_initialized()):
-        return [value]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
-
-
 def measure(args, device: torch.device, rank: int, local_rank: int, node_rank: int, *,
             steps: int, rounds: int, warmup: int, iters: int) -> dict | None:
     """Time steps with and without gradient sync, then all-reduce up to the gradient's size."""
     started = time.perf_counter()
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     backend = dist.get_backend() if world > 1 else "none"
-    places = gather({"host": socket.gethostname(), "node_rank": node_rank})
+    places = ranks.gather({"host": socket.gethostname(), "node_rank": node_rank})
     model, loader, plan = stepprobe.prepare(args, device)
     step = stepprobe.measure(model, loader, plan, device, world, local_rank, steps=steps, rounds=rounds,
                              warmup=warmup, batch_per_device=per_device_batch(args),

@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from ddpscale.cluster import ranks
 from ddpscale.measurement import progress
 from ddpscale.training import samplecount
 
@@ -25,6 +26,14 @@ class NonFiniteLossError(RuntimeError):
 
 class WorldSizeError(RuntimeError):
     pass
+
+
+def check_world_size(formed: int, expected: int) -> None:
+    """The process group that formed must hold every rank the topology asks for: a multi-node
+    job wrapped in `srun -n1`, say, would train on one rank and "succeed"."""
+    if formed != expected:
+        raise WorldSizeError(f"the process group has {formed} rank(s) but the topology asks for "
+                             f"{expected}: the launcher did not start every rank")
 
 
 def _sync(device: torch.device) -> None:
@@ -86,18 +95,9 @@ class ScalingMetrics(pl.Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         me = {"global_rank": trainer.global_rank, "node_rank": trainer.node_rank,
               "local_rank": trainer.local_rank, "host": socket.gethostname()}
-        if dist.is_available() and dist.is_initialized():
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, me)
-            self.ranks = sorted(gathered, key=lambda r: r["global_rank"])
-        else:
-            self.ranks = [me]
-        if self.expected_world_size is not None and len(self.ranks) != self.expected_world_size:
-            # e.g. a multi-node job wrapped in `srun -n1`: it would train on one rank and "succeed"
-            raise WorldSizeError(
-                f"the process group has {len(self.ranks)} rank(s) but the topology asks for "
-                f"{self.expected_world_size}: the launcher did not start every rank"
-            )
+        self.ranks = sorted(ranks.gather(me), key=lambda r: r["global_rank"])
+        if self.expected_world_size is not None:
+            check_world_size(len(self.ranks), self.expected_world_size)
         if trainer.global_rank == 0:
             # the banner of seed 002: what formed, as read from the process group
             nodes = sorted({r["node_rank"] for r in self.ranks})

@@ -19,6 +19,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from ddpscale.cluster import ranks
 from ddpscale.cluster.topology import Topology
 from ddpscale.measurement import flops, gpufacts
 from ddpscale.measurement import probe as step_probe
@@ -47,7 +48,7 @@ class GpuFacts(pl.Callback):
         # every rank has a sampler on CUDA, so every rank joins the gather
         mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
                 "utilization": self.sampler.stop()}
-        self.record = gpufacts.summarize(gpufacts.gather(mine))
+        self.record = gpufacts.summarize(ranks.gather(mine))
 
 
 class FlopsCount(pl.Callback):

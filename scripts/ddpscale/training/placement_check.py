@@ -9,9 +9,8 @@ import socket
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 
-from ddpscale.cluster import placement
+from ddpscale.cluster import placement, ranks
 
 
 def launcher_rank() -> dict:
@@ -61,10 +60,7 @@ class PlacementCheck(pl.Callback):
             return
         place = {"rank": trainer.global_rank, "node_rank": trainer.node_rank, "local_rank": trainer.local_rank}
         mine = own_record(trainer.strategy.root_device, place)
-        records = [mine]
-        if dist.is_available() and dist.is_initialized():
-            records = [None] * dist.get_world_size()
-            dist.all_gather_object(records, mine)
+        records = ranks.gather(mine)
         placement.check(records, self.devices_per_node)
         self.records = records
 
