@@ -28,3 +28,9 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
             os.fsync(handle.fileno())
 
     atomic_write(path, dump)
+
+
+def last_nonempty_line(text: str) -> str:
+    """The last non-empty line of a log, stripped (usually the error); "" when it has none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -53,8 +53,9 @@ from ddpscale.cluster.resources import (  # noqa: E402
     SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
 )
 from ddpscale.cluster.topology import (  # noqa: E402
-    STAGES, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies,
+    STAGE_RULES, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies,
 )
+from ddpscale.io import last_nonempty_line  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
 from ddpscale.training.plugins import PluginError, check_importable  # noqa: E402
 from ddpscale.workloads.spiral import corruption, manifest_path_for  # noqa: E402
@@ -79,8 +80,8 @@ def get_site():
     here, once, from the parsed command line (snakemake.settings.types.ResourceSettings).
     """
     try:
-        for stage in STAGES:
-            check_stage_entry(f"train_{stage}", profile_entry(f"train_{stage}"))
+        for name in STAGE_RULES.values():
+            check_stage_entry(name, profile_entry(name))
         return site_from_resources(profile_entry("train"))
     except SiteError as err:
         raise WorkflowError(str(err))

@@ -50,7 +50,7 @@ def get_failures(wildcards):
         # results/runs/<topology>/r<k>/metrics.json -> results/logs/train/<topology>/r<k>.log
         log = Path("results/logs/train", Path(metrics).parent.relative_to(RUNS_DIR)).with_suffix(".log")
         if not Path(metrics).exists() and log.exists():
-            tails[str(log)] = log.read_text(errors="replace").strip().splitlines()[-1:]
+            tails[str(log)] = last_nonempty_line(log.read_text(errors="replace"))
     return json.dumps(tails, sort_keys=True)
 
 

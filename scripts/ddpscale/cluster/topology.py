@@ -93,8 +93,10 @@ def batch_per_device(scaling: str, batch_size: int, topo: Topology) -> int:
     return batch_size // topo.world_size
 
 
-# The training stages, in the order the workflow runs them, each trained by rule train_<stage>.
+# The training stages, in the order the workflow runs them, and the rule that trains each
+# (workflow/rules/train.smk; a profile's set-resources names these).
 STAGES = ("baseline", "single_node", "multi_node")
+STAGE_RULES = {stage: f"train_{stage}" for stage in STAGES}
 
 
 def stage_of(topo: Topology, baseline: str) -> str:

@@ -11,6 +11,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from ddpscale.cluster.topology import STAGE_RULES
 from ddpscale.training import identity
 
 SCHEMA_VERSION = 1
@@ -92,8 +93,8 @@ def device_kinds(runs: pd.DataFrame) -> pd.Series:
 
 
 RUNS_DIR = "results/runs"
-# Reruns every training run: the stage rules by name (workflow/rules/train.smk).
-RERUN_ALL = "snakemake --profile <profile> --forcerun train_baseline train_single_node train_multi_node"
+# Reruns every training run: the stage rules by name.
+RERUN_ALL = f"snakemake --profile <profile> --forcerun {' '.join(STAGE_RULES.values())}"
 
 
 def check_device_kinds(runs: pd.DataFrame) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.cluster.topology import parse_topology
+from ddpscale.io import last_nonempty_line
 from ddpscale.measurement import progress
 
 # squeue's fields: job id, state, reason, comment, working directory, elapsed
@@ -126,11 +127,10 @@ def duration(seconds: float) -> str:
 
 
 def last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
+    line = last_nonempty_line(text)
+    if not line:
         # Snakemake creates a failed job's missing log: a job cancelled or refused before it ran
         return "(empty log: the job wrote nothing)"
-    line = lines[-1]
     return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ddpscale.cluster.topology import parse_topology
+from ddpscale.io import last_nonempty_line
 from ddpscale.report import boundness
 from ddpscale.report.analysis import device_word, hours_label
 
@@ -211,9 +212,7 @@ def last_line(log: Path) -> str | None:
     """The last non-empty line of a log, usually the error; None when there is no log."""
     if not log.exists():
         return None
-    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
-    lines = [line for line in lines if line]
-    return lines[-1][:200] if lines else ""
+    return last_nonempty_line(log.read_text(encoding="utf-8", errors="replace"))[:200]
 
 
 def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
