@@ -5,6 +5,7 @@ timeout, and says which rank and how."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,10 +14,17 @@ from pathlib import Path
 
 import psutil
 import pytest
+import pytorch_lightning as pl
+import torch
 
+import train
 from conftest import ROOT, launched, tiny_config
+from ddpscale.cluster.topology import Topology
 from ddpscale.cluster.launch import describe_exit, run
-from ddpscale.training.signals import check_due, exit_code, stop_message
+from ddpscale.training import callbacks
+from ddpscale.training.signals import StopRequested, check_due, exit_code, stop_message
+from ddpscale.workloads.models import SpiralMLP
+from ddpscale.workloads.resident import ResidentBatches
 
 # --- pure parts ------------------------------------------------------------------------------
 
@@ -57,6 +65,93 @@ def test_launcher_blames_the_killed_rank_even_when_a_peer_exits_first(capfd):
 
 
 # --- real runs ---------------------------------------------------------------------------------
+
+
+# --- where in an epoch the stop lands (in-process, one rank) ----------------------------------
+
+
+class TinySpiral(pl.LightningDataModule):
+    """4 training batches of 16 and one validation batch: every moment of an epoch is one hook."""
+
+    def __init__(self):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(80, 2, generator=generator), torch.randint(0, 2, (80,), generator=generator)
+
+    def train_dataloader(self):
+        return ResidentBatches((self.x[:64], self.y[:64]), 16, shuffle=False)
+
+    def val_dataloader(self):
+        return ResidentBatches((self.x[64:], self.y[64:]), 16, shuffle=False)
+
+
+class SignalDuringEpochZero(pl.Callback):
+    """Sends this process SIGUSR1 once, at the start of a training batch or of validation."""
+
+    def __init__(self, when: str):
+        self.when, self.sent = when, False
+
+    def _send(self) -> None:
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        last = trainer.num_training_batches - 1
+        if trainer.current_epoch == 0 and batch_idx == {"batch before last": last - 1, "last batch": last}.get(self.when):
+            self._send()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 0 and self.when == "validation":
+            self._send()
+
+
+def fit_tiny(tmp_path: Path, *extra: pl.Callback):
+    """One rank's fit with train.py's callbacks (the stop checked at every step), resuming
+    from the checkpoint if there is one."""
+    args = train.parse_args([
+        "--topology", "1x1", "--nodes", "1", "--devices", "1", "--accelerator", "cpu", "--scaling", "strong",
+        "--batch-size", "16", "--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "unused",
+        "--max-epochs", "2", "--warmup-epochs", "0", "--ckpt-dir", str(tmp_path / "ckpt"),
+        "--metrics", str(tmp_path / "metrics.json")])
+    measured = callbacks.build(args, Topology(1, 1))
+    measured.stop.every = 1
+    trainer = train.build_trainer(args, [*measured.all(), *extra])
+    last = tmp_path / "ckpt/last.ckpt"
+    trainer.fit(SpiralMLP(), datamodule=TinySpiral(), ckpt_path=str(last) if last.exists() else None)
+    return measured.timing
+
+
+@pytest.mark.parametrize("when,saved_mid_epoch", [
+    ("batch before last", True),
+    # a checkpoint saved on an epoch's last batch would make Lightning train that epoch again
+    ("last batch", False),
+    # the issue-12 CI failure: SLURM's warning landed in validation, and the retry rightly
+    # began the next epoch (the test expected a mid-epoch resume)
+    ("validation", False),
+])
+def test_a_signal_late_in_an_epoch_stops_at_the_next_epochs_start_and_loses_nothing(tmp_path, when, saved_mid_epoch):
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        with pytest.raises(StopRequested) as stopped:
+            fit_tiny(tmp_path, SignalDuringEpochZero(when))
+        assert stopped.value.signum == signal.SIGUSR1
+        assert (stopped.value.checkpoint is not None) == saved_mid_epoch
+        left = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=False)["callbacks"]["ScalingMetrics"]
+        if saved_mid_epoch:
+            assert left["partial"]["epoch"] == 0 and left["epoch_times"] == []
+        else:
+            assert left["partial"] is None and len(left["epoch_times"]) == 1, "epoch 0 was not kept whole"
+
+        timing = fit_tiny(tmp_path)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert timing.resumed_mid_epoch == saved_mid_epoch
+    assert timing.resumed_from_epoch == (0 if saved_mid_epoch else 1)
+    # each epoch counted once: epoch 0 finished in the retry only when it was split
+    assert timing.epoch_attempts == ([2, 2] if saved_mid_epoch else [1, 2])
+    assert timing.samples == [64, 64]
 
 # 30 000 samples, 16 per step: an epoch of ~1300 steps (about 8 s here; one thread per rank,
 # as on a busy machine more threads than cores make each step many times slower), so a

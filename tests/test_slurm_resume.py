@@ -115,11 +115,16 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
     config["dataset"]["samples"] = 200000
     workspace.write_config(config)
     checkpoint = workspace.path / f"results/checkpoints/{topology}/r0/last.ckpt"
-    first, saved = [], []
+    first, saved, left = [], [], []
 
     def watch():
         if checkpoint.exists() and (not first or squeue_state(first[0]) == "RUNNING"):
             saved.append(checkpoint.stat().st_mtime)
+        if first and squeue_state(first[0]) in ("FAILED", "TIMEOUT"):
+            # what the first job left for its retry, read before the retry's first save
+            # (its start-up and one epoch later); the mtime below checks that it was
+            left.append(checkpoint_left(checkpoint))
+            return True
         if first or not checkpoint.exists():
             return False
         job_id = running_train_job(topology)
@@ -144,13 +149,35 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
           f"checkpoint (lost) {lost:.0f} s")
     metrics = json.loads(workspace.metrics(topology).read_text())
     assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == epochs
+    assert left, "the first job's end was never seen"
+    mtime, partial, finished = left[0]
+    assert mtime <= job_end_epoch(first[0]) + 1, "read the retry's checkpoint, not the first job's"
     if signal_s:
         assert states[first[0]] == "FAILED", "it should stop itself before the limit"
-        assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
     else:
         # SLURM's SIGTERM at the limit also stops the ranks together; whether their save fits
         # in KillWait (2 s here, 30 s by default) before SIGKILL varies, so mid-epoch or not
         assert states[first[0]] == "TIMEOUT"
+    # The retry resumes where the first job's checkpoint says. With the warning that is
+    # mid-epoch, unless it landed in an epoch's last steps or its validation (where SLURM's
+    # 30 s tick puts it is chance): the ranks then stop at the next epoch's start, which the
+    # epoch's checkpoint already holds, and the retry starts that epoch.
+    if partial is not None:
+        assert metrics["resumed_mid_epoch"], "the retry started the epoch over"
+        assert metrics["resumed_from_epoch"] == partial["epoch"]
+    else:
+        assert not metrics["resumed_mid_epoch"] and metrics["resumed_from_epoch"] == finished
+    where = f"mid-epoch {partial['epoch']}" if partial else f"after epoch {finished - 1}"
+    print(f"the first job's checkpoint: {where}; the retry resumed at epoch {metrics['resumed_from_epoch']}")
+
+
+def checkpoint_left(checkpoint) -> tuple[float, dict | None, int]:
+    """(mtime, the partial epoch a signal's save kept or None, epochs finished) of a checkpoint."""
+    import torch
+
+    timing = torch.load(checkpoint, map_location="cpu", weights_only=False)["callbacks"]["ScalingMetrics"]
+    # after the load: a file replaced while it was read shows the later time
+    return checkpoint.stat().st_mtime, timing["partial"], len(timing["epoch_times"])
 
 
 def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm_cluster, workspace):
