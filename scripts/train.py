@@ -59,11 +59,17 @@ def is_first_rank() -> bool:
     return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) == 0
 
 
+def run_settings(args) -> dict:
+    """The flags that define what a run measures: its checkpoint and finished record are kept
+    for these only (paths, threads, the attempt and whether it probes do not change them)."""
+    return {k: v for k, v in vars(args).items()
+            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", *NOT_IDENTITY)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     topo = Topology(args.nodes, args.devices)
-    settings = {k: v for k, v in vars(args).items()
-                if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", *NOT_IDENTITY)}
+    settings = run_settings(args)
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     started = runinfo.now()

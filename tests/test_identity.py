@@ -35,7 +35,7 @@ def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1
 def keyed_settings(argv: list[str]) -> dict:
     """The settings train.py fingerprints: its flags plus the run's identity."""
     args = train.parse_args(argv)
-    settings = {k: v for k, v in vars(args).items() if k not in ("metrics", "ckpt_dir", "threads", "attempt")}
+    settings = train.run_settings(args)
     return {**settings, "identity": runinfo.run_identity(args, settings, torch.device("cpu"))}
 
 
