@@ -22,13 +22,24 @@ SQUEUE_FORMAT = "%i|%T|%r|%k|%Z|%M"
 QUEUED_STATES = {"PENDING"}
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING"}
 # snakemake-executor-plugin-slurm comments each job rule_<rule>_wildcards_<topology>_<repeat>;
-# the rule may be any stage (train, baseline, single_node, multi_node), so only the suffix counts.
+# the rule may be any stage's (train_baseline, train_single_node, train_multi_node), so only the
+# suffix counts.
 _COMMENT = re.compile(r"_wildcards_(\d+x\d+)_(\d+)$")
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read
 # before the new job's shell truncated the log.
 CLOCK_SKEW_S = 10.0
 LAST_LINE_CHARS = 160
 UNLOCK = ".venv/bin/snakemake --profile profiles/<name> --unlock"
+
+
+def metrics_path(topology: str, repeat: int) -> str:
+    """A run's metrics.json under results/ (workflow/rules/train.smk writes it there)."""
+    return f"runs/{topology}/r{repeat}/metrics.json"
+
+
+def log_path(topology: str, repeat: int) -> str:
+    """A run's train log under results/."""
+    return f"logs/train/{topology}/r{repeat}.log"
 
 
 @dataclass(frozen=True)
@@ -234,7 +245,7 @@ def run_named(argv: list[str], runs: list[tuple[str, int]]) -> set[tuple[str, in
     """The runs a command line names by their metrics or log path (a training job's shell,
     launcher and ranks all do)."""
     text = "\0".join(argv)
-    return {(t, r) for t, r in runs if f"runs/{t}/r{r}/metrics.json" in text or f"logs/train/{t}/r{r}.log" in text}
+    return {(t, r) for t, r in runs if metrics_path(t, r) in text or log_path(t, r) in text}
 
 
 def is_snakemake(argv: list[str]) -> bool:

@@ -26,8 +26,8 @@ def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[
     runs = {}
     for t in topologies:
         for r in range(repeats):
-            metrics_file = results / f"runs/{t}/r{r}/metrics.json"
-            log_file = results / f"logs/train/{t}/r{r}.log"
+            metrics_file = results / status.metrics_path(t, r)
+            log_file = results / status.log_path(t, r)
             metrics = None
             if metrics_file.exists():
                 try:

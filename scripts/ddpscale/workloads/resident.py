@@ -97,4 +97,3 @@ def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_las
     device = trainer.strategy.root_device if trainer is not None else None
     return ResidentBatches(dataset.tensors, batch_size, shuffle, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),
                            device=device, drop_last=drop_last, pad=pad)
-
