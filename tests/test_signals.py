@@ -19,8 +19,9 @@ import torch
 
 import train
 from conftest import ROOT, launched, tiny_config
-from ddpscale.cluster.topology import Topology
+from test_identity import train_args
 from ddpscale.cluster.launch import describe_exit, run
+from ddpscale.cluster.topology import Topology
 from ddpscale.training import callbacks
 from ddpscale.training.signals import StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
@@ -109,11 +110,8 @@ class SignalDuringEpochZero(pl.Callback):
 def fit_tiny(tmp_path: Path, *extra: pl.Callback):
     """One rank's fit with train.py's callbacks (the stop checked at every step), resuming
     from the checkpoint if there is one."""
-    args = train.parse_args([
-        "--topology", "1x1", "--nodes", "1", "--devices", "1", "--accelerator", "cpu", "--scaling", "strong",
-        "--batch-size", "16", "--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "unused",
-        "--max-epochs", "2", "--warmup-epochs", "0", "--ckpt-dir", str(tmp_path / "ckpt"),
-        "--metrics", str(tmp_path / "metrics.json")])
+    # two epochs, checkpoints in tmp_path/ckpt; the data flags go unused (TinySpiral feeds it)
+    args = train.parse_args(train_args(tmp_path / "unused.npz", tmp_path))
     measured = callbacks.build(args, Topology(1, 1))
     measured.stop.every = 1
     trainer = train.build_trainer(args, [*measured.all(), *extra])
