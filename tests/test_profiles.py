@@ -145,7 +145,7 @@ def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
 
 
 # The stage of each test topology with baseline 1x1, and the rule that trains it.
-STAGE_RULES = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": "train_multi_node",
+RULE_OF_TOPOLOGY = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": "train_multi_node",
                "4x1": "train_multi_node"}
 
 
@@ -156,7 +156,7 @@ def test_each_stage_gets_its_own_set_resources_over_the_shared_ones(profile):
     rc, output = dry_run(profile, TOPOLOGIES)
     assert rc == 0, output
     jobs = train_jobs(output, rules)
-    assert rules == STAGE_RULES
+    assert rules == RULE_OF_TOPOLOGY
     entries = load_profile(profile)["set-resources"]
     for topology, rule in rules.items():
         resources, _ = jobs[topology]
