@@ -111,15 +111,20 @@ class Workspace:
             capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
         )
 
+    @property
+    def results(self) -> Path:
+        """The folder this workspace's experiment writes to (runs/, report/, logs/, checkpoints/)."""
+        return self.path / "results"
+
     def metrics(self, topology: str, repeat: int = 0) -> Path:
-        return self.path / f"results/runs/{topology}/r{repeat}/metrics.json"
+        return self.results / f"runs/{topology}/r{repeat}/metrics.json"
 
     def start_until_checkpoint(self, topology: str, timeout: float = 300) -> subprocess.Popen:
         """The local workflow started in the background, returned once `topology`'s run has
         written its first checkpoint (so a kill now leaves something to resume)."""
         proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local"], cwd=self.path,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        last = self.path / f"results/checkpoints/{topology}/r0/last.ckpt"
+        last = self.results / f"checkpoints/{topology}/r0/last.ckpt"
         deadline = time.monotonic() + timeout
         while not last.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
