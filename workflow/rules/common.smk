@@ -47,13 +47,28 @@ own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()
 validate(config, schema="../schemas/config.schema.yaml")
 from ddpscale.cluster.hostdevices import (  # noqa: E402
-    AcceleratorError, choose_accelerator, oversubscription_warning, usable_cores, visible_gpus,
+    AcceleratorError,
+    choose_accelerator,
+    oversubscription_warning,
+    usable_cores,
+    visible_gpus,
 )
 from ddpscale.cluster.resources import (  # noqa: E402
-    SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
+    SiteError,
+    check_stage_entry,
+    cluster_env,
+    launch_prefix,
+    shared_resources,
+    site_from_resources,
+    slurm_resources,
 )
 from ddpscale.cluster.topology import (  # noqa: E402
-    STAGE_RULES, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies,
+    STAGE_RULES,
+    TopologyError,
+    check_topologies,
+    name_pattern,
+    parse_topology,
+    stage_topologies,
 )
 from ddpscale.io import last_nonempty_line  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
@@ -88,15 +103,21 @@ def get_site():
 
 
 if "probe" in workflow.resource_settings.overwrite_resources:
-    print("ddpscale: warning: the profile's set-resources entry `probe` is unused now that the probe "
-          "runs inside each topology's first training job; remove that entry", file=sys.stderr)
+    print(
+        "ddpscale: warning: the profile's set-resources entry `probe` is unused now that the probe "
+        "runs inside each topology's first training job; remove that entry",
+        file=sys.stderr,
+    )
 # What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
 SITE = get_site()
 try:
     TOPOLOGIES = check_topologies(
-        config["topologies"], config["baseline"], SITE.gpus_per_node,
-        config["batch"]["scaling"], config["batch"]["size"],
+        config["topologies"],
+        config["baseline"],
+        SITE.gpus_per_node,
+        config["batch"]["scaling"],
+        config["batch"]["size"],
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
@@ -105,7 +126,8 @@ except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
 # Keys that only work together, and a generated dataset too small for a batch of every topology.
 SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE) + file_problems(
-    config, CONFIG_SOURCE, os.path.exists)
+    config, CONFIG_SOURCE, os.path.exists
+)
 if SETTING_PROBLEMS:
     raise WorkflowError("\n".join(SETTING_PROBLEMS))
 
@@ -141,6 +163,8 @@ REPEATS = list(range(config["repeats"]))
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
 STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
 STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}
+
+
 wildcard_constraints:
     topology=r"\d+x\d+",
     repeat=r"\d+",

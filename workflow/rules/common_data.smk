@@ -7,9 +7,11 @@ def get_data_file():
 def get_prepare_flags():
     dataset = config["dataset"]
     data_file = get_data_file()
-    return (f"--samples {dataset['samples']} --noise {dataset['noise']} --seed {dataset['seed']} "
-            f"--split {' '.join(map(str, dataset['split']))} --out {data_file} "
-            f"--manifest {manifest_path_for(data_file)}")
+    return (
+        f"--samples {dataset['samples']} --noise {dataset['noise']} --seed {dataset['seed']} "
+        f"--split {' '.join(map(str, dataset['split']))} --out {data_file} "
+        f"--manifest {manifest_path_for(data_file)}"
+    )
 
 
 def check_generated_data():

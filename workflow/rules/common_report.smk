@@ -10,14 +10,17 @@ REPORT_FIGURES = {
 
 def report_outputs(folder, registered):
     """Every file the report script writes; the full report registers them for --report."""
+
     def item(name, labels):
         path = f"{folder}/{name}"
         caption = f"../report/{name.split('.')[0]}.rst"
         return report(path, caption=caption, category="Scaling", labels=labels) if registered else path
 
-    out = {"table": item("scaling.tsv", {"table": "scaling"}),
-           "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
-           "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"})}
+    out = {
+        "table": item("scaling.tsv", {"table": "scaling"}),
+        "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
+        "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"}),
+    }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})
     out["html"] = f"{folder}/report.html"
@@ -38,8 +41,10 @@ def get_finished_metrics(wildcards):
     """What a partial report is built from: every run that finished, none that did not."""
     done = finished(get_metrics(TOPOLOGY_NAMES))
     if not done:
-        raise WorkflowError("no training run has finished yet, so there is nothing to report; "
-                            "run the workflow (or its `baseline` target) first")
+        raise WorkflowError(
+            "no training run has finished yet, so there is nothing to report; "
+            "run the workflow (or its `baseline` target) first"
+        )
     return done
 
 

@@ -35,8 +35,16 @@ def get_slurm_extra(wildcards):
 # The allocation of one topology, then what the profile's `train` entry sets for every stage
 # (it wins, as set-resources did before there were stages); a stage's own entry wins over both.
 TRAINING_RESOURCES = {
-    **dict(nodes=get_nodes, tasks=get_tasks, tasks_per_gpu=0, gres=get_gres, cpus_per_task=get_cpus_per_task,
-           mem_mb=get_mem_mb, mpi=get_mpi, slurm_extra=get_slurm_extra),
+    **dict(
+        nodes=get_nodes,
+        tasks=get_tasks,
+        tasks_per_gpu=0,
+        gres=get_gres,
+        cpus_per_task=get_cpus_per_task,
+        mem_mb=get_mem_mb,
+        mpi=get_mpi,
+        slurm_extra=get_slurm_extra,
+    ),
     **SHARED_TRAINING_RESOURCES,
 }
 
@@ -108,18 +116,21 @@ def get_run_identity(wildcards):
     torch or Lightning, read from package metadata (no import: parsing stays fast). The data's
     checksum and the training code are checked by train.py and the report (README, "Run identity").
     """
-    return json.dumps({"dataset": config["dataset"] if GENERATED else None,
-                       "versions": INSTALLED_VERSIONS}, sort_keys=True)
+    return json.dumps(
+        {"dataset": config["dataset"] if GENERATED else None, "versions": INSTALLED_VERSIONS}, sort_keys=True
+    )
 
 
 def get_train_flags(wildcards):
     """Every setting of a run as explicit flags, so the log shows exactly what ran."""
     flags = run_flags(wildcards.topology)
-    flags.update({
-        "--repeat": wildcards.repeat,
-        "--max-epochs": config["max_epochs"],
-        "--warmup-epochs": config["warmup_epochs"],
-        "--ckpt-dir": f"results/checkpoints/{flags['--topology']}/r{wildcards.repeat}",
-    })
+    flags.update(
+        {
+            "--repeat": wildcards.repeat,
+            "--max-epochs": config["max_epochs"],
+            "--warmup-epochs": config["warmup_epochs"],
+            "--ckpt-dir": f"results/checkpoints/{flags['--topology']}/r{wildcards.repeat}",
+        }
+    )
     # the first repeat probes its topology before training, in the same allocation
     return as_flags(flags) + (" --probe" if wildcards.repeat == "0" else "")

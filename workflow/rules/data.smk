@@ -5,10 +5,10 @@ rule prepare_data:
     output:
         data=f"{DATA_DIR}/{{generator}}/data.npz",
         manifest=f"{DATA_DIR}/{{generator}}/manifest.json",
+    log:
+        "results/logs/prepare_data/{generator}.log",
     params:
         python=PYTHON,
         flags=get_prepare_flags(),
-    log:
-        "results/logs/prepare_data/{generator}.log",
     shell:
         "{params.python:q} {input.script} {params.flags} > {log} 2>&1"

@@ -7,12 +7,12 @@ rule report_scaling:
         earlier=get_compare_with,
     output:
         **report_outputs(REPORT_DIR, registered=True),
+    log:
+        "results/logs/report_scaling.log",
     params:
         python=PYTHON,
         flags=get_report_flags,
         out_dir=get_report_dir,
-    log:
-        "results/logs/report_scaling.log",
     shell:
         "{params.python:q} {input.script} --metrics {input.metrics} "
         "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"
@@ -27,13 +27,13 @@ rule partial_report:
         earlier=get_compare_with,
     output:
         **report_outputs(f"{REPORT_DIR}/partial", registered=False),
+    log:
+        "results/logs/partial_report.log",
     params:
         python=PYTHON,
         flags=get_report_flags,
         failures=get_failures,
         out_dir=get_report_dir,
-    log:
-        "results/logs/partial_report.log",
     shell:
         "{params.python:q} {input.script} --metrics {input.metrics} "
         "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"
