@@ -23,7 +23,7 @@ from test_identity import train_args
 from ddpscale.cluster.launch import describe_exit, run
 from ddpscale.cluster.topology import Topology
 from ddpscale.training import callbacks
-from ddpscale.training.signals import StopRequested, check_due, exit_code, stop_message
+from ddpscale.training.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 
@@ -177,13 +177,14 @@ def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *ext
 
 
 def start_training(command: list[str], out: Path) -> subprocess.Popen:
-    """Start a run and return once it trains (rank 0's banner after the process group formed)."""
+    """Start a run and return once it trains with every rank's signal handlers in place (rank 0
+    says so after a barrier; the world-size banner comes earlier, before the handlers)."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=out.open("w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while "ddpscale: world size" not in out.read_text() and time.monotonic() < deadline:
+    while HANDLED not in out.read_text() and time.monotonic() < deadline:
         assert proc.poll() is None, out.read_text()[-3000:]
         time.sleep(0.05)
-    assert "ddpscale: world size" in out.read_text(), "training never started"
+    assert HANDLED in out.read_text(), "training never started"
     return proc
 
 
@@ -209,7 +210,6 @@ def test_signal_stops_every_rank_at_one_step_and_the_rerun_resumes_mid_epoch(
     command = train_command(tmp_path, long_data, nodes, devices)
     out = tmp_path / "first.log"
     proc = start_training(command, out)
-    time.sleep(1.0)
     target = psutil.Process(proc.pid) if to == "run" else ranks_of(proc)[1]
     target.send_signal(signum)
     code = proc.wait(120)
@@ -241,7 +241,6 @@ def test_stuck_rank_ends_its_job_at_the_collective_timeout(tmp_path, long_data):
     command = train_command(tmp_path, long_data, 1, 2, "--collective-timeout-s", "10")
     out = tmp_path / "run.log"
     proc = start_training(command, out)
-    time.sleep(1.0)
     stuck = ranks_of(proc)[1]
     stuck.send_signal(signal.SIGSTOP)
     start = time.monotonic()

@@ -29,6 +29,10 @@ STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 CHECK_EVERY = 10
 
 
+HANDLED = ("ddpscale: training; from now on SIGUSR1 or SIGTERM stops every rank at one step with a "
+           "mid-epoch checkpoint")
+
+
 class StopRequested(Exception):
     """Every rank stopped at the same step on a signal; the checkpoint holds that step."""
 
@@ -80,6 +84,11 @@ class GracefulStop(pl.Callback):
         # after Lightning registered its handlers (Trainer._run), so these replace them
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._note)
+        # Until every rank has replaced them, a signal still meets Lightning's handler somewhere;
+        # after this barrier it stops all ranks at one step, and the log says from when.
+        trainer.strategy.barrier("ddpscale signal handlers")
+        if trainer.is_global_zero:
+            print(HANDLED, flush=True)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         # the previous epoch's checkpoint is written: stopping here loses nothing
