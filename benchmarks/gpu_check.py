@@ -70,7 +70,8 @@ def run_workload(name: str, topologies: list[str]) -> tuple[int, list[dict]]:
     print(f"\n== {name}: {' '.join(command)}  (in {folder.relative_to(ROOT)})", flush=True)
     code = subprocess.call(command, cwd=folder)
     runs = []
-    for path in sorted((folder / "results/runs").glob("*/r0/metrics.json")):
+    # results/<experiment>/runs: the workload's experiment folder (ddpscale.layout)
+    for path in sorted((folder / "results").glob("*/runs/*/r0/metrics.json")):
         runs.append(json.loads(path.read_text()))
     return code, runs
 

@@ -34,6 +34,7 @@ PY = sys.executable
 # the console script, as README and `make run` start the workflow (not `python -m snakemake`)
 SNAKEMAKE = str(Path(PY).parent / "snakemake")
 sys.path.insert(0, str(ROOT / "scripts"))
+from ddpscale.layout import layout  # noqa: E402
 from ddpscale.workloads.spiral import write_dataset  # noqa: E402
 
 TARGETS = {"ratio": 0.95, "pipeline_s": 90.0, "dry_run_s": 3.0, "resume": 1.2}
@@ -96,6 +97,11 @@ def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
     return ws
 
 
+def results(ws: Path) -> Path:
+    """The folder the workspace's config writes to (results/<experiment>, ddpscale.layout)."""
+    return ws / layout(yaml.safe_load((ws / "config/config.yaml").read_text())).root
+
+
 def snakemake(ws: Path, *args) -> float:
     start = time.perf_counter()
     done = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", *args], cwd=ws,
@@ -116,14 +122,14 @@ def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
     changes = {"topologies": ["1x1"], "max_epochs": epochs, "batch": {"scaling": "strong", "size": 32}}
     full_ws = workspace(tmp, changes)
     full_s = snakemake(full_ws, "baseline")
-    record = json.loads((full_ws / "results/runs/1x1/r0/metrics.json").read_text())
+    record = json.loads((results(full_ws) / "runs/1x1/r0/metrics.json").read_text())
     epoch_s = statistics.median(record["epoch_times_s"][1:])
     startup_s = full_s - sum(record["epoch_times_s"])  # everything that is not an epoch
 
     ws = workspace(tmp, changes)
     proc = subprocess.Popen([SNAKEMAKE, "--profile", "profiles/local", "baseline"], cwd=ws,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = ws / "results/checkpoints/1x1/r0/last.ckpt"
+    ckpt = results(ws) / "checkpoints/1x1/r0/last.ckpt"
     deadline = time.monotonic() + 300
     seen, last = 0, None  # each epoch rewrites the checkpoint: count the rewrites
     while time.monotonic() < deadline and seen < kill_after:
@@ -138,7 +144,7 @@ def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
             child.send_signal(signal.SIGKILL)
     proc.wait(120)
     rerun_s = snakemake(ws, "baseline")
-    done = json.loads((ws / "results/runs/1x1/r0/metrics.json").read_text())
+    done = json.loads((results(ws) / "runs/1x1/r0/metrics.json").read_text())
     resumed = done["resumed_from_epoch"]
     remaining_s = startup_s + (epochs - resumed) * epoch_s
     return {"resume_ratio": rerun_s / remaining_s, "rerun_s": rerun_s, "remaining_s": remaining_s,

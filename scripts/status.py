@@ -3,7 +3,7 @@
 and reason), running (epoch, elapsed, time left, throughput), done (throughput, efficiency) or
 failed (its log's last line), and a Snakemake lock a killed run left behind.
 
-Reads results/, the train logs, squeue (where there is one) and /proc; never imports torch.
+Reads the experiment's results/<experiment>/ (runs and train logs), squeue (where there is one) and /proc; never imports torch.
 Run it in the directory snakemake runs in.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import yaml  # noqa: E402
 
 from ddpscale.cluster.topology import TopologyError  # noqa: E402
+from ddpscale.layout import layout  # noqa: E402
 from ddpscale.report import status_sources  # noqa: E402
 
 
@@ -27,8 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the workflow's config (default config/config.yaml)")
     p.add_argument("--configfile", type=Path, action="append", default=[], metavar="PATH",
                    help="an overlay, as snakemake's --configfile; repeatable, later ones win")
-    p.add_argument("--results", type=Path, default=Path("results"),
-                   help="the results folder (default results)")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the experiment's results folder (default results/<experiment> of the config)")
     return p.parse_args(argv)
 
 
@@ -36,7 +37,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         config = status_sources.read_config(args.config, args.configfile)
-        text = status_sources.report(config, args.results, Path.cwd())
+        results = args.results or Path(layout(config).root)
+        text = status_sources.report(config, results, Path.cwd())
     except (OSError, yaml.YAMLError, TopologyError, TypeError, ValueError) as exc:
         # a missing or unreadable config: one line, no traceback
         print(f"ddpscale status: {exc}".splitlines()[0], file=sys.stderr)

@@ -113,8 +113,11 @@ class Workspace:
 
     @property
     def results(self) -> Path:
-        """The folder this workspace's experiment writes to (runs/, report/, logs/, checkpoints/)."""
-        return self.path / "results"
+        """The folder the workspace's config/config.yaml writes to: results/<experiment>/ with
+        data/, runs/, logs/, checkpoints/ and report/ (ddpscale.layout)."""
+        from ddpscale.layout import layout
+
+        return self.path / layout(yaml.safe_load((self.path / "config/config.yaml").read_text())).root
 
     def metrics(self, topology: str, repeat: int = 0) -> Path:
         return self.results / f"runs/{topology}/r{repeat}/metrics.json"

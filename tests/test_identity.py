@@ -214,7 +214,7 @@ def test_changed_dataset_reruns_the_runs(workspace):
                                                    "report_scaling": 1}
 
     # the data regenerated alone (say, by its target): the runs made from the old data still rerun
-    data = workspace.snakemake("results/data/spiral/data.npz")
+    data = workspace.snakemake(str((workspace.results / "data/spiral/data.npz").relative_to(workspace.path)))
     assert data.returncode == 0, data.stderr[-4000:]
     dry = workspace.snakemake("-n")
     assert job_counts(dry.stdout + dry.stderr) == {"all": 1, "train_baseline": 1, "report_scaling": 1}

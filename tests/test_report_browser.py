@@ -45,7 +45,7 @@ def report_html(chromium, tmp_path_factory):
         clean_distributed_env(env)
         result = workspace.snakemake(timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
-    return workspace.path / "results/report/report.html"
+    return workspace.results / "report/report.html"
 
 
 def png_uri(seed: int) -> str:

@@ -183,7 +183,7 @@ def test_gpu_and_cpu_runs_are_refused_naming_each_kind():
     assert str(err.value) == (
         "the runs mix GPU and CPU devices (GPU: 1x1, 1x2; CPU: 2x2), and a speedup across them "
         "would compare different hardware; rerun with one accelerator: delete the stale "
-        "results/runs/<topology> folders of the kind you do not want and run the workflow again")
+        "results/<experiment>/runs/<topology> folders of the kind you do not want and run the workflow again")
 
 
 def test_device_kind_missing_falls_back_to_simulated():
@@ -193,10 +193,16 @@ def test_device_kind_missing_falls_back_to_simulated():
 
 
 def test_mixed_runs_exit_2_with_one_line(tmp_path):
-    paths = write_fixtures(tmp_path, [make_run("1x1", **GPU), make_run("1x2")])
+    """The fix names the experiment's own runs folder, where the workflow wrote them."""
+    paths = []
+    for run in [make_run("1x1", **GPU), make_run("1x2")]:
+        path = tmp_path / "results/myexp/runs" / run["topology"] / "r0/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(run))
+        paths.append(path)
     proc = run_report(paths, tmp_path / "out")
     _assert_one_line_error(proc, "mix GPU and CPU devices (GPU: 1x1; CPU: 1x2)",
-                           "results/runs/<topology>")
+                           f"delete the stale {tmp_path}/results/myexp/runs/<topology> folders")
     assert not (tmp_path / "out").exists()
 
 

@@ -39,6 +39,7 @@ def test_empty_config_gets_every_default():
     assert config["dataset"]["split"] == [0.7, 0.15, 0.15]
     assert config["model"] == {"class_path": "ddpscale.workloads.models.SpiralMLP", "init_args": {}}
     assert config["accuracy"] == {"metric": "test_acc", "tolerance": 0.02}
+    assert config["experiment"] is None
 
 
 def test_partial_nested_section_is_completed():

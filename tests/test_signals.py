@@ -274,7 +274,7 @@ def test_killed_rank_fails_its_job_naming_it_the_others_finish_and_a_rerun_resum
     launcher.wait(120)
     print(f"\nSIGKILLed rank: its local job failed {time.monotonic() - start:.1f} s later")
     assert proc.wait(300) != 0
-    log = (workspace.path / "results/logs/train/1x2/r0.log").read_text()
+    log = (workspace.results / "logs/train/1x2/r0.log").read_text()
     # "; stopping the other ranks" follows when a poll saw the kill before the peer ended too
     assert "ddpscale launch: rank 1 was killed by signal 9 (SIGKILL)" in log
     assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"

@@ -62,7 +62,7 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         probe = metrics["probe"]
         assert probe["world_size"] == len(node_ranks) and probe["node_ranks"] == node_ranks
     assert len(job_ids) == 4
-    assert (workspace.path / "results/report/report.html").exists()
+    assert (workspace.results / "report/report.html").exists()
 
 
 def test_cancelled_run_is_the_only_one_resubmitted(slurm_cluster, workspace):

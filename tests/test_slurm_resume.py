@@ -35,7 +35,7 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS)
     config["dataset"]["samples"] = TIMEOUT_SAMPLES
     workspace.write_config(config)
-    checkpoint = workspace.path / "results/checkpoints/1x1/r0/last.ckpt"
+    checkpoint = workspace.results / "checkpoints/1x1/r0/last.ckpt"
     shortened = []
 
     def shorten_time_limit():
@@ -124,7 +124,7 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
     config["dataset"]["samples"] = 200000
     workspace.write_config(config)
-    checkpoint = workspace.path / f"results/checkpoints/{topology}/r0/last.ckpt"
+    checkpoint = workspace.results / f"checkpoints/{topology}/r0/last.ckpt"
     first, saved, left = [], [], []
 
     def watch():
@@ -148,7 +148,8 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
         return False
 
     # the 2-rank run alone: its ranks are the tasks of an srun step, which SLURM signals
-    code, log = run_slurm(workspace, f"results/runs/{topology}/r0/metrics.json", timeout=560, during=watch)
+    target = workspace.metrics(topology).relative_to(workspace.path)
+    code, log = run_slurm(workspace, str(target), timeout=560, during=watch)
     assert code == 0, log[-4000:]
     assert first, "the first epoch never finished in the job"
     submitted = SUBMITTED.findall(log)
@@ -202,7 +203,7 @@ def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm
     config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60)
     config["dataset"]["samples"] = 60000
     workspace.write_config(config)
-    checkpoint = workspace.path / "results/checkpoints/2x1/r0/last.ckpt"
+    checkpoint = workspace.results / "checkpoints/2x1/r0/last.ckpt"
     killed, ended = [], []
 
     def kill_rank_one():
@@ -226,7 +227,7 @@ def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm
     assert code != 0
     assert squeue_state(job) == "FAILED"
     assert took < 60 + 30, "the job outlived the collective timeout"
-    train_log = (workspace.path / "results/logs/train/2x1/r0.log").read_text()
+    train_log = (workspace.results / "logs/train/2x1/r0.log").read_text()
     assert re.search(r"task 1: Killed", train_log), train_log[-3000:]
     assert workspace.metrics("1x1").exists(), "keep-going: the other topology finishes"
     assert not workspace.metrics("2x1").exists()

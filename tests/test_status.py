@@ -170,6 +170,14 @@ def test_render_says_where_the_state_came_from():
         "snakemake: cannot tell (no /proc); SLURM: no squeue here, local runs only"
 
 
+def test_overlays_merge_nested_keys_as_snakemake_does():
+    """The experiment's folder comes from model.class_path: an overlay of init_args keeps it."""
+    base = {"model": {"class_path": "pkg.mod.Net", "init_args": {"width": 8}}, "repeats": 1}
+    merged = status.merge_configs(base, [{"model": {"init_args": {"width": 16}}}])
+    assert merged["model"] == {"class_path": "pkg.mod.Net", "init_args": {"width": 16}}
+    assert base["model"]["init_args"] == {"width": 8}, "the base config is left as it was"
+
+
 def test_overlays_replace_top_level_keys():
     merged = status.merge_configs({"topologies": ["1x1", "1x2"], "repeats": 1, "baseline": "1x1"},
                                   [{"topologies": ["1 x 1", "2x2"]}, {"repeats": 3}])
@@ -227,6 +235,25 @@ def test_command_reads_config_overlay_and_results(tmp_path):
 
     (tmp_path / ".snakemake/locks/0.input.lock").unlink()
     assert "lock" not in run_status(tmp_path, "--configfile", "config/more.yaml", "--results", "out").stdout
+
+
+def test_command_follows_the_experiment_of_its_config(tmp_path):
+    """Two experiments side by side: each config's status shows its own runs, never the other's."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/config.yaml").write_text(yaml.safe_dump(
+        {"topologies": ["1x1", "1x2"], "baseline": "1x1", "model": {"class_path": "pkg.mod.SpiralNet"}}))
+    (tmp_path / "config/other.yaml").write_text(yaml.safe_dump({"experiment": "other", "topologies": ["1x1"]}))
+    for folder, throughput in [("spiralnet", 100.0), ("other", 555.0)]:
+        path = tmp_path / f"results/{folder}/runs/1x1/r0/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"throughput_samples_s": throughput, "world_size": 1, "topology": "1x1",
+                                    "fit_time_s": 3.0}))
+    default = run_status(tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert re.search(r"^1x1 +r0 +done +100\.0 samples/s", default.stdout, re.M) and "555.0" not in default.stdout
+    assert re.search(r"^1x2 +r0 +not started", default.stdout, re.M)
+    other = run_status(tmp_path, "--configfile", "config/other.yaml")
+    assert re.search(r"^1x1 +r0 +done +555\.0 samples/s", other.stdout, re.M) and "1x2" not in other.stdout
 
 
 def test_command_without_a_config_says_so_in_one_line(tmp_path):

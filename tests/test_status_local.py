@@ -36,7 +36,7 @@ def test_local_run_while_it_trains_then_killed(workspace):
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
     config["dataset"]["samples"] = 40000  # about a second an epoch: the run is still training when sampled
     workspace.write_config(config)
-    logs = {t: workspace.path / f"results/logs/train/{t}/r0.log" for t in ("1x1", "1x2")}
+    logs = {t: workspace.results / f"logs/train/{t}/r0.log" for t in ("1x1", "1x2")}
     proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local", "scaling"], cwd=workspace.path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

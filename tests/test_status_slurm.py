@@ -47,7 +47,7 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
     config = tiny_config(topologies=["1x1", "1x2", "2x1"], max_epochs=EPOCHS)
     config["dataset"]["samples"] = SAMPLES
     workspace.write_config(config)
-    log_1x2 = workspace.path / "results/logs/train/1x2/r0.log"
+    log_1x2 = workspace.results / "logs/train/1x2/r0.log"
     released, seen = {}, []
 
     def release(topology: str) -> None:

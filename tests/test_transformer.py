@@ -193,13 +193,14 @@ def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_acc
                             cwd=workspace.path, capture_output=True, text=True, timeout=380,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 0, result.stderr[-4000:]
-    runs = {t: json.loads(workspace.metrics(t).read_text()) for t in ("1x1", "1x2")}
+    results = workspace.path / "results/transformer_tiny"  # the preset's own experiment folder
+    runs = {t: json.loads((results / f"runs/{t}/r0/metrics.json").read_text()) for t in ("1x1", "1x2")}
     for metrics in runs.values():
         assert metrics["model_class"] == "ddpscale.workloads.transformer.TransformerLM"
         assert metrics["flops_per_sample"] == metrics["flops_per_sample_analytic"]
         assert metrics["test_acc"] > 0.2  # chance is 1/256: the chain was learnt
     assert runs["1x2"]["world_size"] == 2
-    scaling = (workspace.path / "results/report/scaling.tsv").read_text()
+    scaling = (results / "report/scaling.tsv").read_text()
     assert "1x2" in scaling and "test_acc" in scaling.splitlines()[0]
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, WORKFLOW_PYTHON, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -37,7 +38,7 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
         # every rank of the local launcher shares the job's cores
         assert metrics["oversubscribed"] is (world > metrics["usable_cores"]) and metrics["usable_cores"] >= 1
 
-    report = workspace.path / "results/report"
+    report = workspace.results / "report"
     table = pd.read_csv(report / "scaling.tsv", sep="\t")
     assert list(table.topology) == ["1x1", "1x2", "2x1"]
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
@@ -49,7 +50,7 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     steps = pd.read_csv(report / "breakdown.tsv", sep="\t")
     assert list(steps.topology) == ["1x1", "1x2", "2x1"] and (steps.compute_s > 0).all()
     assert "<h2>Predicted vs measured</h2>" in html
-    data_manifest = json.loads((workspace.path / "results/data/spiral/manifest.json").read_text())
+    data_manifest = json.loads((workspace.results / "data/spiral/manifest.json").read_text())
     assert data_manifest["splits"] == {"train": 840, "val": 180, "test": 180}
 
     kept = {t: workspace.metrics(t).stat().st_mtime_ns for t in ("1x1", "2x1")}
@@ -69,14 +70,14 @@ def test_corrupt_data_stops_before_any_job_and_keeps_finished_runs(workspace):
     workspace.write_config(tiny_config(topologies=["1x1", "1x2"]))
     assert workspace.snakemake("baseline").returncode == 0
     baseline = workspace.metrics("1x1").read_bytes()
-    data = workspace.path / "results/data/spiral/data.npz"
+    data = workspace.results / "data/spiral/data.npz"
     pristine = data.read_bytes()
     data.write_bytes(pristine[:-4] + b"oops")
     result = workspace.snakemake()
     assert result.returncode != 0
     assert "does not match its manifest checksum" in result.stderr
     assert workspace.metrics("1x1").read_bytes() == baseline
-    assert not (workspace.path / "results/logs/train/1x2").exists(), "no job may start"
+    assert not (workspace.results / "logs/train/1x2").exists(), "no job may start"
 
     # a missing dataset with finished runs also stops, naming the command that regenerates it
     shutil.rmtree(data.parent)
@@ -102,18 +103,18 @@ def test_failing_runs_do_not_stop_the_others_and_rerun_alone(workspace):
     assert first.returncode != 0
     assert workspace.metrics("1x1").exists()
     assert not workspace.metrics("1x2").exists() and not workspace.metrics("2x1").exists()
-    assert "lacks site_launcher: srun" in (workspace.path / "results/logs/train/2x1/r0.log").read_text()
+    assert "lacks site_launcher: srun" in (workspace.results / "logs/train/2x1/r0.log").read_text()
     kept = workspace.metrics("1x1").read_bytes()
 
     # the partial report is built from what finished; the failures are rows, not gaps
     partial = workspace.snakemake("partial_report")
     assert partial.returncode == 0, partial.stderr[-4000:]
-    table = pd.read_csv(workspace.path / "results/report/partial/scaling.tsv", sep="\t")
+    table = pd.read_csv(workspace.results / "report/partial/scaling.tsv", sep="\t")
     status = dict(zip(table.topology, table.status))
     assert status["1x1"] == "ok"
     for topology in ("1x2", "2x1"):
         assert status[topology].startswith("failed: ") and "srun" in status[topology]
-    page = (workspace.path / "results/report/partial/report.html").read_text()
+    page = (workspace.results / "report/partial/report.html").read_text()
     assert page.count('class="missing-row"') == 2 and "Not complete: 1x2: failed" in page
 
     second = workspace.snakemake()
@@ -137,5 +138,49 @@ def test_user_module_trained_through_config(workspace):
     assert metrics["model_class"] == "usermods.tiny.BlobsClassifier"
     assert metrics["world_size"] == 2 and metrics["test_acc"] is None
     assert 0.0 <= metrics["val_acc"] <= 1.0
-    table = pd.read_csv(workspace.path / "results/report/scaling.tsv", sep="\t")
+    table = pd.read_csv(workspace.results / "report/scaling.tsv", sep="\t")
     assert "val_acc" in table.columns and len(table) == 2
+
+
+def test_each_experiment_keeps_its_own_folder(workspace):
+    """Another config (an overlay naming another model) never replaces this one's runs or report;
+    the status command follows the config it is given; a config naming this folder for another
+    workload is refused before any job instead of deleting the runs there to rerun them."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    workspace.write_config(tiny_config(topologies=["1x1"]))
+    first = workspace.snakemake()
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert "ddpscale: experiment spiralmlp: results in results/spiralmlp/" in first.stderr
+    spiral = workspace.path / "results/spiralmlp"
+    kept = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in spiral.rglob("*") if p.is_file()}
+    assert spiral / "report/report.html" in kept and spiral / "runs/1x1/r0/metrics.json" in kept
+
+    blobs = {"dataset": {"generator": "none"}, "accuracy": {"metric": "val_acc"},
+             "model": {"class_path": "usermods.tiny.BlobsClassifier", "init_args": {"width": 6}},
+             "data": {"class_path": "usermods.tiny.BlobsData", "init_args": {"samples": 300}}}
+    (workspace.path / "blobs.yaml").write_text(yaml.safe_dump(blobs))
+    second = workspace.snakemake("--configfile", "blobs.yaml")
+    assert second.returncode == 0, second.stderr[-4000:]
+    other = workspace.path / "results/blobsclassifier"
+    record = json.loads((other / "runs/1x1/r0/metrics.json").read_text())
+    assert record["model_class"] == "usermods.tiny.BlobsClassifier" and (other / "report/report.html").exists()
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept, "the first experiment was touched"
+
+    def status(*args) -> str:
+        done = subprocess.run([WORKFLOW_PYTHON, "scripts/status.py", *args], cwd=workspace.path,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    spiral_fit = json.loads((spiral / "runs/1x1/r0/metrics.json").read_text())["throughput_samples_s"]
+    assert f"{spiral_fit:.1f} samples/s" in status()
+    assert f"{record['throughput_samples_s']:.1f} samples/s" in status("--configfile", "blobs.yaml")
+
+    (workspace.path / "clash.yaml").write_text(yaml.safe_dump({**blobs, "experiment": "spiralmlp"}))
+    refused = workspace.snakemake("--dry-run", "--configfile", "clash.yaml")
+    assert refused.returncode != 0
+    message = [line for line in refused.stdout.splitlines() if "is a finished run of" in line]
+    assert len(message) == 1 and "set `experiment:` to a new name" in message[0], refused.stdout[-2000:]
+    assert "config/config.yaml + clash.yaml" in message[0]
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept
+

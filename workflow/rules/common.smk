@@ -71,13 +71,40 @@ from ddpscale.cluster.topology import (  # noqa: E402
     stage_topologies,
 )
 from ddpscale.io import last_nonempty_line  # noqa: E402
+from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
 from ddpscale.training.plugins import PluginError, check_importable  # noqa: E402
 from ddpscale.workloads.spiral import corruption, manifest_path_for  # noqa: E402
 
-DATA_DIR = "results/data"
-RUNS_DIR = "results/runs"
-REPORT_DIR = "results/report"
+# Each experiment writes to results/<experiment>/ (ddpscale.layout): another config never
+# replaces this one's runs or report.
+EXPERIMENT = experiment_name(config)
+LAYOUT = layout(config)
+DATA_DIR = LAYOUT.data
+RUNS_DIR = LAYOUT.runs
+REPORT_DIR = LAYOUT.report
+print(f"ddpscale: experiment {EXPERIMENT}: results in {LAYOUT.root}/", file=sys.stderr)
+if Path(LEGACY_RUNS).is_dir():
+    print(f"ddpscale: note: {legacy_note(EXPERIMENT)}", file=sys.stderr)
+
+
+def check_experiment_folder():
+    """Finished runs of another model or data module in this folder: stop, rather than let
+    Snakemake delete them to rerun (the experiment's name is what keeps two workloads apart)."""
+    records = {}
+    for path in Path(RUNS_DIR).glob("*/r*/metrics.json"):
+        try:
+            records[str(path)] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # unreadable: its rerun is Snakemake's to decide
+    clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
+    if clash:
+        raise WorkflowError(
+            f"{CONFIG_SOURCE}: {clash}; set `experiment:` to a new name for this workload (its results go "
+            f"to results/<name>/), or delete {RUNS_DIR} to replace the runs there"
+        )
+
+
 # The interpreter running Snakemake (the venv); also the one inside SLURM jobs.
 PYTHON = sys.executable
 
@@ -130,6 +157,8 @@ SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE) + file_pr
 )
 if SETTING_PROBLEMS:
     raise WorkflowError("\n".join(SETTING_PROBLEMS))
+# after the config's own mistakes: a misspelt class path is named as that, not as a clash
+check_experiment_folder()
 
 
 def resolve_accelerator():

@@ -52,8 +52,8 @@ def get_failures(wildcards):
     """The last line of each train log without metrics: a new failure reruns the partial report."""
     tails = {}
     for metrics in get_metrics(TOPOLOGY_NAMES):
-        # results/runs/<topology>/r<k>/metrics.json -> results/logs/train/<topology>/r<k>.log
-        log = Path("results/logs/train", Path(metrics).parent.relative_to(RUNS_DIR)).with_suffix(".log")
+        # <runs>/<topology>/r<k>/metrics.json -> <logs>/train/<topology>/r<k>.log
+        log = Path(LAYOUT.train_logs, Path(metrics).parent.relative_to(RUNS_DIR)).with_suffix(".log")
         if not Path(metrics).exists() and log.exists():
             tails[str(log)] = last_nonempty_line(log.read_text(errors="replace"))
     return json.dumps(tails, sort_keys=True)
@@ -67,7 +67,7 @@ def get_report_flags(wildcards):
         "--accuracy-tolerance": config["accuracy"]["tolerance"],
         "--efficiency-threshold": config["report"]["efficiency_threshold"],
         "--repeats": config["repeats"],
-        "--log-dir": "results/logs/train",
+        "--log-dir": LAYOUT.train_logs,
     }
     if config["report"]["compare_with"]:
         flags["--compare"] = config["report"]["compare_with"]
@@ -79,7 +79,7 @@ def check_compare_with():
     if path and not Path(path).is_file():
         raise WorkflowError(
             f"config/config.yaml: report.compare_with is {path!r}, which is not a file; point it at "
-            "a scaling.tsv from an earlier run (copy results/report/scaling.tsv before rerunning) "
+            f"a scaling.tsv from an earlier run (copy {REPORT_DIR}/scaling.tsv before rerunning) "
             "or set it to null"
         )
 

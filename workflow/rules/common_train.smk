@@ -129,7 +129,7 @@ def get_train_flags(wildcards):
             "--repeat": wildcards.repeat,
             "--max-epochs": config["max_epochs"],
             "--warmup-epochs": config["warmup_epochs"],
-            "--ckpt-dir": f"results/checkpoints/{flags['--topology']}/r{wildcards.repeat}",
+            "--ckpt-dir": LAYOUT.checkpoint_dir(flags["--topology"], wildcards.repeat),
         }
     )
     # the first repeat probes its topology before training, in the same allocation

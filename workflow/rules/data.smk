@@ -6,7 +6,7 @@ rule prepare_data:
         data=f"{DATA_DIR}/{{generator}}/data.npz",
         manifest=f"{DATA_DIR}/{{generator}}/manifest.json",
     log:
-        "results/logs/prepare_data/{generator}.log",
+        f"{LAYOUT.logs}/prepare_data/{{generator}}.log",
     params:
         python=PYTHON,
         flags=get_prepare_flags(),

@@ -8,7 +8,7 @@ rule report_scaling:
     output:
         **report_outputs(REPORT_DIR, registered=True),
     log:
-        "results/logs/report_scaling.log",
+        f"{LAYOUT.logs}/report_scaling.log",
     params:
         python=PYTHON,
         flags=get_report_flags,
@@ -28,7 +28,7 @@ rule partial_report:
     output:
         **report_outputs(f"{REPORT_DIR}/partial", registered=False),
     log:
-        "results/logs/partial_report.log",
+        f"{LAYOUT.logs}/partial_report.log",
     params:
         python=PYTHON,
         flags=get_report_flags,

@@ -25,7 +25,7 @@ rule train_baseline:
             labels={"topology": "{topology}", "repeat": "{repeat}"},
         ),
     log:
-        "results/logs/train/{topology}/r{repeat}.log",
+        f"{LAYOUT.train_logs}/{{topology}}/r{{repeat}}.log",
     wildcard_constraints:
         topology=STAGE_PATTERNS["baseline"],
     priority: 3

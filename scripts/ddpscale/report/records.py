@@ -12,6 +12,7 @@ from typing import Iterable
 import pandas as pd
 
 from ddpscale.cluster.topology import STAGE_RULES
+from ddpscale.layout import RESULTS
 from ddpscale.training import identity
 
 SCHEMA_VERSION = 1
@@ -92,9 +93,19 @@ def device_kinds(runs: pd.DataFrame) -> pd.Series:
                       for k, sim in zip(kinds, runs["simulated"])], index=runs.index)
 
 
-RUNS_DIR = "results/runs"
 # Reruns every training run: the stage rules by name.
 RERUN_ALL = f"snakemake --profile <profile> --forcerun {' '.join(STAGE_RULES.values())}"
+
+
+def runs_folder(runs: pd.DataFrame) -> str:
+    """The folder these runs' metrics.json files are in (<runs>/<topology>/r<k>/metrics.json,
+    results/<experiment>/runs in the workflow), to name in a fix; the generic one otherwise."""
+    folders = set()
+    for source, topology in zip(column(runs, "source"), runs["topology"]):
+        path = Path(str(source))
+        if len(path.parents) > 2 and path.parent.name.startswith("r") and path.parents[1].name == str(topology):
+            folders.add(str(path.parents[2]))
+    return folders.pop() if len(folders) == 1 else f"{RESULTS}/<experiment>/runs"
 
 
 def check_device_kinds(runs: pd.DataFrame) -> None:
@@ -107,7 +118,7 @@ def check_device_kinds(runs: pd.DataFrame) -> None:
     listing = "; ".join(f"{kind}: {', '.join(map(str, tops))}" for kind, tops in names.items())
     raise ValueError(f"the runs mix GPU and CPU devices ({listing}), and a speedup across them "
                      f"would compare different hardware; rerun with one accelerator: delete the "
-                     f"stale {RUNS_DIR}/<topology> folders of the kind you do not want and run "
+                     f"stale {runs_folder(runs)}/<topology> folders of the kind you do not want and run "
                      f"the workflow again")
 
 
@@ -124,7 +135,7 @@ def check_identities(runs: pd.DataFrame) -> None:
     records = dict(zip(_run_labels(runs), column(runs, "identity")))
     unknown = [label for label, rec in records.items() if not isinstance(rec, dict)]
     fix = (f"rerun them so every run matches, e.g. `{RERUN_ALL}`, "
-           f"or delete the stale {RUNS_DIR}/<topology>/r<k>/metrics.json and run the workflow again")
+           f"or delete the stale {runs_folder(runs)}/<topology>/r<k>/metrics.json and run the workflow again")
     if unknown and len(unknown) < len(records):
         raise ValueError(f"run(s) {', '.join(unknown)} record no identity (written before ddpscale "
                          "recorded the data, code and versions of a run), so the report cannot check "

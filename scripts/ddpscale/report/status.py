@@ -33,12 +33,12 @@ UNLOCK = ".venv/bin/snakemake --profile profiles/<name> --unlock"
 
 
 def metrics_path(topology: str, repeat: int) -> str:
-    """A run's metrics.json under results/ (workflow/rules/train.smk writes it there)."""
+    """A run's metrics.json in the experiment's folder (ddpscale.layout; train.smk writes it there)."""
     return f"runs/{topology}/r{repeat}/metrics.json"
 
 
 def log_path(topology: str, repeat: int) -> str:
-    """A run's train log under results/."""
+    """A run's train log in the experiment's folder."""
     return f"logs/train/{topology}/r{repeat}.log"
 
 
@@ -69,11 +69,13 @@ class Row:
 
 
 def merge_configs(base: dict, overlays: list[dict]) -> dict:
-    """The config as Snakemake sees it after --configfile overlays. Snakemake merges nested
-    mappings too; every key read here is top level, so key by key at the top is the same."""
+    """The config as Snakemake sees it after --configfile overlays: nested mappings merged key
+    by key (the experiment's folder depends on model.class_path, below the top level)."""
     merged = dict(base or {})
     for overlay in overlays:
-        merged.update(overlay or {})
+        for key, value in (overlay or {}).items():
+            old = merged.get(key)
+            merged[key] = merge_configs(old, [value]) if isinstance(old, dict) and isinstance(value, dict) else value
     return merged
 
 

@@ -1,0 +1,95 @@
+"""Where one experiment's files live: results/<experiment>/{data,runs,logs,checkpoints,report}/.
+
+Every experiment (config/config.yaml and the overlays given with --configfile) writes to a
+folder of its own, so running another config never replaces an earlier one's runs or report,
+and `make status` shows only the runs of the config it is given. The name is config key
+`experiment`, or, where that is null, the model class's name in lower case (SpiralMLP ->
+spiralmlp): two workloads of different models never share a folder; presets that share a
+model class name themselves (config/transformer_tiny.yaml). The workflow, the status command
+and the report read every path from here. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RESULTS = "results"
+# what the schema allows for `experiment`: one folder name, never a path out of results/
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# results/ as it was before experiments had folders of their own
+LEGACY_RUNS = f"{RESULTS}/runs"
+
+
+def experiment_name(config: dict) -> str:
+    """config `experiment`, else the model class's name in lower case."""
+    name = config.get("experiment")
+    if name:
+        return str(name)
+    model = config.get("model")
+    class_path = model.get("class_path") if isinstance(model, dict) else None
+    return str(class_path or "").rpartition(".")[2].lower() or "experiment"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The folders of one experiment, relative to the directory snakemake runs in."""
+
+    root: str
+
+    @property
+    def data(self) -> str:
+        return f"{self.root}/data"
+
+    @property
+    def runs(self) -> str:
+        return f"{self.root}/runs"
+
+    @property
+    def logs(self) -> str:
+        return f"{self.root}/logs"
+
+    @property
+    def train_logs(self) -> str:
+        return f"{self.logs}/train"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.root}/checkpoints"
+
+    @property
+    def report(self) -> str:
+        return f"{self.root}/report"
+
+    def metrics(self, topology: str, repeat) -> str:
+        return f"{self.runs}/{topology}/r{repeat}/metrics.json"
+
+    def train_log(self, topology: str, repeat) -> str:
+        return f"{self.train_logs}/{topology}/r{repeat}.log"
+
+    def checkpoint_dir(self, topology: str, repeat) -> str:
+        return f"{self.checkpoints}/{topology}/r{repeat}"
+
+
+def layout(config: dict) -> Layout:
+    return Layout(f"{RESULTS}/{experiment_name(config)}")
+
+
+def legacy_note(name: str) -> str:
+    """Said when results/runs/ from before experiment folders is found beside the new layout."""
+    return (f"{LEGACY_RUNS}/ holds runs from before each experiment had a folder of its own; this "
+            f"experiment's results are in {RESULTS}/{name}/ (to keep the old ones for it, move "
+            f"{RESULTS}/{{data,runs,logs,checkpoints,report}} into {RESULTS}/{name}/)")
+
+
+def other_workload(records: dict[str, dict], model_class: str, data_class: str) -> str | None:
+    """Why finished runs in this experiment's folder belong to another workload, or None.
+
+    Snakemake would rerun them (their flags changed) and delete them first: the experiment's
+    name, not an overwrite, should separate two workloads. records: metrics path -> its JSON.
+    """
+    for path, record in sorted(records.items()):
+        theirs = (record.get("model_class"), record.get("data_class"))
+        if None not in theirs and theirs != (model_class, data_class):
+            return (f"{path} is a finished run of {theirs[0]} on {theirs[1]}, but this config trains "
+                    f"{model_class} on {data_class}")
+    return None
