@@ -23,9 +23,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "a topology's first repeat ran before training (time breakdown, all-reduce)")
     p.add_argument("--baseline", default="1x1", help="baseline topology (default 1x1)")
     p.add_argument("--accuracy-metric", default="test_acc",
-                   help="metric compared against the baseline (default test_acc)")
+                   help="any metric the module logs, compared against the baseline (default test_acc)")
+    p.add_argument("--accuracy-mode", default="auto", choices=["auto", "max", "min"],
+                   help="max: higher is better (an accuracy); min: lower is better (a loss); "
+                        "auto: min when the name says loss, error, perplexity, ... (default auto)")
     p.add_argument("--accuracy-tolerance", type=float, default=0.02,
-                   help="largest allowed drop vs the baseline (default 0.02)")
+                   help="largest allowed change the wrong way vs the baseline (default 0.02)")
     p.add_argument("--efficiency-threshold", type=float, default=0.8,
                    help="the recommendation's lowest acceptable efficiency (default 0.8)")
     p.add_argument("--expected", nargs="*", default=[], metavar="TOPOLOGY",
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
             runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes)}, baseline=args.baseline,
-            metric=args.accuracy_metric, tolerance=args.accuracy_tolerance,
+            metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),
             earlier=verdict.read_earlier(args.compare) if args.compare else None,

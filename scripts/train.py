@@ -19,9 +19,10 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale.cluster.topology import Topology
+from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.training import callbacks, compiling, plugins, runinfo
+from ddpscale.training import callbacks, compiling, metriccheck, plugins, runinfo
 from ddpscale.training.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
 
@@ -35,6 +36,9 @@ def parse_args(argv=None):
     p.add_argument("--ckpt-dir", required=True, help="resume checkpoints (not a workflow output)")
     p.add_argument("--metrics", required=True, help="metrics.json to write")
     p.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt of this job (retries count up)")
+    p.add_argument("--accuracy-metric", default=os.environ.get(ACCURACY_METRIC_ENV),
+                   help="the metric the report compares (config accuracy.metric; default: $"
+                        f"{ACCURACY_METRIC_ENV}, as the workflow sets it): the log says whether it is logged")
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     return p.parse_args(argv)
@@ -63,7 +67,7 @@ def run_settings(args) -> dict:
     """The flags that define what a run measures: its checkpoint and finished record are kept
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
-            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", *NOT_IDENTITY)}
+            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "accuracy_metric", *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:
@@ -78,7 +82,9 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     measured = callbacks.build(args, topo)
-    trainer = build_trainer(args, measured.all())
+    # a test pass needs both halves: a module may define test_step while its data has no test split
+    test_pass = is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule)
+    trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(args.accuracy_metric, test_pass)])
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
     settings = {**settings, "identity": identity}
@@ -99,11 +105,13 @@ def main(argv=None) -> int:
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
-    # a test pass needs both halves: a module may define test_step while its data has no test split
-    if is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule):
+    if test_pass:
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
     if trainer.global_rank == 0:
+        missing = metriccheck.end_line(args.accuracy_metric, logged) if args.accuracy_metric else None
+        if missing:
+            print(missing, flush=True)
         record = runinfo.metrics_record(args, logged, trainer, measured.timing.summary(), measured.timing.ranks,
                                         started, per_device, effective)
         # wall time of this attempt's trainer.fit (set-up included, the probe not); fit_time_s

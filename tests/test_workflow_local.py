@@ -184,3 +184,41 @@ def test_each_experiment_keeps_its_own_folder(workspace):
     assert "config/config.yaml + clash.yaml" in message[0]
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept
 
+
+def test_any_logged_metric_is_compared_and_a_missing_one_is_said(workspace):
+    """A module logging "valid/accuracy" (torchmetrics, no test step), first with a misnamed
+    accuracy.metric: the baseline's log says so at its first validation, the report still builds
+    and says accuracy was not compared and what the runs logged, and its recommendation is by
+    speed alone. Naming the logged metric then rebuilds the report alone, no training again."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(topologies=["1x1", "1x2"], dataset={"generator": "none"})
+    config["model"] = {"class_path": "usermods.renamed.RingsClassifier", "init_args": {"width": 12}}
+    config["data"] = {"class_path": "usermods.renamed.RingsData", "init_args": {}, "files": []}
+    config["accuracy"] = {"metric": "valid/acc", "tolerance": 0.5}
+    workspace.write_config(config)
+    first = workspace.snakemake()
+    assert first.returncode == 0, first.stderr[-4000:]
+    log = (workspace.results / "logs/train/1x1/r0.log").read_text()
+    assert ("ddpscale: warning: accuracy.metric valid/acc is not logged (the first validation logged: "
+            "train/loss, valid/accuracy, valid/loss) and this run has no test pass") in log
+    report = workspace.results / "report"
+    page = (report / "report.html").read_text()
+    said = "accuracy not compared: valid/acc not logged; the runs logged: train/loss, valid/accuracy, valid/loss"
+    assert said in page and "by speed alone (accuracy not compared: valid/acc not logged), the fastest is" in page
+    table = pd.read_csv(report / "scaling.tsv", sep="\t")
+    assert table["accuracy_held"].isna().all() and table["valid/acc"].isna().all()
+    trained = {t: workspace.metrics(t).stat().st_mtime_ns for t in ("1x1", "1x2")}
+
+    config["accuracy"] = {"metric": "valid/accuracy", "tolerance": 0.5}
+    workspace.write_config(config)
+    second = workspace.snakemake()
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert job_counts(second.stderr) == {"all": 1, "report_scaling": 1}, "another metric retrained a run"
+    assert {t: workspace.metrics(t).stat().st_mtime_ns for t in trained} == trained
+    table = pd.read_csv(report / "scaling.tsv", sep="\t").set_index("topology")
+    for topology in ("1x1", "1x2"):
+        logged = json.loads(workspace.metrics(topology).read_text())["logged_metrics"]["valid/accuracy"]
+        assert table.loc[topology, "valid/accuracy"] == pytest.approx(logged, abs=1e-4)
+    assert table["accuracy_held"].tolist() == [True, True]
+    page = (report / "report.html").read_text()
+    assert "accuracy not compared" not in page and "higher is better" in page

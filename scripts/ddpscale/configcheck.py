@@ -20,6 +20,8 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.workloads.spiral import split_sizes
 
 DEFAULT_CONFIG = "config/config.yaml"
+# config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.training.metriccheck)
+ACCURACY_METRIC_ENV = "DDPSCALE_ACCURACY_METRIC"
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
               "number": "a number", "boolean": "true or false", "null": "null"}

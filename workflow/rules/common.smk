@@ -27,7 +27,13 @@ def own_init_args(config, overrides):
 
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.configcheck import config_source, file_problems, schema_problems, setting_problems  # noqa: E402
+from ddpscale.configcheck import (  # noqa: E402
+    ACCURACY_METRIC_ENV,
+    config_source,
+    file_problems,
+    schema_problems,
+    setting_problems,
+)
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 

@@ -64,6 +64,7 @@ def get_report_flags(wildcards):
     flags = {
         "--baseline": parse_topology(config["baseline"]).name,
         "--accuracy-metric": config["accuracy"]["metric"],
+        "--accuracy-mode": config["accuracy"]["mode"],
         "--accuracy-tolerance": config["accuracy"]["tolerance"],
         "--efficiency-threshold": config["report"]["efficiency_threshold"],
         "--repeats": config["repeats"],

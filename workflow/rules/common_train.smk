@@ -134,3 +134,9 @@ def get_train_flags(wildcards):
     )
     # the first repeat probes its topology before training, in the same allocation
     return as_flags(flags) + (" --probe" if wildcards.repeat == "0" else "")
+
+
+# The metric the report compares, for the log line at each run's first validation (train.py
+# --accuracy-metric defaults to it). In the jobs' environment, not their flags: a flag is a
+# param, whose change reruns the job, and choosing another metric must not retrain anything.
+os.environ[ACCURACY_METRIC_ENV] = config["accuracy"]["metric"]

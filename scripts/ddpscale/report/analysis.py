@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddpscale.report import accuracy
 from ddpscale.report.records import check_device_kinds, check_identities, check_world_sizes, column, device_kinds, known
 
 SUMMARY_COLUMNS = (
@@ -37,11 +38,6 @@ SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_sam
 # Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the stack).
 _T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
          10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 60: 2.000}
-
-# 0.90 - 0.88 is -0.0200000000000000018 in binary floating point; without
-# slack a drop of exactly the tolerance would be reported as a failure.
-_FLOAT_SLACK = 1e-9
-
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
     """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
@@ -120,12 +116,12 @@ def _join_unique(values: pd.Series) -> str:
 
 
 def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
-              tolerance: float) -> pd.DataFrame:
-    """Median over repeats per topology, then speedup etc. against baseline."""
-    if accuracy_metric not in runs.columns:
-        raise ValueError(
-            f"accuracy metric '{accuracy_metric}' is not in any metrics file; "
-            f"choose one the runs log, e.g. val_acc or test_acc")
+              tolerance: float, mode: str = "auto") -> pd.DataFrame:
+    """Median over repeats per topology, then speedup etc. against baseline.
+
+    The accuracy metric is any scalar the module logged (report.accuracy); where no run (or
+    not the baseline) logged it, accuracy is not compared and attrs["accuracy_not_compared"]
+    says so."""
     check_world_sizes(runs)
     check_device_kinds(runs)
     check_identities(runs)
@@ -135,8 +131,9 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
             f"in config/config.yaml")
 
     runs = runs.copy()
-    # null -> NaN so the median skips it and an all-null topology stays NaN.
-    runs[accuracy_metric] = pd.to_numeric(runs[accuracy_metric], errors="coerce")
+    logged = accuracy.logged_names(runs)
+    # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
+    runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
     median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s",
                    accuracy_metric]
     for col in median_cols:
@@ -169,18 +166,19 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table["gpu_hours"] = table["fit_time_s"] * table["world_size"] / 3600.0
 
     delta = table[accuracy_metric] - base[accuracy_metric]
-    held = (delta >= -tolerance - _FLOAT_SLACK).astype("boolean")
-    held[delta.isna()] = pd.NA  # metric not logged: neither held nor failed
+    way = accuracy.direction(accuracy_metric, mode)
     table["accuracy_delta"] = delta
-    table["accuracy_held"] = held
+    table["accuracy_held"] = accuracy.held(delta, tolerance, way)  # NA: not logged, not known
+    not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
+                                         bool(table[accuracy_metric].notna().any()))
 
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
                                            "accuracy_held"] + list(SPREAD_COLUMNS)
                   + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
-    table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric,
-                       tolerance=float(tolerance))
+    table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric, tolerance=float(tolerance),
+                       accuracy_direction=way, accuracy_not_compared=not_compared)
     return table
 
 

@@ -11,7 +11,7 @@ from html import escape
 
 import pandas as pd
 
-from ddpscale.report import boundness
+from ddpscale.report import accuracy, boundness
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers
@@ -64,8 +64,8 @@ def headline(summary: pd.DataFrame) -> str:
     held = summary["accuracy_held"]
     failed = summary.loc[held.fillna(True).eq(False), "topology"].tolist()
     missing = summary.loc[held.isna(), "topology"].tolist()
-    if len(missing) == len(summary):
-        acc = f"accuracy ({metric}) not logged"
+    if summary.attrs.get("accuracy_not_compared") or len(missing) == len(summary):
+        acc = f"accuracy not compared ({metric} not logged)"
     elif failed:
         acc = f"accuracy ({metric}) NOT held in {', '.join(failed)}"
     else:
@@ -96,6 +96,17 @@ def _settings(runs: pd.DataFrame) -> str:
             text += f", {', '.join(counts)} recompilation(s)"
         text += " per run)"
     return text
+
+
+def _accuracy_rule(summary: pd.DataFrame) -> str:
+    metric = escape(str(summary.attrs.get("accuracy_metric")))
+    tol = escape(str(summary.attrs.get("tolerance")))
+    way = summary.attrs.get("accuracy_direction", "max")
+    rule = (f"{metric} &minus; baseline value &ge; &minus;{tol}" if way == "max"
+            else f"{metric} &minus; baseline value &le; {tol}")
+    return (f"<b>Accuracy held</b> = {rule} ({escape(accuracy.better(way))}; a change the better way is "
+            "fine); &ldquo;not logged&rdquo; when the run has no such value. Any metric the module logs "
+            "can be compared (config <code>accuracy.metric</code>, <code>accuracy.mode</code>).")
 
 
 def _caveat_rules(summary: pd.DataFrame) -> str:
@@ -142,9 +153,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
         f"(world size / world size({base})); 100% is perfect linear scaling. "
         f"<b>Time speedup</b> = fit time({base}) / fit time.",
         f"<b>{escape(_cap(hours))}</b> = fit time (s) &times; world size / 3600.",
-        f"<b>Accuracy held</b> = {escape(str(summary.attrs.get('accuracy_metric')))} "
-        f"&minus; baseline value &ge; &minus;{escape(str(summary.attrs.get('tolerance')))}"
-        " (a gain is fine); &ldquo;not logged&rdquo; when the run has no such value.",
+        _accuracy_rule(summary),
     ]
     items.append(_caveat_rules(summary))
     hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})

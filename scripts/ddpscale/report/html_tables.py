@@ -8,6 +8,7 @@ from html import escape
 
 import pandas as pd
 
+from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import TERMS
 from ddpscale.report.verdict import SIMULATED_NODES, flag, label, oversubscription
@@ -45,7 +46,7 @@ def _with_spread(row, col: str, places: int) -> str:
     return text
 
 
-def _held(row, tolerance: float) -> str:
+def _held(row, tolerance: float, way: str) -> str:
     held = row.get("accuracy_held")
     if row.get("status") != "ok" and pd.isna(row.get("throughput_samples_s")):
         return ""
@@ -53,15 +54,18 @@ def _held(row, tolerance: float) -> str:
         return '<span class="na">not logged</span>'
     if bool(held):
         return '<span class="held">&#10003; held</span>'
-    return f'<span class="failed">&#10007; not held (drop &gt; {escape(f"{tolerance:g}")})</span>'
+    change = "drop" if way == "max" else "rise"
+    return f'<span class="failed">&#10007; not held ({change} &gt; {escape(f"{tolerance:g}")})</span>'
 
 
 def scaling_table(data):
     s = data.summary
     metric = s.attrs.get("accuracy_metric", "accuracy")
     tol = s.attrs.get("tolerance", 0.0)
+    way = s.attrs.get("accuracy_direction", "max")
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
-             "Throughput (samples/s)", "Fit time (s)", "Time / epoch (s)", escape(metric),
+             "Throughput (samples/s)", "Fit time (s)", "Time / epoch (s)",
+             f'{escape(metric)}<br><span class="spread">{escape(accuracy.better(way))}</span>',
              "&Delta; vs baseline", "Accuracy"]
     rows = []
     for _, r in s.iterrows():
@@ -84,7 +88,7 @@ def scaling_table(data):
             _with_spread(r, "throughput_samples_s", 0), _with_spread(r, "fit_time_s", 1),
             num(r["time_per_epoch_s"], 2), num(r.get(metric), 4),
             "n/a" if pd.isna(r.get("accuracy_delta")) else f"{r['accuracy_delta']:+.4f}",
-            _held(r, tol)]))
+            _held(r, tol, way)]))
     text_cols = (2, 11)
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
     note = (f"Median over repeats; below it the range (min&ndash;max) and, with 3 or more repeats, "

@@ -34,10 +34,10 @@ def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
     return done
 
 
-def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float,
+def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float, mode: str = "auto",
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
           earlier: pd.DataFrame | None = None, compared_with: str | None = None) -> ReportData:
-    summary = analysis.summarize(runs, baseline, metric, tolerance)
+    summary = analysis.summarize(runs, baseline, metric, tolerance, mode)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary = verdict.add_caveats(summary)
     summary.attrs["threshold"] = threshold

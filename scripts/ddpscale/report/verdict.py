@@ -67,23 +67,47 @@ def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def usable(summary: pd.DataFrame) -> pd.DataFrame:
-    """Finished topologies whose accuracy did not fail (not logged is not a failure) and that
-    were not oversubscribed (those measured contention, not scaling)."""
+    """Finished topologies that were not oversubscribed (those measured contention, not
+    scaling) and whose accuracy held. Where accuracy is compared, a row whose metric is not
+    known is left out too (never recommended as if it held); where it is not compared at all
+    (report.accuracy.not_compared), speed alone decides and the recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    finished = finished[finished["accuracy_held"].fillna(True).astype(bool)]
+    unknown = not compared(summary)
+    finished = finished[finished["accuracy_held"].fillna(unknown).astype(bool)]
     return finished.drop(flagged(finished, "oversubscribed").index)
+
+
+def compared(summary: pd.DataFrame) -> bool:
+    """Whether the baseline logged the accuracy metric, so held or not means something."""
+    return not summary.attrs.get("accuracy_not_compared")
+
+
+def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
+    """Finished rows left out of the recommendation because their metric was not logged."""
+    if not compared(summary):
+        return None
+    done = summary[summary["throughput_samples_s"].notna()]
+    rows = done[done["accuracy_held"].isna()]
+    if rows.empty:
+        return None
+    metric = summary.attrs.get("accuracy_metric")
+    return (f"Left out of the recommendation: {_names(rows)}, whose runs did not log {metric}, so "
+            "whether accuracy held there is not known.")
 
 
 def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
     ok = usable(summary)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
+    if not compared(summary):
+        metric = summary.attrs.get("accuracy_metric")
+        where += f"by speed alone (accuracy not compared: {metric} not logged), "
     if ok.empty:
+        held = " with accuracy held" if compared(summary) else ""
         if len(flagged(summary, "oversubscribed")):
-            return (f"{where}no topology finished with accuracy held on enough cores, so there is "
-                    "nothing to recommend")
-        return f"{where}no topology finished with accuracy held, so there is nothing to recommend"
+            return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
+        return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
     fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
     efficient = ok[ok["efficiency"] >= threshold - 1e-9]
     fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
@@ -98,8 +122,11 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
         else:
             keep = (f"the largest that stays above {threshold:.0%} efficiency is "
                     f"{top['topology']} ({_devices(summary, top)}, {top['efficiency']:.0%})")
-    sentence = f"{fast}; {keep}"
-    return where + sentence if where else sentence[0].upper() + sentence[1:]
+    return _capital(f"{where}{fast}; {keep}")
+
+
+def _capital(sentence: str) -> str:
+    return sentence[:1].upper() + sentence[1:]
 
 
 def _devices(summary: pd.DataFrame, row) -> str:
@@ -173,7 +200,8 @@ def recompile_note(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> s
 def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
     bound = boundness.judge_baseline(summary, runs, steps)
-    notes = [oversubscribed_note(summary), simulated_nodes_note(summary),
+    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
+             oversubscribed_note(summary), simulated_nodes_note(summary),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),
              recompile_note(summary, runs)]

@@ -1,0 +1,77 @@
+"""Which logged metric the report compares with the baseline, and which way is better.
+
+A module logs under names of its own (`self.log("valid/accuracy", ...)`); every run's
+metrics.json keeps each scalar it logged under `logged_metrics`. `accuracy.metric` names one
+of them and `accuracy.mode` says which way is better: max (an accuracy), min (a loss), or auto,
+read from the name. A metric no run logged is not an error: the report says accuracy was not
+compared, names what the runs did log, and recommends by speed alone, saying so.
+Pure pandas, no torch.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+# Words in a metric's name that make lower better under mode auto (val_loss, test/error,
+# perplexity, val_mse, ...); any other name is taken as an accuracy-like score.
+LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "ce", "bce",
+                   "xent", "wer", "cer", "bpc", "bpb", "kl")
+# The keys metrics files had before logged_metrics was recorded in every run.
+OLD_TOP_LEVEL = ("val_loss", "val_acc", "test_acc")
+# 0.90 - 0.88 is -0.0200000000000000018 in binary floating point; without slack a drop of
+# exactly the tolerance would be reported as a failure.
+FLOAT_SLACK = 1e-9
+
+
+def direction(metric: str, mode: str = "auto") -> str:
+    """'max' (higher is better) or 'min' (lower is better)."""
+    if mode in ("max", "min"):
+        return mode
+    words = [w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w]
+    lower = any(w in LOWER_IS_BETTER or w.endswith(("loss", "error")) for w in words)
+    return "min" if lower else "max"
+
+
+def better(direction_: str) -> str:
+    return "lower is better" if direction_ == "min" else "higher is better"
+
+
+def values(runs: pd.DataFrame, metric: str) -> pd.Series:
+    """The metric's value per run: from logged_metrics, else (older files) a top-level key."""
+    logged = runs["logged_metrics"] if "logged_metrics" in runs else pd.Series(None, index=runs.index)
+    top = runs[metric] if metric in runs else pd.Series(None, index=runs.index)
+    found = [m.get(metric) if isinstance(m, dict) and metric in m else t for m, t in zip(logged, top)]
+    return pd.to_numeric(pd.Series(found, index=runs.index, dtype=object), errors="coerce")
+
+
+def logged_names(runs: pd.DataFrame) -> list[str]:
+    """Every metric name some run logged, sorted."""
+    names = set()
+    for logged in runs.get("logged_metrics", []):
+        if isinstance(logged, dict):
+            names.update(logged)
+    for key in OLD_TOP_LEVEL:  # files from before logged_metrics
+        if key in runs and runs[key].notna().any():
+            names.add(key)
+    return sorted(names)
+
+
+def held(delta: pd.Series, tolerance: float, direction_: str) -> pd.Series:
+    """True where the metric moved at most `tolerance` the wrong way from the baseline's; NA
+    where it is not known."""
+    worse = -delta if direction_ == "max" else delta
+    out = (worse <= tolerance + FLOAT_SLACK).astype("boolean")
+    out[delta.isna()] = pd.NA
+    return out
+
+
+def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it: bool, anyone_has_it: bool) -> str | None:
+    """Why accuracy could not be compared at all, or None when it was."""
+    if baseline_has_it:
+        return None
+    names = ", ".join(logged) if logged else "no scalar metric"
+    if anyone_has_it:
+        return (f"accuracy not compared: {metric} not logged by the baseline {baseline}; the runs logged: "
+                f"{names}")
+    return f"accuracy not compared: {metric} not logged; the runs logged: {names}"

@@ -1,0 +1,91 @@
+"""Any logged metric can be compared with the baseline, each with its direction (report.accuracy),
+and the log of a run says at its first validation whether the configured one is there."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ddpscale.report import accuracy, verdict
+from ddpscale.training import metriccheck
+from test_analysis import make_run, summarize
+
+
+@pytest.mark.parametrize("name,way", [
+    ("test_acc", "max"), ("valid/accuracy", "max"), ("val_f1", "max"), ("top5", "max"),
+    ("val_loss", "min"), ("valid/loss", "min"), ("test/error", "min"), ("val_perplexity", "min"),
+    ("val_mse", "min"), ("train_ce", "min"), ("reconstruction_loss", "min"), ("TestError", "min"),
+])
+def test_direction_is_read_from_the_name_under_auto(name, way):
+    assert accuracy.direction(name, "auto") == way
+
+
+def test_a_stated_direction_wins_over_the_name():
+    assert accuracy.direction("val_loss", "max") == "max" and accuracy.direction("test_acc", "min") == "min"
+
+
+def test_values_come_from_logged_metrics_and_older_files_from_the_top_level():
+    runs = pd.DataFrame([{"logged_metrics": {"valid/accuracy": 0.8}, "test_acc": None},
+                         {"logged_metrics": {"valid/accuracy": 0.7, "test_acc": 0.6}, "test_acc": 0.6},
+                         {"test_acc": 0.5}])  # a file from before logged_metrics
+    assert accuracy.values(runs, "valid/accuracy").tolist()[:2] == [0.8, 0.7]
+    assert pd.isna(accuracy.values(runs, "valid/accuracy").iloc[2])
+    assert accuracy.values(runs, "test_acc").tolist()[1:] == [0.6, 0.5]
+    assert accuracy.logged_names(runs) == ["test_acc", "valid/accuracy"]
+
+
+def test_a_loss_holds_when_it_rises_at_most_the_tolerance():
+    delta = pd.Series([0.02, 0.0201, -0.5, None], dtype="float64")
+    assert accuracy.held(delta, 0.02, "min").tolist() == [True, False, True, pd.NA]
+    assert accuracy.held(-delta, 0.02, "max").tolist() == [True, False, True, pd.NA]
+
+
+def test_a_loss_as_the_metric_flags_the_run_whose_loss_rose():
+    runs = [make_run("1x1", logged_metrics={"val_loss": 0.30}), make_run("1x2", logged_metrics={"val_loss": 0.40}),
+            make_run("2x2", logged_metrics={"val_loss": 0.10})]
+    table = summarize(runs, metric="val_loss", tolerance=0.05).set_index("topology")
+    assert table.attrs["accuracy_direction"] == "min" and table.attrs["accuracy_not_compared"] is None
+    assert table["accuracy_held"].tolist() == [True, False, True]
+
+
+def test_a_metric_no_run_logged_is_not_compared_and_speed_alone_recommends():
+    only_its_own = {"val_loss": None, "val_acc": None, "test_acc": None}
+    runs = [make_run("1x1", logged_metrics={"valid/accuracy": 0.9}, **only_its_own),
+            make_run("1x2", logged_metrics={"valid/accuracy": 0.5}, throughput_samples_s=200.0, **only_its_own)]
+    table = summarize(runs, metric="valid/acc")
+    assert table.attrs["accuracy_not_compared"] == (
+        "accuracy not compared: valid/acc not logged; the runs logged: valid/accuracy")
+    assert table["accuracy_held"].isna().all()
+    table["status"] = "ok"
+    sentence = verdict.recommendation(table, 0.8)
+    assert "by speed alone (accuracy not compared: valid/acc not logged)" in sentence
+    assert "the fastest is 1x2" in sentence
+
+
+def test_with_accuracy_compared_a_row_without_the_metric_is_never_recommended():
+    runs = [make_run("1x1", test_acc=0.9), make_run("1x2", test_acc=0.9, throughput_samples_s=150.0),
+            make_run("2x2", test_acc=None, throughput_samples_s=400.0)]  # its test pass logged nothing
+    table = summarize(runs)
+    table["status"] = "ok"
+    assert "the fastest is 1x2" in verdict.recommendation(table, 0.5)
+    assert verdict.unknown_accuracy_note(table) == (
+        "Left out of the recommendation: 2x2, whose runs did not log test_acc, so whether accuracy held "
+        "there is not known.")
+
+
+def test_the_baseline_without_the_metric_leaves_accuracy_not_compared():
+    runs = [make_run("1x1", test_acc=None), make_run("1x2", test_acc=0.9)]
+    assert summarize(runs).attrs["accuracy_not_compared"].startswith(
+        "accuracy not compared: test_acc not logged by the baseline 1x1; the runs logged: ")
+
+
+def test_the_log_says_at_the_first_validation_whether_the_metric_is_there():
+    assert metriccheck.first_validation_line("valid/accuracy", {"valid/accuracy": 0.875}, False) == (
+        "ddpscale: accuracy.metric valid/accuracy is logged (0.875 after the first validation)")
+    later = metriccheck.first_validation_line("test_acc", {"val_loss": 0.3}, test_pass=True)
+    assert "not logged by validation (it logged: val_loss); it may still come from the test pass" in later
+    missing = metriccheck.first_validation_line("valid/acc", {"valid/accuracy": 0.8, "valid/loss": 0.4}, False)
+    assert missing.startswith("ddpscale: warning: accuracy.metric valid/acc is not logged (the first "
+                              "validation logged: valid/accuracy, valid/loss)")
+    assert metriccheck.end_line("test_acc", {"test_acc": 0.5}) is None
+    assert "was not logged by this run (it logged: val_loss)" in metriccheck.end_line("test_acc", {"val_loss": 1.0})
