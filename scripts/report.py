@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.io import atomic_write  # noqa: E402
-from ddpscale.report import analysis, breakdown, plots, records, reportdata, verdict  # noqa: E402
+from ddpscale.report import analysis, breakdown, measured, plots, records, reportdata, verdict  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -37,6 +38,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-dir", type=Path, default=None,
                    help="train logs (<dir>/<topology>/r<k>.log): a log without metrics is a failure")
     p.add_argument("--compare", type=Path, default=None, help="an earlier scaling.tsv to compare with")
+    p.add_argument("--experiment", default=None, help="the experiment's name (config experiment), for the report's head")
+    p.add_argument("--config-files", default=None, help="the config files of the runs, e.g. 'config/config.yaml + my.yaml'")
+    p.add_argument("--dataset", type=json.loads, default=None, help="JSON: config dataset (generator and its settings)")
+    p.add_argument("--data-args", type=json.loads, default=None, help="JSON: config data.init_args")
     p.add_argument("--out-dir", default="results/report", type=Path)
     return p.parse_args(argv)
 
@@ -59,14 +64,16 @@ def main(argv=None) -> int:
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),
             earlier=verdict.read_earlier(args.compare) if args.compare else None,
-            compared_with=str(args.compare) if args.compare else None)
+            compared_with=str(args.compare) if args.compare else None,
+            description=measured.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
     except ValueError as exc:
         # A user-facing problem with the inputs: one line, no traceback.
         print(f"ddpscale report: {exc}", file=sys.stderr)
         return 2
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    tables = {"scaling.tsv": analysis.rounded(data.summary), "breakdown.tsv": data.steps,
+    tables = {"scaling.tsv": measured.with_columns(analysis.rounded(data.summary), data.description),
+              "breakdown.tsv": data.steps,
               "prediction.tsv": data.prediction}
     for name, table in tables.items():
         atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, reportdata
+from ddpscale.report import analysis, measured, reportdata
 from ddpscale.report import html as report_html
 from test_analysis import make_run
 
@@ -63,9 +63,11 @@ def test_all_outputs_written(sim_report):
 
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
-    assert list(tsv.columns) == list(analysis.SUMMARY_COLUMNS) + [
+    assert list(tsv.columns) == ["topology", *measured.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
         "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
         analysis.CAVEAT_COLUMNS) + ["status", "caveats"]
+    # what was measured, on every row (runs without the workflow's flags say unknown)
+    assert set(tsv["model_class"]) == {"M"} and set(tsv["experiment"]) == {"unknown"}
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
     t = tsv.set_index("topology")
     assert t.loc["1x1", "repeats"] == 2

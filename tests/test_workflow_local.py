@@ -44,6 +44,20 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
     assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
+    # what was measured, in the page's head and on every row of scaling.tsv
+    from ddpscale.workloads.models import SpiralMLP
+
+    params = sum(p.numel() for p in SpiralMLP(**tiny_config()["model"]["init_args"]).parameters())
+    assert json.loads(workspace.metrics("1x1").read_text())["model_parameters"] == params
+    head = html.split('<section id="verdict">')[0]
+    assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in head
+    for shown in ("ddpscale.workloads.models.SpiralMLP", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
+                  "spiral (generated): 1200 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
+                  "config/config.yaml", "<th class=\"l\">Epochs</th><td class=\"l\">2</td>",
+                  "<td class=\"l\">strong</td>", "<td class=\"l\">64</td>", "32-true"):
+        assert shown in head, shown
+    assert set(table["model_parameters"]) == {params} and set(table["experiment"]) == {"spiralmlp"}
+    assert set(table["batch_size"]) == {64} and set(table["max_epochs"]) == {2}
     probe = json.loads(workspace.metrics("2x1").read_text())["probe"]
     assert probe["world_size"] == 2 and probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"]
     assert probe["node_ranks"] == [0, 1], "the probe ran on the ranks that trained"
@@ -164,6 +178,14 @@ def test_each_experiment_keeps_its_own_folder(workspace):
     other = workspace.path / "results/blobsclassifier"
     record = json.loads((other / "runs/1x1/r0/metrics.json").read_text())
     assert record["model_class"] == "usermods.tiny.BlobsClassifier" and (other / "report/report.html").exists()
+    # the two reports say which workload each measured
+    titles = {folder: (folder / "report/report.html").read_text().split("<h1>")[1].split("</h1>")[0]
+              for folder in (spiral, other)}
+    assert titles[other] == f"ddpscale: blobsclassifier: BlobsClassifier ({record['model_parameters']:,} parameters) on BlobsData"
+    assert titles[spiral].startswith("ddpscale: spiralmlp: SpiralMLP (")
+    other_table = pd.read_csv(other / "report/scaling.tsv", sep="\t")
+    assert set(other_table["config_files"]) == {"config/config.yaml + blobs.yaml"}
+    assert set(other_table["dataset"]) == {"the data module's own (BlobsData: samples 300)"}
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept, "the first experiment was touched"
 
     def status(*args) -> str:

@@ -69,6 +69,11 @@ def get_report_flags(wildcards):
         "--efficiency-threshold": config["report"]["efficiency_threshold"],
         "--repeats": config["repeats"],
         "--log-dir": LAYOUT.train_logs,
+        # what the report says it measured, beside what the runs recorded
+        "--experiment": EXPERIMENT,
+        "--config-files": CONFIG_SOURCE,
+        "--dataset": json.dumps(config["dataset"], sort_keys=True),
+        "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
     }
     if config["report"]["compare_with"]:
         flags["--compare"] = config["report"]["compare_with"]

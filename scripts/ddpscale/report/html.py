@@ -11,7 +11,7 @@ from html import escape
 
 import pandas as pd
 
-from ddpscale.report import accuracy, boundness
+from ddpscale.report import accuracy, boundness, measured
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers
@@ -40,6 +40,8 @@ h2{margin-top:1.4em;border-bottom:1px solid #ddd} p.note{font-size:.9em;color:#4
 .caveat{color:#9a6700;font-weight:600} tr.caveat-row td{background:#fff8c5}
 p.caveat{color:#222;font-weight:normal;border-left:4px solid #d39e00;padding-left:.6em}
 .tag{display:block;min-width:10em;font-size:.85em} p.caveat code{white-space:nowrap}
+#measured{font-size:.85em;margin:.4em 0 1em} #measured th{background:none;font-weight:600;border:none;padding:.1em .8em .1em 0}
+#measured td{border:none;padding:.1em 0}
 """
 
 
@@ -228,13 +230,21 @@ def _plots(images: dict[str, bytes]) -> str:
     return f'<section id="plots"><h2>Plots</h2>{figures}</section>'
 
 
+def _measured(description: dict) -> str:
+    """What was measured, under the title: two reports of different workloads never look alike."""
+    rows = "".join(f'<tr><th class="l">{escape(measured.LABELS[k])}</th><td class="l">{escape(str(v))}</td></tr>'
+                   for k, v in description.items())
+    return f'<table id="measured">{rows}</table>'
+
+
 def build_report(data, images: dict[str, bytes]) -> str:
-    """The whole page: verdict first, then the tables, then the plots, then the methods."""
+    """The whole page: what was measured, the verdict, then the tables, the plots and the methods."""
+    title = escape(measured.headline(data.description))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>ddpscale: DDP scaling report</title>"
+        f"<title>ddpscale: {title}</title>"
         f"<style>{CSS}</style></head><body>"
-        "<h1>ddpscale: DDP scaling report</h1>"
+        f"<h1>ddpscale: {title}</h1>{_measured(data.description)}"
         f"{_verdict(data)}{_tables(data)}{_plots(images)}"
         f'<section id="methods"><h2>How these numbers are computed</h2>'
         f"{_methods(data.summary, data.runs)}</section>"

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, records, verdict
+from ddpscale.report import analysis, breakdown, measured, records, verdict
 
 
 @dataclass
@@ -21,6 +21,7 @@ class ReportData:
     comparison: pd.DataFrame | None = None
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
+    description: dict = field(default_factory=dict)  # measured.describe: what was measured
 
     @property
     def finished(self) -> pd.DataFrame:
@@ -36,7 +37,8 @@ def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float, mode: str = "auto",
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
-          earlier: pd.DataFrame | None = None, compared_with: str | None = None) -> ReportData:
+          earlier: pd.DataFrame | None = None, compared_with: str | None = None,
+          description: dict | None = None) -> ReportData:
     summary = analysis.summarize(runs, baseline, metric, tolerance, mode)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary = verdict.add_caveats(summary)
@@ -51,4 +53,5 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         comparison=None if earlier is None else verdict.compare(done, earlier),
         compared_with=compared_with,
         notes=verdict.caveats(summary, runs, steps) + [n for n in [records.identity_note(runs)] if n],
+        description=description or measured.describe(runs),
     )

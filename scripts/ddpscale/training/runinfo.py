@@ -213,6 +213,8 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "test_acc": scalars.get("test_acc"),
         "logged_metrics": scalars,
         "model_class": args.model_class,
+        # what the report says was measured: parameters, and those the optimizer trains
+        **parameter_counts(trainer.lightning_module),
         "data_class": args.data_class,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": pl.__version__},
@@ -220,6 +222,12 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "started_at": started,
         "finished_at": now(),
     }
+
+
+def parameter_counts(module: torch.nn.Module) -> dict:
+    params = list(module.parameters())
+    return {"model_parameters": sum(p.numel() for p in params),
+            "model_trainable_parameters": sum(p.numel() for p in params if p.requires_grad)}
 
 
 def now() -> str:

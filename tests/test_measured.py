@@ -1,0 +1,49 @@
+"""The report says what it measured (report.measured): in its head and on every scaling.tsv row."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ddpscale.report import measured
+from test_analysis import make_run
+
+SPIRAL = {"generator": "spiral", "samples": 10000, "noise": 0.2, "seed": 1234, "split": [0.7, 0.15, 0.15]}
+
+
+def test_the_description_reads_the_runs_and_the_workflow():
+    runs = pd.DataFrame([make_run("1x1", model_parameters=3234, scaling="strong", effective_batch=64,
+                                  batch_per_device=64, precision="32-true", max_epochs=3, compile="none"),
+                         make_run("1x2", model_parameters=3234, scaling="strong", effective_batch=64,
+                                  batch_per_device=32, precision="32-true", max_epochs=3, compile="none")])
+    runs["model_class"], runs["data_class"] = "pkg.models.SpiralMLP", "pkg.data.SpiralDataModule"
+    text = measured.describe(runs, "spiralmlp", "config/config.yaml + my.yaml", SPIRAL, {"resident": True})
+    assert text == {
+        "experiment": "spiralmlp", "model_class": "pkg.models.SpiralMLP", "model_parameters": "3234",
+        "data_class": "pkg.data.SpiralDataModule",
+        "dataset": "spiral (generated): 10000 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
+        "config_files": "config/config.yaml + my.yaml", "max_epochs": "3", "batch_scaling": "strong",
+        "batch_size": "64", "precision": "32-true", "compile": "none"}
+    assert measured.headline(text) == "spiralmlp: SpiralMLP (3,234 parameters) on SpiralDataModule"
+    table = measured.with_columns(pd.DataFrame({"topology": ["1x1", "1x2"], "speedup": [1.0, 1.8]}), text)
+    assert list(table.columns) == ["topology", *measured.COLUMNS, "speedup"]
+    assert table["model_parameters"].tolist() == ["3234", "3234"]
+
+
+def test_weak_scaling_names_the_batch_per_device_and_strong_with_accumulation_the_step_batch():
+    weak = pd.DataFrame([make_run("1x2", scaling="weak", batch_per_device=32, effective_batch=64)])
+    assert measured.describe(weak)["batch_size"] == "32"
+    strong = pd.DataFrame([make_run("1x2", scaling="strong", batch_per_device=16, effective_batch=128,
+                                    accumulate_grad_batches=4)])
+    assert measured.describe(strong)["batch_size"] == "32"
+
+
+def test_a_data_module_with_its_own_data_is_named_with_its_arguments():
+    text = measured.dataset_text({"generator": "none"}, {"vocab_size": 256, "seq_len": 64},
+                                 "ddpscale.workloads.markov_datamodule.MarkovTokens")
+    assert text == "the data module's own (MarkovTokens: vocab_size 256, seq_len 64)"
+
+
+def test_runs_from_before_the_count_say_unknown():
+    runs = pd.DataFrame([make_run("1x1")])
+    assert measured.describe(runs)["model_parameters"] == "unknown"
+    assert "(" not in measured.headline(measured.describe(runs)).split(":")[1]
