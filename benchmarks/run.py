@@ -10,7 +10,8 @@
    then each fast path's before/after on the Lightning loop (resident batches, torch.compile,
    bf16-mixed, per-step logging), every comparison's variants run in the same processes in
    rotating order, and the per-step cost of ddpscale's own callbacks, timed directly;
-3. the local default pipeline end to end from empty results, and a dry run;
+3. the local default pipeline end to end from empty results, and dry runs (the first one
+   imports the user's modules once; the next finds their facts cached);
 4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work (median of rounds).
 """
 
@@ -113,8 +114,11 @@ def snakemake(ws: Path, *args) -> float:
 
 def pipeline(tmp: Path) -> dict:
     ws = workspace(tmp)
+    # the first parse imports the model and data modules once for the contract check; the next
+    # finds their facts cached (the files are unchanged)
+    first = snakemake(ws, "--dry-run")
     dry = snakemake(ws, "--dry-run")
-    return {"dry_run_s": dry, "pipeline_s": snakemake(ws)}
+    return {"dry_run_first_s": first, "dry_run_s": dry, "pipeline_s": snakemake(ws)}
 
 
 def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
@@ -210,7 +214,10 @@ def main(argv=None) -> int:
             res = pipeline(tmp)
             rows.append(("local default pipeline, empty results -> report (s)",
                          fmt(res["pipeline_s"], TARGETS["pipeline_s"], higher_is_better=False)))
-            rows.append(("dry run (s)", fmt(res["dry_run_s"], TARGETS["dry_run_s"], higher_is_better=False)))
+            rows.append(("first dry run: imports the model and data modules for the contract check (s)",
+                         fmt(res["dry_run_first_s"])))
+            rows.append(("dry run, their files unchanged (s)", fmt(res["dry_run_s"], TARGETS["dry_run_s"],
+                                                                     higher_is_better=False)))
         if "resume" in args.only:
             # Start-up (about 9 s) is most of the remaining work and varies by seconds between
             # processes here, so one kill-and-rerun is a noisy figure: take the median of rounds.

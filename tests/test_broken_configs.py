@@ -26,7 +26,7 @@ CORPUS = ROOT / "tests/fixtures/broken_configs"
 EXPECTED = {
     "warmup_leaves_no_steady_epoch": ["warmup_epochs is 3 but max_epochs is 3", "set warmup_epochs below max_epochs"],
     "misspelt_key.full": ["unknown key 'max_epoch'", "did you mean 'max_epochs'?"],
-    "misspelt_nested_key": ["unknown key 'scalling' in batch", "did you mean 'scaling'?"],
+    "misspelt_nested_key": ["broken.yaml: unknown key 'scalling' in batch", "did you mean 'scaling'?"],
     "number_in_quotes": ["batch.size is '64'", "write 64 without quotes"],
     "topology_without_devices": ["topologies[1] is '2x'", "write NODESxDEVICES"],
     "topology_zero_nodes": ["topologies[1]: '0x4' has 0 nodes", "nodes must be an integer >= 1"],
@@ -67,6 +67,32 @@ EXPECTED = {
     "tab_indentation.full": ["config/config.yaml line 35: a tab indents this line", "replace the tab with spaces"],
     "unclosed_list.full": ["config/config.yaml line 10: the list opened with '[' on this line is not closed",
                            "close it with ']'"],
+    # the contract of the user's modules, checked by importing them once (issue 18): the key, the
+    # file that set it (the overlay, not config/config.yaml) and the fix
+    "data_module_without_batch_size": [
+        "broken.yaml: data.class_path: pytorch_lightning.demos.boring_classes.BoringDataModule.__init__ takes no "
+        "batch_size", "`class BoringDataModuleB(BoringDataModule): def __init__(self, batch_size, **kwargs): "
+        "super().__init__(**kwargs); self.batch_size = batch_size`", "name that class in data.class_path"],
+    "data_module_with_hparams_dict": ["broken.yaml: data.class_path: usermods.hparams.HparamsData.__init__ takes no "
+                                      "batch_size", "class HparamsDataB(HparamsData)"],
+    "class_name_typo": ["broken.yaml: model.class_path: module 'usermods.tiny' has no 'BlobsClasifier'",
+                        "did you mean 'BlobsClassifier'?"],
+    "model_not_a_lightning_module": ["broken.yaml: model.class_path: 'collections.OrderedDict' is a class of "
+                                     "collections, not a LightningModule", "name your LightningModule subclass"],
+    "batch_size_in_data_init_args": ["broken.yaml: data.init_args.batch_size is set, but ddpscale sets the batch per "
+                                     "device", "set batch.size instead"],
+    "num_workers_in_data_init_args": ["broken.yaml: data.init_args.num_workers is set",
+                                      "set dataloader.num_workers instead"],
+    "model_init_arg_misspelt": ["broken.yaml: model.init_args.hiden: SpiralMLP.__init__ takes no 'hiden'",
+                                "did you mean 'hidden'?"],
+    "model_init_arg_missing": ["broken.yaml: model.init_args: WidthNet.__init__ needs 'width'",
+                               "give it under model.init_args"],
+    "module_imports_unified_lightning": ["broken.yaml: model.class_path: module 'usermods.unified' imports "
+                                         "'lightning' (the unified package)", "import pytorch_lightning as pl",
+                                         "usermods/unified.py, line 4"],
+    "module_fails_to_import": ["broken.yaml: model.class_path: importing module 'usermods.vision' failed: "
+                               "ModuleNotFoundError: No module named 'torchvision' (usermods/vision.py, line 4)",
+                               "install torchvision in .venv"],
 }
 
 
@@ -96,6 +122,7 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
 def finished(tmp_path_factory):
     """A workspace whose data and baseline run finished for real, and its results' bytes and mtimes."""
     workspace = Workspace(tmp_path_factory.mktemp("broken") / "ws")
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")  # modules a config may name
     workspace.write_config(tiny_config())
     result = console(workspace, "baseline")
     assert result.returncode == 0, result.stderr[-3000:]

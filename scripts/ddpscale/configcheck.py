@@ -92,14 +92,19 @@ def _type_problem(key: str, value, expected, schema: dict) -> str:
     return f"{key} is {shown(value)}{' (text)' if isinstance(value, str) else ''} but must be {names}; {fix}"
 
 
-def schema_error_message(error, where: str) -> str:
-    """One jsonschema ValidationError as one line: where, key, what is wrong, how to fix it."""
+def schema_error_message(error, where) -> str:
+    """One jsonschema ValidationError as one line: where (the file that set the key, when `where`
+    is a function of the key's path), key, what is wrong, how to fix it."""
     key = key_name(error.absolute_path)
     value, rule, limit = error.instance, error.validator, error.validator_value
     about = error.schema.get("description")
+    path = tuple(error.absolute_path)
     if rule == "additionalProperties":
         known = sorted(error.schema.get("properties", {}))
         unknown = sorted(k for k in value if k not in known)
+        path += (unknown[0],)
+    where = where(path) if callable(where) else where
+    if rule == "additionalProperties":
         section = "at the top level" if key == "the config" else f"in {key}"
         hints = [closest(k, known) for k in unknown]
         fix = hints[0] if len(unknown) == 1 and hints[0] else f"; the keys allowed there are {', '.join(known)}"
@@ -233,24 +238,50 @@ def setting_problems(config: dict, topologies: list[Topology], where: str = DEFA
     return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
 
 
+def relative_name(path, workdir) -> str:
+    """A config file as the user names it: relative to the working directory where it lies in it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(workdir).resolve()))
+    except ValueError:
+        return str(path)
+
+
 def config_source(files, workdir) -> str:
     """The config files, relative to the working directory where they lie in it.
 
     Snakemake lists --configfile files before the workflow's own config/config.yaml, though
     they override it: the default comes first here, as the user thinks of it.
     """
-    names = []
-    for f in files:
-        path = Path(f)
-        try:
-            names.append(str(path.resolve().relative_to(Path(workdir).resolve())))
-        except ValueError:
-            names.append(str(path))
-    names = list(dict.fromkeys(names))
+    names = list(dict.fromkeys(relative_name(f, workdir) for f in files))
     if DEFAULT_CONFIG in names:
         names.remove(DEFAULT_CONFIG)
         names.insert(0, DEFAULT_CONFIG)
     return " + ".join(names) or DEFAULT_CONFIG
+
+
+def _has(tree, path) -> bool:
+    for part in path:
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
+def key_source(path, layers: list[tuple[str, dict]]) -> str:
+    """The file that set a key, as the user wrote it: the last layer holding it, layers in
+    Snakemake's order (config/config.yaml, each --configfile, then --config); for model/data
+    init_args only layers from the last one naming that section's class_path count, since that
+    file brings the section's init_args alone (own_init_args in common.smk). A key no layer sets
+    (a schema default) is named with every file."""
+    path = tuple(path)
+    start = 0
+    if len(path) >= 2 and path[0] in ("model", "data") and path[1] == "init_args":
+        named = [i for i, (_, tree) in enumerate(layers) if _has(tree, (path[0], "class_path"))]
+        start = named[-1] if named else 0
+    for name, tree in reversed(layers[start:]):
+        if _has(tree, path):
+            return name
+    return " + ".join(name for name, _ in layers) or DEFAULT_CONFIG
 
 
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:

@@ -29,13 +29,36 @@ def own_init_args(config, overrides):
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.configcheck import (  # noqa: E402
     ACCURACY_METRIC_ENV,
+    DEFAULT_CONFIG,
     config_source,
     file_problems,
+    key_source,
+    relative_name,
     schema_problems,
     setting_problems,
 )
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
+
+
+def config_layers():
+    """(file, what it sets) in Snakemake's order: config/config.yaml, each --configfile, --config."""
+    layers = (
+        [(DEFAULT_CONFIG, yaml.safe_load(Path(DEFAULT_CONFIG).read_text()))] if Path(DEFAULT_CONFIG).is_file() else []
+    )
+    for path in workflow.config_settings.configfiles:
+        layers.append((relative_name(path, os.getcwd()), yaml.safe_load(Path(path).read_text()) or {}))
+    if workflow.config_settings.config:
+        layers.append(("--config", dict(workflow.config_settings.config)))
+    return layers
+
+
+CONFIG_LAYERS = config_layers()
+
+
+def source(path):
+    """The file that set a config key (a tuple of its path), for the first words of a message."""
+    return key_source(path, CONFIG_LAYERS)
 
 
 def check_config_schema():
@@ -44,7 +67,7 @@ def check_config_schema():
     validate() still runs after this: it fills in the schema's defaults.
     """
     schema = yaml.safe_load((Path(workflow.basedir) / "schemas/config.schema.yaml").read_text())
-    problems = schema_problems(config, schema, CONFIG_SOURCE)
+    problems = schema_problems(config, schema, source)
     if problems:
         raise WorkflowError("\n".join(problems))
 
@@ -79,6 +102,9 @@ from ddpscale.cluster.topology import (  # noqa: E402
 from ddpscale.io import last_nonempty_line  # noqa: E402
 from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
+from ddpscale.training import contractfacts  # noqa: E402
+from ddpscale.training.contract import owned_init_args  # noqa: E402
+from ddpscale.training.contract import problems as contract_problems  # noqa: E402
 from ddpscale.training.plugins import PluginError, check_importable  # noqa: E402
 from ddpscale.workloads.spiral import corruption, manifest_path_for  # noqa: E402
 
@@ -113,6 +139,8 @@ def check_experiment_folder():
 
 # The interpreter running Snakemake (the venv); also the one inside SLURM jobs.
 PYTHON = sys.executable
+# torch and Lightning as installed (package metadata, no import)
+INSTALLED_VERSIONS = installed_versions()
 
 
 def profile_entry(rule):
@@ -154,15 +182,42 @@ try:
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
-        check_importable(config[key]["class_path"], f"config/config.yaml, {key}.class_path", root=os.getcwd())
+        check_importable(
+            config[key]["class_path"], f"{source((key, 'class_path'))}: {key}.class_path", root=os.getcwd()
+        )
 except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
+# The user's classes are imported (seconds: torch) in a process of their own while the checks
+# below run, unless their files are unchanged since the last time (ddpscale.training.contractfacts).
+CONTRACT = contractfacts.start(
+    PYTHON,
+    str(Path(workflow.basedir).parent / "scripts/contract.py"),
+    config["model"]["class_path"],
+    config["data"]["class_path"],
+    os.getcwd(),
+    INSTALLED_VERSIONS,
+)
 # Keys that only work together, and a generated dataset too small for a batch of every topology.
 SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE) + file_problems(
     config, CONFIG_SOURCE, os.path.exists
 )
 if SETTING_PROBLEMS:
     raise WorkflowError("\n".join(SETTING_PROBLEMS))
+
+
+def check_contract():
+    """The modules keep the contract (README, "Your own model"): classes that import, are what
+    they must be, and take what the config and the workflow give them; refused here, not in a job."""
+    try:
+        facts = contractfacts.finish(CONTRACT)
+    except ValueError as err:
+        raise WorkflowError(f"{source(('model', 'class_path'))}: {err}")
+    problems = owned_init_args(config, source) + contract_problems(facts, config, source)
+    if problems:
+        raise WorkflowError("\n".join(problems))
+
+
+check_contract()
 # after the config's own mistakes: a misspelt class path is named as that, not as a clash
 check_experiment_folder()
 
@@ -192,7 +247,6 @@ except AcceleratorError as err:
     raise WorkflowError(str(err))
 GENERATED = config["dataset"]["generator"] != "none"
 
-INSTALLED_VERSIONS = installed_versions()
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
 REPEATS = list(range(config["repeats"]))
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)

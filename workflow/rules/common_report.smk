@@ -84,7 +84,7 @@ def check_compare_with():
     path = config["report"]["compare_with"]
     if path and not Path(path).is_file():
         raise WorkflowError(
-            f"config/config.yaml: report.compare_with is {path!r}, which is not a file; point it at "
+            f"{source(('report', 'compare_with'))}: report.compare_with is {path!r}, which is not a file; point it at "
             f"a scaling.tsv from an earlier run (copy {REPORT_DIR}/scaling.tsv before rerunning) "
             "or set it to null"
         )

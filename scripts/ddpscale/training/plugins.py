@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import os
 import sys
+import traceback
 
-LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+from ddpscale.training.contract import LOADER_DEFAULTS, LOADER_KEYS, no_batch_size
 # The built-in workloads moved into ddpscale.workloads; a config written before names the old
 # module, and the error says what to write instead.
 MOVED = {f"ddpscale.{name}": f"ddpscale.workloads.{name}" for name in (
@@ -56,7 +59,7 @@ def check_importable(path: str, key: str, root: str | None = None) -> None:
     """
     module, name = split_path(path, key)
     if module in MOVED:
-        raise PluginError(f"{key}: '{path}' moved to '{MOVED[module]}.{name}'; write that in config/config.yaml")
+        raise PluginError(f"{key}: '{path}' moved to '{MOVED[module]}.{name}'; write that instead")
     found = find_under(module, root) if root is not None else None
     if found is None:
         try:
@@ -66,7 +69,7 @@ def check_importable(path: str, key: str, root: str | None = None) -> None:
     if found is None:
         raise PluginError(
             f"{key}: module '{module}' of '{path}' was not found; it must be importable from "
-            "the repository root or an installed package (fix the path in config/config.yaml)"
+            "the repository root or an installed package (fix the path)"
         )
 
 
@@ -105,7 +108,7 @@ def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_fil
     names = accepted(cls)
     args = dict(user_args)
     if names is not None and "batch_size" not in names:
-        raise PluginError(f"{key}.class_path: {cls.__name__} must accept 'batch_size' (the per-device batch)")
+        raise PluginError(f"{key}.class_path: {no_batch_size(f'{cls.__module__}.{cls.__qualname__}')}")
     args["batch_size"] = batch_size
     if data_file is not None:
         if names is not None and "data_file" not in names:
@@ -114,13 +117,79 @@ def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_fil
                 "'dataset' generates one; accept it or set dataset.generator: none"
             )
         args["data_file"] = data_file
-    defaults = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
     for name in LOADER_KEYS:
         if names is None or name in names:
             args[name] = loader[name]
-        elif loader[name] != defaults[name]:
+        elif loader[name] != LOADER_DEFAULTS[name]:
             raise PluginError(
                 f"dataloader.{name} is set to {loader[name]!r} but {cls.__name__} does not accept "
                 f"'{name}'; add it to its __init__ or remove the setting"
             )
     return args
+
+
+# -- facts for the parse-time contract check (scripts/contract.py) -------------------------------
+
+def _user_frame(tb, root: str) -> str | None:
+    """'file:line' of the deepest frame of a traceback in the user's files (under root)."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        path = os.path.abspath(frame.filename)
+        if path.startswith(os.path.abspath(root) + os.sep):
+            found = f"{os.path.relpath(path, root)}, line {frame.lineno}"
+    return found
+
+
+def class_facts(path: str, base: type, root: str) -> dict:
+    """What the contract check needs of one class, importing its module (contract.class_problem
+    reads the problems, contract.init_arg_problems the arguments)."""
+    module_name, name = path.rpartition(".")[::2]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - whatever a user's module raises at import
+        first = str(err).splitlines()[0] if str(err) else "no detail"
+        return {"problem": "import", "error": f"{type(err).__name__}: {first}",
+                "missing": err.name if isinstance(err, ModuleNotFoundError) else None,
+                "where": _user_frame(err.__traceback__, root)}
+    cls = getattr(module, name, None)
+    if cls is None:
+        return {"problem": "missing", "classes": sorted(n for n, v in vars(module).items()
+                                                        if inspect.isclass(v) and not n.startswith("_"))}
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        kind = f"a class of {cls.__module__}" if inspect.isclass(cls) else f"a {type(cls).__name__}, not a class"
+        return {"problem": "base", "kind": kind}
+    params = [p for p in inspect.signature(cls.__init__).parameters.values()][1:]  # after self
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    named = [p for p in params if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
+    return {"problem": None, "accepts": None if takes_any else [p.name for p in named],
+            "required": [p.name for p in named if p.default is inspect.Parameter.empty]}
+
+
+def sha256_of(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+# The pinned stack: its versions are part of the facts' cache key, its files need no hash.
+STACK_PACKAGES = {"torch", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "torchmetrics"}
+
+
+def loaded_files(root: str, packages: set[str]) -> dict[str, str]:
+    """sha256 of every imported module file under root or in one of packages (the user's top-level
+    packages, wherever installed): what the facts were read from."""
+    root = os.path.abspath(root)
+    files = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        top = name.split(".")[0]
+        if not path or not path.endswith(".py") or top in STACK_PACKAGES:
+            continue
+        path = os.path.abspath(path)
+        if path.startswith(root + os.sep) or top in packages:
+            digest = sha256_of(path)
+            if digest:
+                files[path] = digest
+    return files
