@@ -267,6 +267,11 @@ def _has(tree, path) -> bool:
     return True
 
 
+def set_beyond_default(path, layers: list[tuple[str, dict]]) -> bool:
+    """Whether a file other than config/config.yaml (an overlay, --config) sets this key."""
+    return any(_has(tree, tuple(path)) for name, tree in layers if name != DEFAULT_CONFIG)
+
+
 def key_source(path, layers: list[tuple[str, dict]]) -> str:
     """The file that set a key, as the user wrote it: the last layer holding it, layers in
     Snakemake's order (config/config.yaml, each --configfile, then --config); for model/data

@@ -35,8 +35,11 @@ from ddpscale.configcheck import (  # noqa: E402
     key_source,
     relative_name,
     schema_problems,
+    set_beyond_default,
     setting_problems,
+    yaml_problem,
 )
+from ddpscale.training import lightningcli  # noqa: E402
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 
@@ -75,6 +78,40 @@ def check_config_schema():
 own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()
 validate(config, schema="../schemas/config.schema.yaml")
+
+
+def apply_lightning_config():
+    """A LightningCLI config (config lightning_config) brings the model, the data and the trainer
+    settings that change what is measured (ddpscale.training.lightningcli); what ddpscale sets
+    per topology is named in one line. Its values go through the schema like the config's."""
+    path = config["lightning_config"]
+    if not path:
+        return None
+    if not Path(path).is_file():
+        raise WorkflowError(
+            f"{source(('lightning_config',))}: lightning_config is {path!r}, which is not a file (paths are "
+            "relative to the directory snakemake runs in); fix the path or set it to null"
+        )
+    text = Path(path).read_text()
+    problem = yaml_problem(text, where=path)
+    if problem:
+        raise WorkflowError(problem)
+    applied = lightningcli.apply(yaml.safe_load(text), config, path, lambda key: set_beyond_default(key, CONFIG_LAYERS))
+    if applied.problems:
+        raise WorkflowError("\n".join(applied.problems))
+    config.clear()
+    config.update(applied.config)
+    CONFIG_LAYERS.append((path, applied.layer))
+    check_config_schema()
+    line = lightningcli.overridden_line(path, applied)
+    if line:
+        print(line, file=sys.stderr)
+    return applied
+
+
+LIGHTNING = apply_lightning_config()
+if LIGHTNING:
+    CONFIG_SOURCE = f"{CONFIG_SOURCE} + {config['lightning_config']}"
 from ddpscale.cluster.hostdevices import (  # noqa: E402
     AcceleratorError,
     choose_accelerator,

@@ -1,0 +1,169 @@
+"""A LightningCLI config as ddpscale's settings (config `lightning_config`).
+
+Many Lightning users describe their training in the YAML a LightningCLI reads (what
+`python main.py fit --print_config` writes): `model:` and `data:` (a class_path and init_args,
+or the init arguments alone when the CLI was made with fixed classes), `trainer:` with every
+Trainer argument, `seed_everything`, `optimizer` and `lr_scheduler`. ddpscale takes from it the
+model, the data and the trainer settings that change what is measured; it sets per topology
+what it owns (devices, nodes, strategy, loggers, callbacks, the batch per device) and names
+those as overridden in one line; a setting it cannot measure under is refused in one line.
+
+Pure: the file is read as YAML; nothing is imported (the parse stays fast, the classes are
+checked with the rest of the contract).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from ddpscale.configcheck import ALIASES
+from ddpscale.training.contract import LOADER_KEYS
+
+# pl.Trainer.__init__'s defaults in pytorch_lightning 2.6, as --print_config writes them; a key
+# at its default was not set by the user (tests/test_lightningcli.py checks the signature).
+TRAINER_DEFAULTS = {
+    "accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None,
+    "logger": None, "callbacks": None, "fast_dev_run": False, "max_epochs": None, "min_epochs": None,
+    "max_steps": -1, "min_steps": None, "max_time": None, "limit_train_batches": None,
+    "limit_val_batches": None, "limit_test_batches": None, "limit_predict_batches": None,
+    "overfit_batches": 0.0, "val_check_interval": None, "check_val_every_n_epoch": 1,
+    "num_sanity_val_steps": None, "log_every_n_steps": None, "enable_checkpointing": None,
+    "enable_progress_bar": None, "enable_model_summary": None, "accumulate_grad_batches": 1,
+    "gradient_clip_val": None, "gradient_clip_algorithm": None, "deterministic": None, "benchmark": None,
+    "inference_mode": True, "use_distributed_sampler": True, "profiler": None, "detect_anomaly": False,
+    "barebones": False, "plugins": None, "sync_batchnorm": False, "reload_dataloaders_every_n_epochs": 0,
+    "default_root_dir": None, "enable_autolog_hparams": True, "model_registry": None,
+}
+# Trainer settings ddpscale has keys of its own for: the CLI's value becomes the config's.
+MAPPED = ("max_epochs", "precision", "accumulate_grad_batches")
+# Passed to every run's pl.Trainer as they are: they change what is trained and measured, and
+# ddpscale's timing measures them as they come.
+PASSED = ("gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benchmark", "inference_mode",
+          "use_distributed_sampler", "detect_anomaly", "sync_batchnorm", "limit_train_batches",
+          "limit_val_batches", "limit_test_batches", "check_val_every_n_epoch", "reload_dataloaders_every_n_epochs")
+# Set by ddpscale for every topology (or of no use in a benchmark): the CLI's value is overridden.
+OWNED = ("accelerator", "strategy", "devices", "num_nodes", "logger", "callbacks", "plugins", "profiler",
+         "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "num_sanity_val_steps",
+         "log_every_n_steps", "default_root_dir", "enable_autolog_hparams", "model_registry", "barebones",
+         "min_epochs", "max_time", "limit_predict_batches")
+# Settings under which ddpscale's figures would not mean what they say: refused, with the fix.
+REFUSED = {
+    "max_steps": "ddpscale measures whole epochs; remove it and set trainer.max_epochs "
+                 "(trainer.limit_train_batches shortens an epoch)",
+    "min_steps": "ddpscale trains exactly trainer.max_epochs; remove it",
+    "fast_dev_run": "a debugging run measures nothing; remove it",
+    "overfit_batches": "ddpscale measures training on the whole train set; remove it "
+                       "(trainer.limit_train_batches shortens an epoch)",
+    "val_check_interval": "validation inside an epoch would split its timed training phase; remove it "
+                          "(trainer.check_val_every_n_epoch validates less often)",
+}
+TOP_LEVEL = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path", "weights_only")
+
+
+@dataclass
+class Applied:
+    config: dict  # the ddpscale config with what the CLI file sets
+    layer: dict = field(default_factory=dict)  # what it set, as ddpscale keys (the file that set a key)
+    trainer_args: dict = field(default_factory=dict)  # for every run's pl.Trainer
+    optimizers: dict = field(default_factory=dict)  # LightningCLI's optimizer / lr_scheduler, if given
+    overridden: list = field(default_factory=list)  # "trainer.devices (4)", for the one line
+    problems: list = field(default_factory=list)
+
+
+def _shown(value) -> str:
+    return "" if value is None or isinstance(value, (dict, list)) else f" ({value})"
+
+
+def _module(section: str, given, config: dict, name: str, user_set, out: Applied) -> None:
+    """model: / data: of the CLI file into the config's section."""
+    if given is None:
+        return
+    if not isinstance(given, dict):
+        out.problems.append(f"{name}: {section} is {given!r}; give class_path and init_args (or the init "
+                            "arguments) under it, as --print_config writes them")
+        return
+    if "class_path" in given:
+        class_path, args = given["class_path"], dict(given.get("init_args") or {})
+    elif user_set((section, "class_path")):  # a CLI made with a fixed class: ddpscale's config names it
+        class_path, args = config[section]["class_path"], dict(given)
+    else:
+        out.problems.append(
+            f"{name}: {section} has no class_path (the LightningCLI was made with a fixed {section} class); "
+            f"name the class: class_path and init_args under {section} in {name}, or {section}.class_path in "
+            "your ddpscale config")
+        return
+    args = {k: v for k, v in args.items() if v is not None}  # --print_config writes null for 'not set'
+    if section == "data":
+        if "batch_size" in args:
+            out.overridden.append(f"data batch_size{_shown(args.pop('batch_size'))} (the batch per device "
+                                  "comes from batch.size and batch.scaling)")
+        for knob in LOADER_KEYS:
+            if knob in args:  # the data loader's knobs are ddpscale's dataloader settings
+                out.config["dataloader"][knob] = out.layer.setdefault("dataloader", {})[knob] = args.pop(knob)
+    out.config[section] = {**out.config[section], "class_path": class_path, "init_args": args}
+    out.layer[section] = {"class_path": class_path, "init_args": args}
+
+
+def _trainer(given, name: str, out: Applied) -> None:
+    if given is None:
+        return
+    if not isinstance(given, dict):
+        out.problems.append(f"{name}: trainer is {given!r}; give the Trainer's arguments under it")
+        return
+    for key, value in given.items():
+        if key not in TRAINER_DEFAULTS:
+            out.problems.append(f"{name}: trainer.{key} is not an argument of pytorch_lightning's Trainer "
+                                "(2.6); remove it or fix its name")
+        elif value == TRAINER_DEFAULTS[key]:
+            continue  # not set by the user
+        elif key in MAPPED:
+            value = ALIASES["precision"].get(str(value), value) if key == "precision" else value
+            out.config[key] = out.layer[key] = value
+        elif key in PASSED:
+            out.trainer_args[key] = value
+        elif key in OWNED:
+            out.overridden.append(f"trainer.{key}{_shown(value)}")
+        else:
+            out.problems.append(f"{name}: trainer.{key} is {value!r}, but {REFUSED[key]}")
+
+
+def apply(cli, config: dict, name: str, user_set) -> Applied:
+    """The config with the CLI file's model, data and trainer settings. user_set(key path) says
+    whether a file other than config/config.yaml set a ddpscale key (a fixed-class CLI's class, a
+    dataset the user chose)."""
+    out = Applied(copy.deepcopy(config))
+    if not isinstance(cli, dict):
+        out.problems.append(f"{name}: a LightningCLI config is a mapping of model, data, trainer, ...; "
+                            f"this file holds {type(cli).__name__}")
+        return out
+    for key in cli:
+        if key not in TOP_LEVEL:
+            out.problems.append(f"{name}: '{key}' is not a key of a LightningCLI fit config (those are "
+                                f"{', '.join(TOP_LEVEL)}); remove it")
+    _module("model", cli.get("model"), config, name, user_set, out)
+    _module("data", cli.get("data"), config, name, user_set, out)
+    if "data" in out.layer and not user_set(("dataset", "generator")):
+        # the CLI's data module brings its own data: no spiral dataset to generate for it
+        out.config["dataset"]["generator"] = out.layer.setdefault("dataset", {})["generator"] = "none"
+    _trainer(cli.get("trainer"), name, out)
+    seed = cli.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        out.config["seed"] = out.layer["seed"] = seed
+    elif seed is True:
+        out.overridden.append(f"seed_everything (true: ddpscale seeds every run with seed {config['seed']}, "
+                              "so that topologies train alike)")
+    for key in ("optimizer", "lr_scheduler"):
+        if cli.get(key) is not None:
+            out.optimizers[key] = cli[key]
+    for key in ("ckpt_path", "weights_only"):
+        if cli.get(key) is not None:
+            out.overridden.append(f"{key}{_shown(cli[key])} (ddpscale resumes from its own checkpoints)")
+    return out
+
+
+def overridden_line(name: str, applied: Applied) -> str | None:
+    """The one line naming what ddpscale sets instead of the CLI file."""
+    if not applied.overridden:
+        return None
+    return f"ddpscale: {name}: set by ddpscale for every topology, so overridden: {'; '.join(applied.overridden)}"

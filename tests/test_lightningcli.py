@@ -1,0 +1,103 @@
+"""A LightningCLI config as ddpscale's settings (ddpscale.training.lightningcli), read from the
+files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from ddpscale.training import lightningcli
+
+FIXTURES = ROOT / "tests/fixtures"
+
+
+def print_config(*args: str) -> dict:
+    """What `python cli_main.py fit ... --print_config` writes, as a user would save it."""
+    done = subprocess.run([sys.executable, "usermods/cli_main.py", "fit", *args, "--print_config"], cwd=FIXTURES,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(FIXTURES)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return yaml.safe_load(done.stdout)
+
+
+def ddpscale_config() -> dict:
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["experiment"], config["accumulate_grad_batches"] = None, 1
+    return config
+
+
+def test_every_trainer_argument_is_classified_with_lightnings_own_default():
+    """A new Lightning's new Trainer argument fails here until it is classified."""
+    import pytorch_lightning as pl
+
+    params = {name: p.default for name, p in inspect.signature(pl.Trainer.__init__).parameters.items() if name != "self"}
+    assert lightningcli.TRAINER_DEFAULTS == params
+    kinds = [set(lightningcli.MAPPED), set(lightningcli.PASSED), set(lightningcli.OWNED), set(lightningcli.REFUSED)]
+    assert set().union(*kinds) == set(params) and sum(map(len, kinds)) == len(params), "each argument in one kind"
+
+
+@pytest.mark.slow
+def test_a_subclass_mode_cli_config_brings_model_data_and_what_changes_the_measurement():
+    cli = print_config("--subclass", "--model", "usermods.renamed.RingsClassifier", "--model.width", "12",
+                       "--data", "usermods.renamed.RingsData", "--data.batch_size", "32", "--data.samples", "400",
+                       "--trainer.max_epochs", "3", "--trainer.precision", "bf16", "--trainer.devices", "4",
+                       "--trainer.strategy", "ddp", "--trainer.gradient_clip_val", "0.5",
+                       "--trainer.accumulate_grad_batches", "2", "--seed_everything", "7")
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert applied.problems == []
+    config = applied.config
+    assert config["model"] == {"class_path": "usermods.renamed.RingsClassifier", "init_args": {"width": 12, "lr": 0.05}}
+    assert config["data"]["class_path"] == "usermods.renamed.RingsData"
+    assert config["data"]["init_args"] == {"samples": 400}, "batch_size is ddpscale's, per topology"
+    assert config["dataset"]["generator"] == "none", "the CLI's data module brings its data"
+    assert (config["max_epochs"], config["precision"], config["accumulate_grad_batches"], config["seed"]) == (
+        3, "bf16-mixed", 2, 7)
+    assert applied.trainer_args == {"gradient_clip_val": 0.5}
+    line = lightningcli.overridden_line("cli.yaml", applied)
+    assert line == ("ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: data batch_size (32) "
+                    "(the batch per device comes from batch.size and batch.scaling); trainer.strategy (ddp); "
+                    "trainer.devices (4)")
+    assert applied.layer["model"]["init_args"]["width"] == 12 and applied.layer["max_epochs"] == 3
+
+
+@pytest.mark.slow
+def test_a_fixed_class_cli_config_needs_the_class_named_once():
+    cli = print_config("--model.width", "10")
+    assert "class_path" not in cli["model"]
+    config = ddpscale_config()
+    refused = lightningcli.apply(cli, config, "cli.yaml", lambda key: False)
+    assert refused.problems[0].startswith("cli.yaml: model has no class_path (the LightningCLI was made with a "
+                                          "fixed model class); name the class")
+    config["model"]["class_path"] = "usermods.renamed.RingsClassifier"
+    config["data"]["class_path"] = "usermods.renamed.RingsData"
+    named = lightningcli.apply(cli, config, "cli.yaml", lambda key: key[1] == "class_path")
+    assert named.problems == [] and named.config["model"]["init_args"] == {"width": 10, "lr": 0.05}
+    assert named.config["data"]["init_args"] == {"samples": 480}
+    assert lightningcli.overridden_line("cli.yaml", named) == (
+        "ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: seed_everything (true: ddpscale "
+        "seeds every run with seed 42, so that topologies train alike)")
+
+
+def test_settings_ddpscale_cannot_measure_under_are_refused_in_one_line_each():
+    cli = {"trainer": {"max_steps": 500, "val_check_interval": 0.25, "max_epocs": 3}, "fit": {}}
+    problems = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False).problems
+    assert problems == [
+        "cli.yaml: 'fit' is not a key of a LightningCLI fit config (those are seed_everything, trainer, model, data, "
+        "optimizer, lr_scheduler, ckpt_path, weights_only); remove it",
+        "cli.yaml: trainer.max_steps is 500, but ddpscale measures whole epochs; remove it and set trainer.max_epochs "
+        "(trainer.limit_train_batches shortens an epoch)",
+        "cli.yaml: trainer.val_check_interval is 0.25, but validation inside an epoch would split its timed training "
+        "phase; remove it (trainer.check_val_every_n_epoch validates less often)",
+        "cli.yaml: trainer.max_epocs is not an argument of pytorch_lightning's Trainer (2.6); remove it or fix its name"]
+
+
+def test_the_cli_loader_knobs_become_the_dataloader_settings():
+    cli = {"data": {"class_path": "m.D", "init_args": {"num_workers": 4, "pin_memory": True, "root": "x"}}}
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert applied.config["dataloader"]["num_workers"] == 4 and applied.config["dataloader"]["pin_memory"] is True
+    assert applied.config["data"]["init_args"] == {"root": "x"}
