@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ddpscale.cluster import ranks
 from ddpscale.measurement import progress
-from ddpscale.training import samplecount
+from ddpscale.measurement import samplecount
 
 
 class NonFiniteLossError(RuntimeError):
@@ -121,7 +121,7 @@ class ScalingMetrics(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
-        # a padded shard's repeats are not counted (ddpscale.training.samplecount)
+        # a padded shard's repeats are not counted (ddpscale.measurement.samplecount)
         self._shard = samplecount.shard_of(trainer.train_dataloader)
         _sync(pl_module.device)
         self._t0 = time.perf_counter()
