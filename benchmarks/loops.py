@@ -34,10 +34,9 @@ import torch.distributed as dist  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
-import train  # noqa: E402  the pipeline's own Trainer construction
 from ddpscale.measurement.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
 from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
-from ddpscale.training import compiling  # noqa: E402
+from ddpscale.training import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
 from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
@@ -121,7 +120,7 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
                                precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
-    trainer = train.build_trainer(flags, callbacks)
+    trainer = runargs.build_trainer(flags, callbacks)
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own
         trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
     if "no-sigterm-broadcast" in variant.options:
