@@ -140,7 +140,8 @@ class ScalingMetrics(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._count = samplecount.counted(self._count + batch_len(batch), self._shard)
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        # a manual-optimisation step that returns nothing reaches here as {}
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             # summed on the device; checked once per epoch, so no host sync per step
             loss = loss.detach().float()
