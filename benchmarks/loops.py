@@ -17,6 +17,7 @@ and its first-epoch times as JSON.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,7 +35,8 @@ import torch.distributed as dist  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
-from ddpscale.measurement.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
+from ddpscale.measurement.flops import precision_plan  # noqa: E402
+from ddpscale.measurement.stepprobe import _TrainingStep  # noqa: E402
 from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
 from ddpscale.training import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
 from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
@@ -142,8 +144,10 @@ def plain_run(s, world: int) -> tuple[float, float]:
     else:
         sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
         loader = DataLoader(dataset, batch_size=s.batch, shuffle=sampler is None, sampler=sampler)
-    optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    step = _TrainingStep(model, precision_plan(s.precision, "cpu")["autocast"], "cpu")
+    optimizer = model.configure_optimizers()  # both workloads' model returns its optimizer alone
+    autocast = precision_plan(s.precision, "cpu")["autocast"]
+    context = (lambda: torch.autocast("cpu", dtype=autocast)) if autocast else contextlib.nullcontext
+    step = _TrainingStep(model, context)
     net = torch.nn.parallel.DistributedDataParallel(step) if world > 1 else step
     model.train()
     samples, seconds, first_epoch_s = 0, 0.0, None
