@@ -9,6 +9,11 @@ Throughput counts the real ones only. The shard is read from the sampler the loa
 uses: Lightning's own, or a DistributedSampler the data module built itself (from
 torch.distributed or from its trainer), with that sampler's num_replicas, rank and drop_last.
 Evaluation is sharded without padding (ddpscale.training.samplecount).
+
+Lightning keeps a DistributedSampler it finds and wraps any other sampler in its
+DistributedSamplerWrapper, which shards the sampler's indices by rank: a custom sampler that
+already shards by rank (but is not a DistributedSampler) is then sharded twice, and each rank
+reads about 1/world^2 of the data. That is what sharded_twice() warns about.
 """
 
 from __future__ import annotations
@@ -40,3 +45,26 @@ def counted(seen: int, shard: tuple[int, int, int] | None) -> int:
     """Samples to count of `seen` taken in order from the start of a rank's shard: the padding
     repeat sits at its end, so whatever goes beyond the real samples is a repeat."""
     return seen if shard is None else min(seen, real_samples(*shard))
+
+
+def sharded_twice(loaders, world_size: int) -> str | None:
+    """A warning when Lightning wrapped a sampler that declares it shards by rank itself
+    (num_replicas > 1) but is not a DistributedSampler; None otherwise. loaders: the trainer's
+    train_dataloader (one loader, or a list or dict of them)."""
+    from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
+
+    if isinstance(loaders, dict):
+        loaders = list(loaders.values())
+    for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
+        sampler = getattr(loader, "sampler", None)
+        if not isinstance(sampler, DistributedSamplerWrapper):
+            continue
+        inner = sampler.dataset._sampler  # the user's sampler, as Lightning wrapped it
+        replicas = getattr(inner, "num_replicas", None)
+        if isinstance(replicas, int) and replicas > 1:
+            return (f"ddpscale: warning: the train dataloader's sampler {type(inner).__name__} shards by rank "
+                    f"itself (num_replicas={replicas}) but is not a torch DistributedSampler, so Lightning "
+                    f"sharded it again: each rank reads about 1/{replicas * world_size} of the training set. "
+                    "Make it a subclass of torch.utils.data.DistributedSampler (Lightning keeps those), or "
+                    "pass a plain sampler and let Lightning shard it")
+    return None

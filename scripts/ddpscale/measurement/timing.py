@@ -109,6 +109,9 @@ class ScalingMetrics(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self._fit_t0 = time.perf_counter()
         self.attempts += 1
+        twice = samplecount.sharded_twice(trainer.train_dataloader, trainer.world_size)
+        if twice and trainer.global_rank == 0:
+            print(twice, flush=True)
         if trainer.current_epoch > 0:
             self.resumed_from_epoch = trainer.current_epoch
         if self._partial is not None and self._partial["epoch"] == trainer.current_epoch:
