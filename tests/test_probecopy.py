@@ -216,3 +216,12 @@ def test_the_copy_and_its_optimizers_are_freed_after_the_probe(usermods, monkeyp
     probed, trainer = fit_with_probe(getattr(getattr(usermods, module), name)(),
                                      usermods.imagedata.TrainerShardedImages(batch_size=16, train_samples=37))
     assert len(made) == 1 and made[0]() is None, "the probe's copy outlived the probe"
+
+
+def test_the_copy_keeps_each_submodule_s_mode(usermods):
+    """Lightning 2.6 trains submodules in the mode the user left them (a frozen BatchNorm in
+    eval, say); the probe times the same steps."""
+    model = usermods.cnn.SmallCNN()
+    model.net[1].eval()
+    copied, _ = probecopy.attach(runargs.build_trainer(run_args(), []), model)
+    assert copied.training and not copied.net[1].training and copied.net[4].training

@@ -121,7 +121,8 @@ def attach(trainer, module: pl.LightningModule, compile_mode: str = "none"):
             part.log = part.log_dict = _ignore
     view = TrainerView(trainer, copied)
     copied.trainer = view
-    copied.train()
+    # each submodule keeps its train or eval mode: Lightning 2.6 trains modules in the modes
+    # the user left them in (it only warns about eval ones), so the probe does too
     return copied, view
 
 
