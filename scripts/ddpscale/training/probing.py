@@ -65,6 +65,7 @@ class _Probe:
         self.device = trainer.strategy.root_device
         self.doing = "starting"
         self.runner = self.view = self.batches = self.waits = None
+        self.step = self.gradient = self.allreduce = None  # what it measured
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
