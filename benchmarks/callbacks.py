@@ -20,8 +20,8 @@ import torch  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
-import train  # noqa: E402
 from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
+from ddpscale.training import runargs  # noqa: E402
 from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
@@ -43,7 +43,7 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
                                                         enable_version_counter=False)}
         flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu",
                                    precision="32-true", max_epochs=1, accumulate_grad_batches=1)
-        trainer = train.build_trainer(flags, list(callbacks.values())[:2])
+        trainer = runargs.build_trainer(flags, list(callbacks.values())[:2])
         trainer.fit(SpiralMLP(), datamodule=_Data())
         batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
         loss, optimizer = torch.tensor(0.5), trainer.optimizers[0]

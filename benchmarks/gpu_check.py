@@ -98,7 +98,7 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
     """Samples/s of a bare loop over the preset's model and data (what Lightning is compared with)."""
     import torch
 
-    from ddpscale.measurement.stepprobe import precision_plan
+    from ddpscale.measurement.flops import precision_plan
     from ddpscale.training import plugins
 
     preset = yaml.safe_load((ROOT / configfile).read_text())

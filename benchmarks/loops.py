@@ -17,6 +17,7 @@ and its first-epoch times as JSON.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,10 +35,10 @@ import torch.distributed as dist  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
-import train  # noqa: E402  the pipeline's own Trainer construction
-from ddpscale.measurement.stepprobe import _TrainingStep, first_optimizer, precision_plan  # noqa: E402
+from ddpscale.measurement.flops import precision_plan  # noqa: E402
+from ddpscale.measurement.stepprobe import _TrainingStep  # noqa: E402
 from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
-from ddpscale.training import compiling  # noqa: E402
+from ddpscale.training import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
 from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
@@ -121,7 +122,7 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
                                precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
-    trainer = train.build_trainer(flags, callbacks)
+    trainer = runargs.build_trainer(flags, callbacks)
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own
         trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
     if "no-sigterm-broadcast" in variant.options:
@@ -143,8 +144,10 @@ def plain_run(s, world: int) -> tuple[float, float]:
     else:
         sampler = DistributedSampler(dataset, shuffle=True) if world > 1 else None
         loader = DataLoader(dataset, batch_size=s.batch, shuffle=sampler is None, sampler=sampler)
-    optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    step = _TrainingStep(model, precision_plan(s.precision, "cpu")["autocast"], "cpu")
+    optimizer = model.configure_optimizers()  # both workloads' model returns its optimizer alone
+    autocast = precision_plan(s.precision, "cpu")["autocast"]
+    context = (lambda: torch.autocast("cpu", dtype=autocast)) if autocast else contextlib.nullcontext
+    step = _TrainingStep(model, context)
     net = torch.nn.parallel.DistributedDataParallel(step) if world > 1 else step
     model.train()
     samples, seconds, first_epoch_s = 0, 0.0, None

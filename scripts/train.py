@@ -9,12 +9,9 @@ import os
 import signal
 import sys
 import time
-from datetime import timedelta
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
-from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
@@ -23,7 +20,8 @@ from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import callbacks, compiling, metriccheck, plugins, runinfo
-from ddpscale.training.runargs import NOT_IDENTITY, add_run_args, build_modules, per_device_batch, set_threads
+from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
+                                       set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
 
 
@@ -42,20 +40,6 @@ def parse_args(argv=None):
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     return p.parse_args(argv)
-
-
-def build_trainer(args, run_callbacks: list) -> pl.Trainer:
-    topo = Topology(args.nodes, args.devices)
-    env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
-    return pl.Trainer(
-        accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
-        # one device trains as a user would without DDP; more devices use DDP
-        strategy=DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s)) if topo.world_size > 1 else "auto",
-        plugins=[env], precision=args.precision, max_epochs=args.max_epochs,
-        accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
 
 
 def is_first_rank() -> bool:

@@ -112,3 +112,52 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
 def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
     record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.002)
     assert breakdown.accumulation(record) == 1 and breakdown.comm_per_batch_s(record) == pytest.approx(0.002)
+
+
+NO_OPTIMIZER = "PluginError: M.configure_optimizers() returned no optimizer (in building the optimizers)"
+
+
+def na_probe(topology, world, reason=NO_OPTIMIZER):
+    """What a run records when its probe could not measure (it trained anyway)."""
+    return {"schema_version": 1, "status": "n/a", "reason": reason, "topology": topology, "world_size": world}
+
+
+def test_a_failed_probe_keeps_its_row_with_every_probed_term_unknown():
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0075)
+    s = summary(BASE, two)
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0), "1x2": na_probe("1x2", 2)}
+    steps = breakdown.breakdown(s, probes).set_index("topology")
+    assert list(steps.index) == ["1x1", "1x2"]
+    assert steps.loc["1x1", "probe"] == "ok" and steps.loc["1x1", "compute_s"] == pytest.approx(0.006)
+    row = steps.loc["1x2"]
+    assert row.probe == f"n/a (probe failed: {NO_OPTIMIZER})"
+    assert all(pd.isna(row[f"{t}_{unit}"]) for t in breakdown.TERMS for unit in ("s", "frac")) and pd.isna(row.step_s)
+    assert row.train_step_s == pytest.approx(0.0075), "what the training run measured is still known"
+    pred = breakdown.predict(s, probes).set_index("topology")
+    assert pred.loc["1x2", "explanation"] == row.probe
+    assert pd.isna(pred.loc["1x2", "predicted_efficiency"]) and pd.isna(pred.loc["1x2", "comm_measured_s"])
+    assert pred.loc["1x2", "measured_efficiency"] == pytest.approx(10 / 7.5 / 2)
+    assert pred.loc["1x1", "explanation"] == "prediction and measurement agree"
+
+
+def test_a_failed_baseline_probe_leaves_every_prediction_unknown():
+    two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0075)
+    s = summary(BASE, two)
+    probes = {"1x1": na_probe("1x1", 1, "ValueError: boom (in drawing batches)"),
+              "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)}
+    pred = breakdown.predict(s, probes).set_index("topology")
+    assert list(pred.index) == ["1x1", "1x2"] and pred.predicted_efficiency.isna().all()
+    assert set(pred.explanation) == {"n/a (the baseline's probe failed: ValueError: boom (in drawing batches))"}
+    # the topology's own probe still gives its breakdown
+    assert breakdown.breakdown(s, probes).set_index("topology").loc["1x2", "probe"] == "ok"
+
+
+def test_records_before_the_status_was_written_measured_and_na_records_need_a_reason(tmp_path):
+    old = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
+    assert "status" not in old and not breakdown.is_na(old)
+    runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": na_probe("1x2", 2)}])
+    assert breakdown.probes_in_runs(runs)["1x2"]["status"] == "n/a"
+    bad = tmp_path / "probe.json"
+    bad.write_text('{"topology": "1x2", "world_size": 2, "status": "n/a"}')
+    with pytest.raises(ValueError, match="probe.json: missing key 'reason'"):
+        breakdown.load_probes([bad])

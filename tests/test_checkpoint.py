@@ -7,7 +7,7 @@ import argparse
 import pytorch_lightning as pl
 import torch
 
-import train
+from ddpscale.training import runargs
 from ddpscale.training.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
@@ -39,7 +39,7 @@ def test_each_epoch_end_rewrites_one_file_and_steps_write_nothing(tmp_path):
 
     flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu", precision="32-true",
                                max_epochs=2, accumulate_grad_batches=1)
-    trainer = train.build_trainer(flags, [Watch(), ckpt])
+    trainer = runargs.build_trainer(flags, [Watch(), ckpt])
     trainer.fit(SpiralMLP(), datamodule=TinyData())
     assert seen[:4] == [[]] * 4, "a checkpoint appeared during the first epoch"
     assert seen[4:] == [["last.ckpt"]] * 4, "epoch 1 did not leave exactly last.ckpt"

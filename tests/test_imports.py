@@ -71,3 +71,12 @@ def test_modules_live_in_their_stage():
     assert top == ["__init__", "configcheck", "io", "layout"]
     stages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
     assert stages == ["cluster", "measurement", "report", "training", "workloads"]
+
+
+def test_measurement_does_not_import_training():
+    """measurement/ measures what its caller in training/ hands it (a module copy, batches,
+    optimizers): a measurement module that imported training/ would tie the two into a circle
+    and let measuring code build what it measures (the probe did, on modules without a trainer)."""
+    reaching = {module_name(path): sorted(m for m in imported_modules(path) if m.split(".")[0] == "training")
+                for path in (PACKAGE / "measurement").glob("*.py")}
+    assert {name: found for name, found in reaching.items() if found} == {}

@@ -41,27 +41,47 @@ def test_bandwidths_follow_nccl_tests():
     assert bandwidths(1024, 0.0, 4) == (None, None)  # nothing was timed
 
 
-def test_first_optimizer_in_every_form_lightning_accepts():
+def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
+    """The copy's configure_optimizers, parsed as Lightning parses it for training."""
+    import pytorch_lightning as pl
     import torch
 
-    from ddpscale.measurement.stepprobe import first_optimizer
+    from ddpscale.training import probecopy
     from ddpscale.training.plugins import PluginError
 
-    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
-    for conf in (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched},
-                 [{"optimizer": opt}]):
-        assert first_optimizer(conf, "M") is opt
-    with pytest.raises(PluginError, match=r"MyModule\.configure_optimizers\(\) returned no optimizer"):
-        first_optimizer(None, "MyModule")
-    with pytest.raises(PluginError, match="MyModule"):
-        first_optimizer([], "MyModule")
+    def forms(opt, sched):
+        return (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched}, [{"optimizer": opt}])
+
+    class MyModule(pl.LightningModule):
+        form = None
+
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 2)
+
+        def configure_optimizers(self):
+            if self.form is None:
+                return None
+            if self.form == "empty":
+                return []
+            self.made = torch.optim.SGD(self.parameters(), lr=0.1)
+            return forms(self.made, torch.optim.lr_scheduler.StepLR(self.made, 1))[self.form]
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
+    for form in range(6):
+        MyModule.form = form
+        copied, view = probecopy.attach(trainer, MyModule())
+        assert probecopy.build_optimizers(view) == [copied.made]
+    for form in (None, "empty"):
+        MyModule.form = form
+        with pytest.raises(PluginError, match=r"MyModule\.configure_optimizers\(\) returned no optimizer"):
+            probecopy.build_optimizers(probecopy.attach(trainer, MyModule())[1])
 
 
 def test_precision_plan():
     import torch
 
-    from ddpscale.measurement.stepprobe import precision_plan
+    from ddpscale.measurement.flops import precision_plan
 
     assert precision_plan("32-true", "cpu") == {"autocast": None, "params": None, "scaler": False}
     assert precision_plan("bf16-mixed", "cpu")["autocast"] is torch.bfloat16
@@ -73,15 +93,18 @@ def test_precision_plan():
         precision_plan("8-bit", "cpu")
 
 
-def test_step_probe_of_a_module_that_logs_and_returns_a_dict():
-    """One rank in this process: a dict loss and self.log() outside a Trainer are fine, silently."""
+def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypatch):
+    """One rank in this process, under train.py's Trainer: a dict loss and self.log() in the
+    probed steps are fine, silently, and log nothing into the run."""
+    import argparse
     import warnings
 
     import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ddpscale.measurement import stepprobe
+    from ddpscale.training import runargs
+    from ddpscale.training.callbacks import ProbeBeforeTraining
 
     class Logs(pl.LightningModule):
         def __init__(self):
@@ -97,16 +120,25 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict():
         def configure_optimizers(self):
             return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
 
-    loader = DataLoader(TensorDataset(torch.randn(20, 2), torch.randint(0, 2, (20,))), batch_size=8)
-    model, device = Logs(), torch.device("cpu")
+    class Data(pl.LightningDataModule):
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.randn(20, 2), torch.randint(0, 2, (20,))), batch_size=8)
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(topology="1x1", nodes=1, devices=1, accelerator="cpu", cluster_env="local",
+                              precision="32-true", compile="none", scaling="weak", batch_size=8,
+                              accumulate_grad_batches=1)
+    probed = ProbeBeforeTraining(args, {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}, alone=True)
+    trainer = runargs.build_trainer(args, [probed], max_epochs=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step = stepprobe.measure(model, loader, stepprobe.precision_plan("32-true", "cpu"), device,
-                                 world_size=1, local_rank=0, steps=4, rounds=2, warmup=1, batch_per_device=8)
+        trainer.fit(Logs(), datamodule=Data())
     assert not [w for w in caught if "self.log" in str(w.message)]
+    step = probed.record["step"]
     assert step["steps"] == 4 and step["rounds"] == 2 and step["batch_per_device"] == 8
     assert step["compute_s"] > 0 and step["data_s"] > 0 and step["exposed_comm_s"] == 0
-    assert stepprobe.gradient_numel(model) == (6, 24)
+    assert (probed.record["gradient_numel"], probed.record["gradient_bytes"]) == (6, 24)
+    assert "train_loss" not in trainer.callback_metrics
 
 
 # -- all-reduce benchmark, in this process ---------------------------------------------

@@ -4,6 +4,7 @@ group Lightning formed, before the first epoch: one allocation per topology and 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -48,3 +49,25 @@ def test_resumed_run_keeps_its_probe_and_does_not_probe_again(tmp_path, data_fil
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["attempts"] == 2 and metrics["resumed_from_epoch"] >= 1
     assert metrics["probe"]["topology"] == "1x1" and metrics["probe"]["world_size"] == 1
+
+
+def test_a_probe_that_fails_on_one_rank_is_na_on_every_rank_and_the_run_trains(tmp_path, data_file):
+    """Rank 1 alone cannot copy its module: rank 0, which could, must not wait for it in a
+    collective. Both agree the probe is n/a (naming rank 1) and train."""
+    (tmp_path / "lockmods.py").write_text(
+        "import threading\n\n"
+        "from ddpscale.workloads.models import SpiralMLP\n\n\n"
+        "class LockOnRankOne(SpiralMLP):\n"
+        "    def setup(self, stage):\n"
+        "        if self.trainer.global_rank == 1:\n"
+        "            self.lock = threading.Lock()  # trains fine, but cannot be deep-copied\n")
+    command = train_command(tmp_path, data_file, 1, 2, "--probe")
+    command[command.index("--model-class") + 1] = "lockmods.LockOnRankOne"
+    result = run(command, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    reason = "TypeError: cannot pickle '_thread.lock' object (in copying the module, rank 1)"
+    assert metrics["probe"] == {"schema_version": 1, "status": "n/a", "reason": reason, "topology": "1x2",
+                                "world_size": 2}
+    assert result.stdout.count(f"ddpscale probe: n/a for 1x2: {reason}; training goes on") == 1
+    assert metrics["epochs_completed"] == 2 and metrics["world_size"] == 2

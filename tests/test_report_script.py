@@ -3,6 +3,7 @@ import json
 import re
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -221,6 +222,27 @@ def test_probe_files_give_breakdown_prediction_and_bandwidth(tmp_path):
     proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", *map(str, paths))
     assert proc.returncode == 0, proc.stderr
     assert_breakdown_prediction_and_bandwidth(tmp_path / "out")
+
+
+def test_a_failed_probe_shows_its_topology_with_the_terms_unknown(tmp_path):
+    """A run whose probe was n/a trained anyway: its rows say so, and the plots leave it out."""
+    from test_breakdown import NO_OPTIMIZER, na_probe
+
+    runs, probes = probed_runs()
+    probes["1x2"] = na_probe("1x2", 2)
+    for run in runs:
+        run["probe"] = probes[run["topology"]]
+    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    reason = f"n/a (probe failed: {NO_OPTIMIZER})"
+    steps = pd.read_csv(tmp_path / "out/breakdown.tsv", sep="\t").set_index("topology")
+    assert steps.loc["1x2", "probe"] == reason and steps.loc["1x2", ["data_s", "compute_s", "comm_s"]].isna().all()
+    assert steps.loc["1x1", "probe"] == "ok" and steps.loc["1x1", "compute_s"] > 0
+    pred = pd.read_csv(tmp_path / "out/prediction.tsv", sep="\t").set_index("topology")
+    assert pred.loc["1x2", "explanation"] == reason and pd.isna(pred.loc["1x2", "predicted_efficiency"])
+    page = (tmp_path / "out/report.html").read_text()
+    assert page.count(escape(reason)) == 2, "the breakdown and the prediction tables name the reason"
+    assert "<h2>All-reduce at the gradient size</h2>" not in page  # 1x2 measured no all-reduce
 
 
 def test_compare_with_an_earlier_table(tmp_path, sim_report):

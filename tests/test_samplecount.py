@@ -1,4 +1,4 @@
-"""Every sample counted once (ddpscale.training.samplecount, timing, the built-in data modules): training
+"""Every sample counted once (ddpscale.measurement.samplecount, timing, the built-in data modules): training
 throughput leaves out DistributedSampler's padding repeats, evaluation sees each sample once,
 and the epoch's sample count stays exact above 2^24."""
 
@@ -16,8 +16,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from ddpscale.measurement import samplecount
 from ddpscale.measurement.timing import ScalingMetrics
-from ddpscale.training import samplecount
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches, shard_indices
 from ddpscale.workloads.spiral import split_sizes, write_dataset
@@ -146,3 +146,34 @@ def test_three_ranks_count_every_sample_once(tmp_path, odd_data, data_args):
     # 1x3 pads test and val by 2 repeats each; each sample once gives the one-process accuracy
     assert three["test_acc"] == pytest.approx(expected["test"], abs=1e-6)
     assert three["val_acc"] == pytest.approx(expected["val"], abs=1e-6)
+
+
+class ShardsByRank(torch.utils.data.Sampler):
+    """A hand-written sharding sampler that copies DistributedSampler's interface without
+    subclassing it: Lightning wraps it in DistributedSamplerWrapper and shards it again."""
+
+    def __init__(self, n: int, num_replicas: int, rank: int):
+        self.n, self.num_replicas, self.rank = n, num_replicas, rank
+
+    def __iter__(self):
+        return iter(range(self.rank, self.n, self.num_replicas))
+
+    def __len__(self):
+        return len(range(self.rank, self.n, self.num_replicas))
+
+
+def test_a_sampler_sharded_twice_is_named():
+    from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
+    from torch.utils.data import WeightedRandomSampler
+
+    dataset = TensorDataset(torch.arange(40))
+    wrapped = DistributedSamplerWrapper(ShardsByRank(40, 2, 1), num_replicas=2, rank=1, shuffle=False)
+    assert len(list(wrapped)) == 10, "Lightning's wrapper shards the 20 indices of rank 1 again"
+    warning = samplecount.sharded_twice(DataLoader(dataset, sampler=wrapped), 2)
+    assert warning.startswith("ddpscale: warning: the train dataloader's sampler ShardsByRank shards by rank "
+                              "itself (num_replicas=2)") and "about 1/4 of the training set" in warning
+    assert samplecount.sharded_twice([DataLoader(dataset), DataLoader(dataset, sampler=wrapped)], 2) == warning
+    # a DistributedSampler is kept as it is, and a wrapped sampler that does not shard is fine
+    assert samplecount.sharded_twice(DataLoader(dataset, sampler=DistributedSampler(dataset, 2, 1)), 2) is None
+    weighted = DistributedSamplerWrapper(WeightedRandomSampler([1.0] * 40, 40), num_replicas=2, rank=1)
+    assert samplecount.sharded_twice({"a": DataLoader(dataset, sampler=weighted)}, 2) is None

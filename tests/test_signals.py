@@ -22,7 +22,7 @@ from conftest import ROOT, launched, tiny_config
 from test_identity import train_args
 from ddpscale.cluster.launch import describe_exit, run
 from ddpscale.cluster.topology import Topology
-from ddpscale.training import callbacks
+from ddpscale.training import callbacks, runargs
 from ddpscale.training.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
@@ -114,7 +114,7 @@ def fit_tiny(tmp_path: Path, *extra: pl.Callback):
     args = train.parse_args(train_args(tmp_path / "unused.npz", tmp_path))
     measured = callbacks.build(args, Topology(1, 1))
     measured.stop.every = 1
-    trainer = train.build_trainer(args, [*measured.all(), *extra])
+    trainer = runargs.build_trainer(args, [*measured.all(), *extra])
     last = tmp_path / "ckpt/last.ckpt"
     trainer.fit(SpiralMLP(), datamodule=TinySpiral(), ckpt_path=str(last) if last.exists() else None)
     return measured.timing

@@ -39,3 +39,14 @@ def test_old_checkpoints_without_attempts_per_epoch_still_load():
     metrics.load_state_dict({"epoch_times": [1.0, 1.0], "train_times": [0.5, 0.5], "samples": [10, 10],
                              "attempts": 1})
     assert metrics.epoch_attempts == [1, 1]
+
+
+def test_a_manual_optimisation_step_that_returns_nothing_is_counted():
+    """Lightning hands on_train_batch_end {} for a manual-optimisation training_step that
+    returns nothing (the usual way to write one): its samples count, there is no loss to sum."""
+    import torch
+
+    metrics = ScalingMetrics()
+    metrics.on_train_batch_end(None, None, {}, (torch.zeros(8, 2), torch.zeros(8)), 0)
+    metrics.on_train_batch_end(None, None, {"loss": torch.tensor(0.5)}, (torch.zeros(4, 2), torch.zeros(4)), 1)
+    assert metrics._count == 12 and float(metrics._loss_sum) == 0.5

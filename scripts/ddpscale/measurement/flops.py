@@ -17,8 +17,11 @@ import warnings
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ddpscale.measurement.stepprobe import _LOG_WARNING, loss_of, precision_plan, to_device
+from ddpscale.measurement.stepprobe import loss_of
 from ddpscale.measurement.timing import batch_len
+
+# Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
+_LOG_WARNING = r"You are trying to `self\.log\(\)` but the `self\.trainer` reference is not registered"
 
 # Dense peak TFLOP/s per GPU by precision, from the vendors' data sheets (no sparsity).
 # A name matches when every word of the key is in torch.cuda.get_device_name().
@@ -56,6 +59,40 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
         if all(word.upper() in names for word in words):
             return peaks.get(precision_family(precision))
     return None
+
+
+def precision_plan(precision: str, device_type: str) -> dict:
+    """How to run Lightning's precision setting: autocast dtype, parameter dtype, loss scaling."""
+    p = str(precision)
+    if p in ("32", "32-true"):
+        return {"autocast": None, "params": None, "scaler": False}
+    if p in ("64", "64-true"):
+        return {"autocast": None, "params": torch.float64, "scaler": False}
+    if p in ("bf16", "bf16-mixed"):
+        return {"autocast": torch.bfloat16, "params": None, "scaler": False}
+    if p == "bf16-true":
+        return {"autocast": None, "params": torch.bfloat16, "scaler": False}
+    if p in ("16", "16-mixed"):
+        if device_type != "cuda":
+            raise ValueError(f"precision {p} needs a GPU; on CPU use bf16-mixed or 32-true")
+        return {"autocast": torch.float16, "params": None, "scaler": True}
+    if p == "16-true":
+        return {"autocast": None, "params": torch.float16, "scaler": False}
+    raise ValueError(f"the FLOP count does not know precision '{p}'; use 32-true, bf16-mixed, 16-mixed, "
+                     "bf16-true, 16-true or 64-true")
+
+
+def to_device(batch, device: torch.device, dtype=None):
+    """Move a batch (tensors in lists, tuples, dicts) to the device; floating tensors to dtype."""
+    if torch.is_tensor(batch):
+        batch = batch.to(device, non_blocking=True)
+        return batch.to(dtype) if dtype is not None and batch.is_floating_point() else batch
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, dtype) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(v, device, dtype) for v in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
 
 
 def training_flops_per_sample(module, batch) -> float:

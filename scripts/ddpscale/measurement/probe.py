@@ -1,57 +1,44 @@
 """The probe of one topology: where a training step's time goes, and all-reduce bandwidth.
 
 It runs in the first repeat's training job, on the process group Lightning formed, before
-the first epoch (ddpscale.training.callbacks.ProbeBeforeTraining), so its prediction uses the
-nodes that trained; scripts/probe.py runs the same probe without training, on a group of its
-own. Every rank calls `measure`; rank 0 gets the record.
+the first epoch (ddpscale.training.probing, from the callback ProbeBeforeTraining), on a copy
+of the run's module; scripts/probe.py runs the same probe under the same Trainer and stops
+before training. This module is its record: what was measured (stepprobe, commbench) and,
+when the probe could not measure, an n/a record with the reason, which never fails the run.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 
 import torch
-import torch.distributed as dist
-
-from ddpscale.cluster import ranks
-from ddpscale.measurement import commbench, stepprobe
-from ddpscale.training.runargs import per_device_batch
 
 SCHEMA_VERSION = 1
 # Probe sizes: micro-batches per timed block, rounds of (no_sync, synced) blocks, untimed
 # warm-up steps and all-reduce calls, timed all-reduce calls per message size.
 DEFAULTS = {"steps": 20, "rounds": 5, "warmup": 3, "iters": 10}
+NA = "n/a"
 
 
-def measure(args, device: torch.device, rank: int, local_rank: int, node_rank: int, *,
-            steps: int, rounds: int, warmup: int, iters: int) -> dict | None:
-    """Time steps with and without gradient sync, then all-reduce up to the gradient's size."""
-    started = time.perf_counter()
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    backend = dist.get_backend() if world > 1 else "none"
-    places = ranks.gather({"host": socket.gethostname(), "node_rank": node_rank})
-    model, loader, plan = stepprobe.prepare(args, device)
-    step = stepprobe.measure(model, loader, plan, device, world, local_rank, steps=steps, rounds=rounds,
-                             warmup=warmup, batch_per_device=per_device_batch(args),
-                             accumulate=args.accumulate_grad_batches)
-    numel, nbytes = stepprobe.gradient_numel(model)
-    allreduce = commbench.allreduce_benchmark(commbench.message_sizes(nbytes), device, warmup=warmup, iters=iters)
-    if rank != 0:
-        return None
+def record(*, topology: str, num_nodes: int, devices_per_node: int, places: list[dict], backend: str,
+           device: torch.device, precision: str, gradient: tuple[int, int], allreduce: list[dict], step: dict,
+           started: float) -> dict:
+    """Rank 0's record of a probe that measured; places: every rank's host and node rank."""
+    numel, nbytes = gradient
     return {
         "schema_version": SCHEMA_VERSION,
-        "topology": args.topology,
-        "num_nodes": args.nodes,
-        "devices_per_node": args.devices,
-        "world_size": world,
+        "status": "ok",
+        "topology": topology,
+        "num_nodes": num_nodes,
+        "devices_per_node": devices_per_node,
+        "world_size": len(places),
         "node_ranks": [p["node_rank"] for p in places],
         "hosts": sorted({p["host"] for p in places}),
         "backend": backend,
         "device_kind": device.type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type}, simulated",
         "simulated": device.type != "cuda",
-        "precision": args.precision,
+        "precision": precision,
         "gradient_numel": numel,
         "gradient_bytes": nbytes,
         "allreduce": allreduce,
@@ -60,7 +47,20 @@ def measure(args, device: torch.device, rank: int, local_rank: int, node_rank: i
     }
 
 
+def na_record(topology: str, world_size: int, reason: str) -> dict:
+    """The record of a probe that could not measure: the run trains on, the report shows the
+    topology's terms as unknown with this reason."""
+    return {"schema_version": SCHEMA_VERSION, "status": NA, "reason": reason, "topology": topology,
+            "world_size": world_size}
+
+
+def is_na(probe: dict) -> bool:
+    return probe.get("status") == NA
+
+
 def summary(record: dict) -> str:
+    if is_na(record):
+        return f"ddpscale probe: n/a for {record['topology']}: {record['reason']}; training goes on"
     step, last = record["step"], record["allreduce"][-1]
     ms = lambda s: f"{s * 1e3:.3f} ms"  # noqa: E731
     busbw = "n/a (one rank)" if last["busbw_gbps"] is None else f"{last['busbw_gbps']:.3f} GB/s"

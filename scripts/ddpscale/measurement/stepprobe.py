@@ -1,15 +1,23 @@
 """Where one training step's time goes: waiting for data, compute, and exposed gradient sync.
 
-The user's real LightningModule and train dataloader run outside a Trainer, on the ranks of
-the topology. Blocks of steps under DDP's no_sync() (forward, backward, optimizer step, no
-gradient all-reduce) alternate with ordinary synced blocks, so noise of the machine hits
-both; the difference is the communication that overlapping with backward did not hide.
+The user's training_step runs on a copy of the run's module, with optimizers of its own and
+batches drawn from the run's train dataloader (its caller in ddpscale.training hands them
+over), on the ranks of the topology. Blocks of steps under DDP's no_sync() (forward,
+backward, optimizer step, no gradient all-reduce) alternate with ordinary synced blocks, so
+noise of the machine hits both; the difference is the communication that overlapping with
+backward did not hide.
 
 With gradient accumulation (accumulate_grad_batches = k) the steps run as Lightning runs
 them: k micro-batches per optimizer step, the first k - 1 under no_sync() and only the last
 synchronised, then one optimizer step. Every time is per micro-batch (one per-device batch,
 what the training run's throughput measures), so the exposed communication is that of one
 synchronisation spread over k batches.
+
+With manual optimisation (automatic_optimization = False) training_step runs its own
+backward (manual_backward) and optimizer step; under the probe's DDP wrapper they run as
+Lightning runs them (strategies/ddp.py): the gradient sync is prepared in backward, and DDP's
+post-forward does not prepare it again. A no_sync() block is again compute without the
+all-reduce. Lightning refuses gradient accumulation with manual optimisation.
 """
 
 from __future__ import annotations
@@ -18,98 +26,38 @@ import contextlib
 import math
 import statistics
 import time
-import warnings
 
 import torch
+from pytorch_lightning.overrides.distributed import prepare_for_backward
 from torch import nn
 
 from ddpscale.measurement.commbench import align, slowest
-from ddpscale.training import plugins
-from ddpscale.training.runargs import build_modules
-
-# Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
-_LOG_WARNING = r"You are trying to `self\.log\(\)` but the `self\.trainer` reference is not registered"
 
 
-def resolve_device(accelerator: str, local_rank: int) -> torch.device:
-    """cuda:LOCAL_RANK for gpu (auto: when CUDA is present), else cpu, as Lightning picks it."""
-    if accelerator == "gpu" and not torch.cuda.is_available():
-        raise ValueError("--accelerator gpu but CUDA is not available on this machine")
-    if accelerator == "gpu" or (accelerator == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def precision_plan(precision: str, device_type: str) -> dict:
-    """How to run Lightning's precision setting: autocast dtype, parameter dtype, loss scaling."""
-    p = str(precision)
-    if p in ("32", "32-true"):
-        return {"autocast": None, "params": None, "scaler": False}
-    if p in ("64", "64-true"):
-        return {"autocast": None, "params": torch.float64, "scaler": False}
-    if p in ("bf16", "bf16-mixed"):
-        return {"autocast": torch.bfloat16, "params": None, "scaler": False}
-    if p == "bf16-true":
-        return {"autocast": None, "params": torch.bfloat16, "scaler": False}
-    if p in ("16", "16-mixed"):
-        if device_type != "cuda":
-            raise ValueError(f"precision {p} needs a GPU; on CPU use bf16-mixed or 32-true")
-        return {"autocast": torch.float16, "params": None, "scaler": True}
-    if p == "16-true":
-        return {"autocast": None, "params": torch.float16, "scaler": False}
-    raise ValueError(f"the probe does not know precision '{p}'; use 32-true, bf16-mixed, 16-mixed, "
-                     "bf16-true, 16-true or 64-true")
-
-
-def first_optimizer(conf, owner: str) -> torch.optim.Optimizer:
-    """The optimizer in whatever configure_optimizers() returned (the first, if several)."""
-    if isinstance(conf, torch.optim.Optimizer):
-        return conf
-    if isinstance(conf, dict) and "optimizer" in conf:
-        return first_optimizer(conf["optimizer"], owner)
-    if isinstance(conf, (list, tuple)) and conf:
-        return first_optimizer(conf[0], owner)
-    raise plugins.PluginError(
-        f"{owner}.configure_optimizers() returned no optimizer ({type(conf).__name__}); the probe "
-        "times a training step and needs one"
-    )
-
-
-def loss_of(output) -> torch.Tensor:
+def loss_of(output, batch_idx: int | None = None) -> torch.Tensor:
     loss = output["loss"] if isinstance(output, dict) else output
     if not torch.is_tensor(loss):
-        raise ValueError(f"training_step returned {type(output).__name__}, not a loss tensor or a dict with 'loss'")
+        where = "" if batch_idx is None else f" for batch {batch_idx}"
+        raise ValueError(f"training_step returned {type(output).__name__}{where}, not a loss tensor or a "
+                         "dict with 'loss'; the probe times whole steps")
     return loss
 
 
 class _TrainingStep(nn.Module):
-    """What DDP wraps: forward is the module's training_step, returning its loss."""
+    """What DDP wraps: forward is the module's training_step, in the precision's context."""
 
-    def __init__(self, module, autocast_dtype, device_type: str):
+    def __init__(self, module, context=contextlib.nullcontext, after_inner_forward=None):
         super().__init__()
         self.module = module
-        self.autocast_dtype = autocast_dtype
-        self.device_type = device_type
+        self.context = context  # the run's precision_plugin.train_step_context: autocast, dtype
+        self.after_inner_forward = after_inner_forward
 
     def forward(self, batch, batch_idx: int):
-        autocast = (torch.autocast(self.device_type, dtype=self.autocast_dtype) if self.autocast_dtype
-                    else contextlib.nullcontext())
-        with autocast, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_LOG_WARNING)
-            return loss_of(self.module.training_step(batch, batch_idx))
-
-
-def to_device(batch, device: torch.device, dtype=None):
-    """Move a batch (tensors in lists, tuples, dicts) to the device; floating tensors to dtype."""
-    if torch.is_tensor(batch):
-        batch = batch.to(device, non_blocking=True)
-        return batch.to(dtype) if dtype is not None and batch.is_floating_point() else batch
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, dtype) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        moved = [to_device(v, device, dtype) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
-    return batch
+        with self.context():
+            out = self.module.training_step(batch, batch_idx)
+        if self.after_inner_forward is not None:
+            self.after_inner_forward()
+        return out
 
 
 def _sync(device: torch.device) -> None:
@@ -117,33 +65,20 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def prepare(args, device: torch.device):
-    """The user's model on the device (in its training dtype) and its train dataloader."""
-    model, datamodule = build_modules(args)
-    datamodule.setup("fit")
-    loader = datamodule.train_dataloader()
-    plan = precision_plan(args.precision, device.type)
-    model = model.to(device)
-    if plan["params"] is not None:
-        model = model.to(plan["params"])
-    model.train()
-    return model, loader, plan
+def blocks(steps: int, accumulate: int) -> tuple[int, int]:
+    """(optimizer steps, micro-batches) per block: whole optimizer steps of `accumulate` batches."""
+    if steps < 1 or accumulate < 1:
+        raise ValueError("the step probe needs --steps >= 1 and --accumulate-grad-batches >= 1")
+    opt_steps = math.ceil(steps / accumulate)
+    return opt_steps, opt_steps * accumulate
 
 
-def draw_batches(loader, count: int, device: torch.device, dtype=None) -> tuple[list, list[float]]:
-    """count batches from the loader, moved to the device, and the wait for each."""
+def draw_batches(next_batch, count: int, device: torch.device) -> tuple[list, list[float]]:
+    """count batches from next_batch() (drawn and moved to the device), and the wait for each."""
     batches, waits = [], []
-    iterator = iter(loader)
-    while len(batches) < count:
+    for _ in range(count):
         start = time.perf_counter()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            if not batches and not waits:
-                raise ValueError("the train dataloader yields no batches") from None
-            iterator = iter(loader)  # an epoch is shorter than the probe: start the next one
-            batch = next(iterator)
-        batch = to_device(batch, device, dtype)
+        batch = next_batch()
         _sync(device)
         waits.append(time.perf_counter() - start)
         batches.append(batch)
@@ -167,53 +102,102 @@ def counting_allreduce(state: _Calls, bucket) -> torch.futures.Future[torch.Tens
 counting_allreduce.__annotations__["return"] = torch.futures.Future[torch.Tensor]
 
 
-def measure(model, loader, plan: dict, device: torch.device, world_size: int, local_rank: int,
+class Runner:
+    """The probe's training steps of a module copy: its optimizers, its loss scaler (16-mixed)
+    and, on several ranks, its own DDP wrapper. The copy's manual_backward and optimizer
+    steps reach backward() and optimizer_step() through its caller's view of the trainer."""
+
+    def __init__(self, module, optimizers: list, device: torch.device, *, context=contextlib.nullcontext,
+                 scaler: bool = False, ddp_kwargs: dict | None = None):
+        self.module, self.optimizers, self.device = module, list(optimizers), device
+        self.manual = not module.automatic_optimization
+        self.scaler = torch.amp.GradScaler(device.type) if scaler else None
+        self.step_module = _TrainingStep(module, context, self._after_inner_forward)
+        self.ddp_kwargs = dict(ddp_kwargs or {})
+        self.ddp = None
+        self.counter = _Calls()
+
+    def wrap(self) -> None:
+        """The DDP wrapper (collective: every rank, once)."""
+        self.ddp = nn.parallel.DistributedDataParallel(
+            self.step_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            **self.ddp_kwargs)
+        self.ddp.register_comm_hook(self.counter, counting_allreduce)
+
+    def _after_inner_forward(self) -> None:
+        # manual optimisation: training_step prepared the sync in its backward already; DDP's
+        # post-forward must not prepare it again (Lightning's _DDPForwardRedirection)
+        if self.manual and self.ddp is not None:
+            self.ddp.require_backward_grad_sync = False
+
+    def forward(self, batch, batch_idx: int):
+        if self.ddp is None:
+            return self.step_module(batch, batch_idx)
+        sync = self.ddp.require_backward_grad_sync
+        try:
+            return self.ddp(batch, batch_idx)
+        finally:
+            self.ddp.require_backward_grad_sync = sync
+
+    def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
+        """As Lightning's strategy runs it: DDP's sync prepared for a manual backward, the loss
+        scaled (16-mixed), then the module's own backward hook."""
+        if self.manual and self.ddp is not None:
+            prepare_for_backward(self.ddp, loss)
+        self.module.backward(loss if self.scaler is None else self.scaler.scale(loss), *args, **kwargs)
+
+    def optimizer_step(self, optimizer, closure=None, **kwargs):
+        if self.scaler is None:
+            return optimizer.step(closure=closure, **kwargs)
+        out = closure() if closure is not None else None
+        self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        return out
+
+    def step(self, batches: list, i: int, synced: bool, accumulate: int = 1) -> None:
+        """Optimizer step i as Lightning runs it: only the last micro-batch may synchronise."""
+        if self.manual:  # training_step zeroes, backpropagates and steps itself
+            with self.ddp.no_sync() if self.ddp is not None and not synced else contextlib.nullcontext():
+                self.forward(batches[i % len(batches)], i)
+            return
+        optimizer = self.optimizers[0]  # Lightning allows one with automatic optimisation
+        optimizer.zero_grad(set_to_none=True)
+        for j in range(accumulate):
+            quiet = self.ddp is not None and not (synced and j == accumulate - 1)
+            k = i * accumulate + j
+            with self.ddp.no_sync() if quiet else contextlib.nullcontext():
+                self.backward(loss_of(self.forward(batches[k % len(batches)], k), k))
+        self.optimizer_step(optimizer)
+
+    def try_alone(self, batches: list, steps: int, accumulate: int = 1) -> None:
+        """One block on this rank alone, before any DDP: every batch index the timed blocks
+        use, so a step that fails does so here, where no other rank waits for this one."""
+        opt_steps, _ = blocks(steps, accumulate)
+        for i in range(opt_steps):
+            self.step(batches, i, synced=False, accumulate=accumulate)
+        _sync(self.device)
+
+
+def measure(runner: Runner, batches: list, waits: list[float], world_size: int, *,
             steps: int = 20, rounds: int = 5, warmup: int = 3, batch_per_device: int | None = None,
             accumulate: int = 1) -> dict:
     """Per micro-batch data wait, compute (no_sync) and synced time; collective over all ranks.
 
     A block is ceil(steps / accumulate) optimizer steps of `accumulate` micro-batches each.
     """
-    if steps < 1 or rounds < 1 or accumulate < 1:
-        raise ValueError("the step probe needs --steps >= 1, --rounds >= 1 and --accumulate-grad-batches >= 1")
-    optimizer = first_optimizer(model.configure_optimizers(), type(model).__name__)
-    opt_steps = math.ceil(steps / accumulate)
-    micro = opt_steps * accumulate  # micro-batches per block
-    batches, waits = draw_batches(loader, min(steps, micro), device, plan["params"])
-    step_module = _TrainingStep(model, plan["autocast"], device.type)
-    counter = _Calls()
-    if world_size > 1:
-        ddp = nn.parallel.DistributedDataParallel(
-            step_module, device_ids=[local_rank] if device.type == "cuda" else None)
-        ddp.register_comm_hook(counter, counting_allreduce)
-    else:
-        ddp = step_module
-    scaler = torch.amp.GradScaler(device.type) if plan["scaler"] else None
-
-    def backward(i: int) -> None:
-        loss = ddp(batches[i % len(batches)], i)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-
-    def one_step(i: int, synced: bool) -> None:
-        """One optimizer step as Lightning runs it: only the last micro-batch may synchronise."""
-        optimizer.zero_grad(set_to_none=True)
-        for j in range(accumulate):
-            last = j == accumulate - 1
-            quiet = world_size > 1 and not (synced and last)
-            with ddp.no_sync() if quiet else contextlib.nullcontext():
-                backward(i * accumulate + j)
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
+    if rounds < 1:
+        raise ValueError("the step probe needs --rounds >= 1")
+    opt_steps, micro = blocks(steps, accumulate)
+    if world_size > 1 and runner.ddp is None:
+        runner.wrap()
+    device = runner.device
 
     def block(count: int, synced: bool) -> float:
         """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
         align(device)
         start = time.perf_counter()
         for i in range(count):
-            one_step(i, synced)
+            runner.step(batches, i, synced, accumulate)
         _sync(device)
         return (time.perf_counter() - start) / (count * accumulate)
 
@@ -224,9 +208,9 @@ def measure(model, loader, plan: dict, device: torch.device, world_size: int, lo
     calls = {synced: 0 for synced in kinds}
     for r in range(rounds):
         for synced in (kinds if r % 2 == 0 else kinds[::-1]):  # neither kind always goes first
-            before = counter.calls
+            before = runner.counter.calls
             times[synced].append(block(opt_steps, synced))
-            calls[synced] += counter.calls - before
+            calls[synced] += runner.counter.calls - before
 
     data_s = slowest(statistics.median(waits), device)
     compute_s = slowest(statistics.median(times[False]), device)
@@ -235,12 +219,14 @@ def measure(model, loader, plan: dict, device: torch.device, world_size: int, lo
            if world_size > 1 else "one rank, no DDP")
     accumulation = (f" of {accumulate} micro-batches each, only the last one synchronised"
                     if accumulate > 1 else "")
+    manual = ", manual optimisation (the module's own backward and step)" if runner.manual else ""
     timed = rounds * micro  # micro-batches in each kind's timed blocks
     return {
         "method": (f"{opt_steps} training steps (forward, backward, optimizer step){accumulation} per "
-                   f"block, {how}, {rounds} rounds; per micro-batch median over rounds, slowest rank; "
-                   f"data wait: median over {len(waits)} batches drawn from the train dataloader and "
-                   "moved to the device"),
+                   f"block{manual}, {how}, {rounds} rounds; per micro-batch median over rounds, slowest "
+                   f"rank; data wait: median over {len(waits)} batches drawn from the run's train "
+                   "dataloader and moved to the device"),
+        "optimization": "manual" if runner.manual else "automatic",
         "steps": opt_steps,
         "rounds": rounds,
         "accumulate_grad_batches": accumulate,

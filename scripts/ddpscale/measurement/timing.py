@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ddpscale.cluster import ranks
 from ddpscale.measurement import progress
-from ddpscale.training import samplecount
+from ddpscale.measurement import samplecount
 
 
 class NonFiniteLossError(RuntimeError):
@@ -109,6 +109,9 @@ class ScalingMetrics(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self._fit_t0 = time.perf_counter()
         self.attempts += 1
+        twice = samplecount.sharded_twice(trainer.train_dataloader, trainer.world_size)
+        if twice and trainer.global_rank == 0:
+            print(twice, flush=True)
         if trainer.current_epoch > 0:
             self.resumed_from_epoch = trainer.current_epoch
         if self._partial is not None and self._partial["epoch"] == trainer.current_epoch:
@@ -121,7 +124,7 @@ class ScalingMetrics(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
-        # a padded shard's repeats are not counted (ddpscale.training.samplecount)
+        # a padded shard's repeats are not counted (ddpscale.measurement.samplecount)
         self._shard = samplecount.shard_of(trainer.train_dataloader)
         _sync(pl_module.device)
         self._t0 = time.perf_counter()
@@ -140,7 +143,8 @@ class ScalingMetrics(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._count = samplecount.counted(self._count + batch_len(batch), self._shard)
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        # a manual-optimisation step that returns nothing reaches here as {}
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             # summed on the device; checked once per epoch, so no host sync per step
             loss = loss.detach().float()

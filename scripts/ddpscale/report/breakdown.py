@@ -12,6 +12,10 @@ overhead outside the probe (O: Lightning's loop, logging, callbacks).
 A "step" here is one per-device batch (a micro-batch). With accumulate_grad_batches = k,
 DDP synchronises the gradient once every k batches, so one all-reduce is spread over k steps;
 the probe times its steps the same way (ddpscale.measurement.stepprobe).
+
+A probe that could not measure is recorded n/a with its reason (the run trained anyway): its
+topology keeps its rows here, every probed term unknown (NaN) and the reason in `probe`, and
+the baseline's n/a leaves every prediction unknown. Plots skip those rows.
 """
 from __future__ import annotations
 
@@ -26,13 +30,31 @@ TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + opt
               "comm": "exposed gradient communication", "overhead": "framework overhead"}
 # Below this many efficiency points apart, prediction and measurement agree.
 AGREE_POINTS = 0.05
+NAN = float("nan")
 
 
 PROBE_KEYS = ("topology", "world_size", "step", "allreduce", "gradient_bytes")
+NA_KEYS = ("topology", "world_size", "reason")
+PROBE_OK = "ok"
+
+
+def is_na(probe: dict) -> bool:
+    """A probe that could not measure (metrics.json 'probe' status n/a); records from before
+    the status was written measured."""
+    return probe.get("status") == "n/a"
+
+
+def measured(probes: dict[str, dict]) -> dict[str, dict]:
+    """The probes that measured, by topology (n/a ones have no step or all-reduce)."""
+    return {name: p for name, p in probes.items() if not is_na(p)}
+
+
+def na_text(probe: dict) -> str:
+    return f"n/a (probe failed: {probe['reason']})"
 
 
 def _checked(record: dict, source: str) -> dict:
-    for key in PROBE_KEYS:
+    for key in NA_KEYS if is_na(record) else PROBE_KEYS:
         if key not in record:
             raise ValueError(f"{source}: missing key '{key}'; rerun its probe")
     return record
@@ -94,19 +116,24 @@ def measured_terms(row, probe: dict) -> dict:
 
 
 def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
-    """Seconds and fractions of a step per term, one row per topology with a probe."""
+    """Seconds and fractions of a step per term, one row per topology with a probe; an n/a
+    probe's row has every probed term unknown and says why in `probe`."""
     rows = []
     for _, row in summary.iterrows():
         probe = probes.get(row["topology"])
         if probe is None or pd.isna(row.get("throughput_samples_s")):
             continue
+        out = {"topology": row["topology"], "world_size": row["world_size"], "train_step_s": train_step_s(row)}
+        if is_na(probe):
+            rows.append({**out, "step_s": NAN, **{f"{t}_{unit}": NAN for t in TERMS for unit in ("s", "frac")},
+                         "probe": na_text(probe)})
+            continue
         terms = measured_terms(row, probe)
-        out = {"topology": row["topology"], "world_size": row["world_size"],
-               "train_step_s": train_step_s(row), "step_s": terms["step"]}
+        out["step_s"] = terms["step"]
         for term in TERMS:
             out[f"{term}_s"] = terms[term]
             out[f"{term}_frac"] = terms[term] / terms["step"]
-        rows.append(out)
+        rows.append({**out, "probe": PROBE_OK})
     return pd.DataFrame(rows)
 
 
@@ -122,12 +149,19 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     if base_rows.empty or baseline not in probes or pd.isna(base_rows.iloc[0]["throughput_samples_s"]):
         return pd.DataFrame()
     base = base_rows.iloc[0]
+    if is_na(probes[baseline]):
+        return pd.DataFrame([_unknown(row, f"n/a (the baseline's probe failed: {probes[baseline]['reason']})")
+                             for _, row in summary.iterrows()
+                             if row["topology"] in probes and pd.notna(row.get("throughput_samples_s"))])
     base_terms = measured_terms(base, probes[baseline])
     base_rate = base["world_size"] * base["batch_per_device"] / train_step_s(base)
     rows = []
     for _, row in summary.iterrows():
         probe = probes.get(row["topology"])
         if probe is None or pd.isna(row.get("throughput_samples_s")):
+            continue
+        if is_na(probe):
+            rows.append(_unknown(row, na_text(probe)))
             continue
         scale = row["batch_per_device"] / base["batch_per_device"]
         pred = {"data": base_terms["data"] * scale, "compute": base_terms["compute"] * scale,
@@ -145,6 +179,13 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
         out["explanation"] = explain(out)
         rows.append(out)
     return pd.DataFrame(rows)
+
+
+def _unknown(row, why: str) -> dict:
+    """A prediction row whose probed terms are unknown: what the training run measured, and why."""
+    return {"topology": row["topology"], "world_size": row["world_size"], "predicted_efficiency": NAN,
+            "measured_efficiency": row["efficiency"], "predicted_step_s": NAN, "measured_step_s": train_step_s(row),
+            **{f"{t}_{kind}_s": NAN for t in TERMS for kind in ("predicted", "measured")}, "explanation": why}
 
 
 # Why a term can be off, by direction (measured above or below its prediction).

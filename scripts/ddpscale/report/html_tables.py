@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
-from ddpscale.report.breakdown import TERMS
+from ddpscale.report.breakdown import PROBE_OK, TERMS, measured
 from ddpscale.report.verdict import SIMULATED_NODES, flag, label, oversubscription
 
 
@@ -117,22 +117,35 @@ def cost_table(data):
     return "Cost", note, _table(heads, rows)
 
 
+def _term(seconds, fraction) -> str:
+    return "unknown" if pd.isna(seconds) else f"{num(seconds * 1e3, 2)} ms ({pct(fraction)})"
+
+
 def breakdown_table(data):
     steps = data.steps
     if steps.empty:
         return None
+    failed = "probe" in steps and (steps["probe"] != PROBE_OK).any()
     heads = ["Topology", "Step (ms)", "Data wait", "Compute", "Exposed comm.", "Framework overhead"]
-    rows = [("", [escape(str(r["topology"])), num(r["step_s"] * 1e3, 2)] +
-             [f"{num(r[f'{t}_s'] * 1e3, 2)} ms ({pct(r[f'{t}_frac'])})" for t in TERMS])
-            for _, r in steps.iterrows()]
+    rows = []
+    for _, r in steps.iterrows():
+        cells = [escape(str(r["topology"])), num(r["step_s"] * 1e3, 2)]
+        cells += [_term(r[f"{t}_s"], r[f"{t}_frac"]) for t in TERMS]
+        if failed:
+            cells.append("" if r["probe"] == PROBE_OK else f'<span class="failed">{escape(r["probe"])}</span>')
+        rows.append(("", cells))
     # one method per kind of probe (one device has no DDP to switch off)
     methods = dict.fromkeys(str(p["step"].get("method", "")).rstrip(".") for _, p in
-                            sorted(data.probes.items(), key=lambda kv: -kv[1]["world_size"]))
-    note = ("Per training step, on the topology's own ranks. Method: "
-            + escape(". For one device: ".join(m for m in methods if m)) + ". Framework overhead "
-            "is the training run's measured step time minus the three probed terms (Lightning's "
-            "loop, callbacks, logging).")
-    return "Where the time goes", note, _table(heads, rows)
+                            sorted(measured(data.probes).items(), key=lambda kv: -kv[1]["world_size"]))
+    method = ". For one device: ".join(m for m in methods if m)
+    note = ("Per training step, on the topology's own ranks. " + (f"Method: {escape(method)}. " if method else "")
+            + "Framework overhead is the training run's measured step time minus the three probed "
+            "terms (Lightning's loop, callbacks, logging).")
+    if failed:
+        heads.append("Probe")
+        note += (" A probe that failed left its topology's terms unknown (the run trained anyway); "
+                 "the last column says why.")
+    return "Where the time goes", note, _table(heads, rows, text_cols=(6,))
 
 
 def prediction_table(data):
@@ -184,7 +197,7 @@ def devices_table(data):
 def allreduce_table(data):
     rows = []
     summary = data.summary.set_index("topology", drop=False)
-    for name, p in sorted(data.probes.items(), key=lambda kv: kv[1]["world_size"]):
+    for name, p in sorted(measured(data.probes).items(), key=lambda kv: kv[1]["world_size"]):
         if p["world_size"] < 2 or not p["allreduce"]:
             continue
         r = max(p["allreduce"], key=lambda x: x["bytes"])

@@ -21,6 +21,8 @@ def plot_speedup(data, path: str | Path) -> None:
     ax.plot(xs, [x / base_ws for x in xs], "--", color="grey", label="ideal (linear)")
     pred = data.prediction
     if len(pred):
+        pred = pred.dropna(subset=["predicted_efficiency"])  # a topology whose probe failed: unknown
+    if len(pred):
         pred = pred.sort_values("world_size")
         ax.plot(pred["world_size"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
                 "s:", color="tab:purple", markersize=6, label="predicted (baseline + all-reduce)")

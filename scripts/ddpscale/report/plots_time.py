@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpscale.report.breakdown import TERM_WORDS, TERMS
+from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
 from ddpscale.report.figure import new_axes, save, title
 
 COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "overhead": "tab:gray"}
@@ -12,7 +12,7 @@ COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "overhe
 def plot_breakdown(data, path: str | Path) -> None:
     """Fractions of a training step per topology, measured by the probe and the training run."""
     fig, ax = new_axes()
-    steps = data.steps
+    steps = data.steps.dropna(subset=["step_s"]) if len(data.steps) else data.steps  # n/a probes: no bars
     if steps.empty:
         ax.text(0.5, 0.5, "no probe results", ha="center", va="center", transform=ax.transAxes)
     else:
@@ -38,7 +38,7 @@ def plot_busbw(data, path: str | Path) -> None:
     fig, ax = new_axes()
     drawn = 0
     grad_bytes = None
-    for name, probe in sorted(data.probes.items(), key=lambda kv: kv[1]["world_size"]):
+    for name, probe in sorted(measured(data.probes).items(), key=lambda kv: kv[1]["world_size"]):
         rows = [r for r in probe["allreduce"] if r.get("busbw_gbps")]
         if probe["world_size"] < 2 or not rows:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.measurement import flops, gpufacts
 from ddpscale.measurement import probe as step_probe
 from ddpscale.measurement.timing import ScalingMetrics
-from ddpscale.training import compiling, runinfo
+from ddpscale.training import compiling, probing, runinfo
 from ddpscale.training.checkpoint import epoch_checkpoint
 from ddpscale.training.placement_check import PlacementCheck
 from ddpscale.training.signals import GracefulStop
@@ -88,15 +89,19 @@ def rng_untouched(device: torch.device):
 
 
 class ProbeBeforeTraining(pl.Callback):
-    """The topology's probe (ddpscale.measurement.probe), in this job, on the group Lightning
+    """The topology's probe (ddpscale.training.probing), in this job, on the group Lightning
     formed, before the first epoch: one allocation serves probe and training, and the
-    prediction uses the nodes that trained. Kept in the checkpoint, so a resumed run does not
-    probe again."""
+    prediction uses the nodes that trained. It never fails the run: a probe that cannot
+    measure is recorded n/a with its reason. Kept in the checkpoint, so a resumed run does not
+    probe again. alone: scripts/probe.py's run, which stops once probed and reports itself."""
 
-    def __init__(self, args):
+    def __init__(self, args, sizes: dict | None = None, alone: bool = False):
         self.args = args
+        self.sizes = dict(sizes or step_probe.DEFAULTS)
+        self.alone = alone
         self.probed = False  # on every rank, so all of them skip a resumed run's probe together
-        self.record: dict | None = None  # rank 0's, for metrics.json
+        self.record: dict | None = None  # rank 0's, for metrics.json: measured, or n/a with the reason
+        self.failure: probing.Failure | None = None  # every rank's, when the probe could not measure
         self.seconds = 0.0  # this attempt's time in the probe, not part of fit_wall_s
 
     def state_dict(self) -> dict:
@@ -108,14 +113,22 @@ class ProbeBeforeTraining(pl.Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         if self.probed:  # every rank loaded the same checkpoint
             return
-        device = trainer.strategy.root_device
-        with rng_untouched(device):
-            record = step_probe.measure(self.args, device, trainer.global_rank, trainer.local_rank,
-                                        trainer.node_rank, **step_probe.DEFAULTS)
-        if record is not None:  # rank 0
-            self.record, self.seconds = record, record["probe_wall_s"]
-            print(step_probe.summary(record), flush=True)
+        # The run's train dataloader, built as fit builds it (fit then uses it, it does not
+        # build it again). Outside the probe's guard and its random state: a data module that
+        # fails here would fail the run anyway, and training draws what it would have drawn.
+        trainer.fit_loop.setup_data()
+        started = time.perf_counter()
+        with rng_untouched(trainer.strategy.root_device):
+            outcome = probing.probe(trainer, pl_module, self.args, **self.sizes)
+        self.seconds = time.perf_counter() - started
+        self.failure = outcome.failure
+        if trainer.global_rank == 0:
+            self.record = outcome.record
+            if not self.alone:
+                print(step_probe.summary(self.record), flush=True)
         self.probed = True
+        if self.alone:
+            trainer.should_stop = True  # the fit loop ends before its first epoch
 
 
 @dataclass

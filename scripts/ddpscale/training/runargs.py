@@ -1,7 +1,8 @@
 """What defines a run, shared by train.py and probe.py so both measure the same model and data.
 
-Flags in, (model, datamodule) out: the workflow passes every setting explicitly, and both
-scripts build the user's modules through the same plugin contract.
+Flags in, (model, datamodule) and the Trainer out: the workflow passes every setting
+explicitly, and both scripts build the user's modules through the same plugin contract and
+train them (or probe them) under the same Trainer.
 """
 
 from __future__ import annotations
@@ -72,6 +73,28 @@ def build_modules(args):
                                        json.loads(args.loader), args.data_file)
     data_args.update(compiling.static_shape_args(args.compile, plugins.accepted(data_cls), user_data_args))
     return compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile), data_cls(**data_args)
+
+
+def build_trainer(args, run_callbacks: list, max_epochs: int | None = None):
+    """The Trainer of a run, as train.py trains and probe.py probes (max_epochs: args.max_epochs)."""
+    from datetime import timedelta
+
+    import pytorch_lightning as pl
+    from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
+    from pytorch_lightning.strategies import DDPStrategy
+
+    env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
+    return pl.Trainer(
+        accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
+        # one device trains as a user would without DDP; more devices use DDP
+        strategy=(DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s))
+                  if topology(args).world_size > 1 else "auto"),
+        plugins=[env], precision=args.precision,
+        max_epochs=args.max_epochs if max_epochs is None else max_epochs,
+        accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
+        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
 
 
 def _has_cuda() -> bool:

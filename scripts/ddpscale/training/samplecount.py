@@ -1,47 +1,15 @@
-"""Every sample counted once, when the data does not divide by the world size.
+"""Each validation and test sample evaluated once, when the data does not divide by the world size.
 
-DistributedSampler (and ddpscale.workloads.resident, which follows it) pads each epoch to a multiple of
-the world size by repeating the first indices, so every rank takes the same number of steps
-(DDP's collectives need that in training). Index i of the padded order goes to rank
-i % world at position i // world, so the repeats are the last position of the ranks from
-n % world up: rank r holds len(range(r, n, world)) real samples, then at most one repeat.
-Throughput counts the real ones only. Evaluation needs no equal step counts, so the built-in
-data modules shard validation and test without padding (Lightning 2.6 pads them too, and
-warns; it uses an unpadded sampler only for predict): Lightning's mean of a logged metric is
-weighted by batch size across ranks (the sums and batch counts are all-reduced), so the
-accuracy is then over each sample exactly once.
+Evaluation needs no equal step counts, so the built-in data modules shard validation and test
+without padding (Lightning 2.6 pads them too, and warns; it uses an unpadded sampler only for
+predict): Lightning's mean of a logged metric is weighted by batch size across ranks (the sums
+and batch counts are all-reduced), so the accuracy is then over each sample exactly once.
+Training throughput counts each sample once too (ddpscale.measurement.samplecount).
 """
 
 from __future__ import annotations
 
 import torch.distributed as dist
-from torch.utils.data import DistributedSampler
-
-
-def real_samples(n: int, rank: int, world: int) -> int:
-    """Samples of an n-sample epoch that rank holds before any padding."""
-    return len(range(rank, n, world))
-
-
-def shard_of(loader) -> tuple[int, int, int] | None:
-    """(n, rank, world) of a loader sharded with padding, or None when nothing is repeated
-    (one rank, drop_last sharding, an unpadded or unknown sampler): then every sample counts."""
-    from ddpscale.workloads.resident import ResidentBatches
-
-    if isinstance(loader, ResidentBatches):
-        return (len(loader.tensors[0]), loader.rank, loader.world) if loader.pad and loader.world > 1 else None
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, DistributedSampler) and not sampler.drop_last and sampler.num_replicas > 1:
-        n = len(sampler.dataset)
-        if sampler.total_size > n:  # not an unpadded sampler (UnrepeatedDistributedSampler: total_size == n)
-            return n, sampler.rank, sampler.num_replicas
-    return None
-
-
-def counted(seen: int, shard: tuple[int, int, int] | None) -> int:
-    """Samples to count of `seen` taken in order from the start of a rank's shard: the padding
-    repeat sits at its end, so whatever goes beyond the real samples is a repeat."""
-    return seen if shard is None else min(seen, real_samples(*shard))
 
 
 def evaluation_sampler(dataset):

@@ -30,9 +30,9 @@ Like ddpscale.workloads.resident.ResidentBatches, the loaders are plain iterable
 injects a DistributedSampler into real DataLoaders, so rank and world come from
 torch.distributed, and `sampler` (self, with set_epoch) and `batch_sampler = None` are what
 Lightning looks up. While a Trainer runs, batches are made on the CPU and moved to its root
-device (from pinned memory, non-blocking, on CUDA); outside a running Trainer (the probe
-draws batches itself; the FLOP count after training uses the CPU copy of the model) they stay
-on the CPU.
+device (from pinned memory, non-blocking, on CUDA), the probe's included (it draws from the
+run's own loader); outside a running Trainer (the FLOP count after training uses the CPU copy
+of the model) they stay on the CPU.
 """
 
 from __future__ import annotations

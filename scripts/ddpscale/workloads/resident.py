@@ -90,7 +90,7 @@ def check_no_workers(resident: bool, num_workers: int) -> None:
 def from_dataset(dataset, batch_size: int, shuffle: bool, trainer=None, drop_last: bool = False,
                  pad: bool = True) -> ResidentBatches:
     """A TensorDataset's tensors as resident batches, on the trainer's device when the data
-    module is attached to one (outside a Trainer, e.g. in the probe, they stay where they are).
+    module is attached to one (outside a Trainer they stay where they are).
 
     The shuffle seed is the one Lightning gives its DistributedSampler: PL_GLOBAL_SEED, set by
     pl.seed_everything, else 0. It must be the same on every rank, or the shards overlap."""
