@@ -53,8 +53,8 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in head
     for shown in ("ddpscale.workloads.models.SpiralMLP", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
                   "spiral (generated): 1200 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
-                  "config/config.yaml", "<th class=\"l\">Epochs</th><td class=\"l\">2</td>",
-                  "<td class=\"l\">strong</td>", "<td class=\"l\">64</td>", "32-true"):
+                  "config/config.yaml", "<dt>Epochs</dt><dd>2</dd>",
+                  "<dd>strong</dd>", "<dd>64</dd>", "32-true"):
         assert shown in head, shown
     assert set(table["model_parameters"]) == {params} and set(table["experiment"]) == {"spiralmlp"}
     assert set(table["batch_size"]) == {64} and set(table["max_epochs"]) == {2}

@@ -40,8 +40,8 @@ h2{margin-top:1.4em;border-bottom:1px solid #ddd} p.note{font-size:.9em;color:#4
 .caveat{color:#9a6700;font-weight:600} tr.caveat-row td{background:#fff8c5}
 p.caveat{color:#222;font-weight:normal;border-left:4px solid #d39e00;padding-left:.6em}
 .tag{display:block;min-width:10em;font-size:.85em} p.caveat code{white-space:nowrap}
-#measured{font-size:.85em;margin:.4em 0 1em} #measured th{background:none;font-weight:600;border:none;padding:.1em .8em .1em 0}
-#measured td{border:none;padding:.1em 0}
+#measured{display:grid;grid-template-columns:max-content 1fr;gap:.1em .9em;font-size:.85em;margin:.4em 0 1em}
+#measured dt{font-weight:600} #measured dd{margin:0}
 """
 
 
@@ -232,9 +232,9 @@ def _plots(images: dict[str, bytes]) -> str:
 
 def _measured(description: dict) -> str:
     """What was measured, under the title: two reports of different workloads never look alike."""
-    rows = "".join(f'<tr><th class="l">{escape(measured.LABELS[k])}</th><td class="l">{escape(str(v))}</td></tr>'
-                   for k, v in description.items())
-    return f'<table id="measured">{rows}</table>'
+    # a list of facts, not a data table: the tables (each under its heading) follow the verdict
+    items = "".join(f"<dt>{escape(measured.LABELS[k])}</dt><dd>{escape(str(v))}</dd>" for k, v in description.items())
+    return f'<dl id="measured">{items}</dl>'
 
 
 def build_report(data, images: dict[str, bytes]) -> str:
