@@ -38,7 +38,7 @@ def test_each_epoch_end_rewrites_one_file_and_steps_write_nothing(tmp_path):
             seen.append(sorted(p.name for p in (tmp_path / "ckpt").glob("*")) if (tmp_path / "ckpt").exists() else [])
 
     flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu", precision="32-true",
-                               max_epochs=2, accumulate_grad_batches=1)
+                               max_epochs=2, accumulate_grad_batches=1, trainer_args="{}")
     trainer = runargs.build_trainer(flags, [Watch(), ckpt])
     trainer.fit(SpiralMLP(), datamodule=TinyData())
     assert seen[:4] == [[]] * 4, "a checkpoint appeared during the first epoch"

@@ -22,7 +22,8 @@ def test_the_description_reads_the_runs_and_the_workflow():
         "data_class": "pkg.data.SpiralDataModule",
         "dataset": "spiral (generated): 10000 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
         "config_files": "config/config.yaml + my.yaml", "max_epochs": "3", "batch_scaling": "strong",
-        "batch_size": "64", "precision": "32-true", "compile": "none"}
+        "batch_size": "64", "precision": "32-true", "compile": "none", "optimizers": "unknown",
+        "trainer_settings": "ddpscale's"}
     assert measured.headline(text) == "spiralmlp: SpiralMLP (3,234 parameters) on SpiralDataModule"
     table = measured.with_columns(pd.DataFrame({"topology": ["1x1", "1x2"], "speedup": [1.0, 1.8]}), text)
     assert list(table.columns) == ["topology", *measured.COLUMNS, "speedup"]
@@ -47,3 +48,12 @@ def test_runs_from_before_the_count_say_unknown():
     runs = pd.DataFrame([make_run("1x1")])
     assert measured.describe(runs)["model_parameters"] == "unknown"
     assert "(" not in measured.headline(measured.describe(runs)).split(":")[1]
+
+
+def test_the_optimizer_and_further_trainer_settings_are_named():
+    runs = pd.DataFrame([make_run("1x1", optimizers=["AdamW"], trainer_settings={"gradient_clip_val": 0.5}),
+                         make_run("1x2", optimizers=["AdamW"], trainer_settings={"gradient_clip_val": 0.5})])
+    text = measured.describe(runs)
+    assert text["optimizers"] == "AdamW" and text["trainer_settings"] == "gradient_clip_val 0.5"
+    plain = measured.describe(pd.DataFrame([make_run("1x1", optimizers=["SGD"], trainer_settings={})]))
+    assert plain["trainer_settings"] == "ddpscale's"

@@ -127,7 +127,7 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     args = argparse.Namespace(topology="1x1", nodes=1, devices=1, accelerator="cpu", cluster_env="local",
                               precision="32-true", compile="none", scaling="weak", batch_size=8,
-                              accumulate_grad_batches=1)
+                              accumulate_grad_batches=1, trainer_args="{}")
     probed = ProbeBeforeTraining(args, {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}, alone=True)
     trainer = runargs.build_trainer(args, [probed], max_epochs=1)
     with warnings.catch_warnings(record=True) as caught:

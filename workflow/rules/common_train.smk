@@ -105,6 +105,12 @@ def run_flags(topology_name):
         flags["--data-file"] = get_data_file()
     if config["data"]["files"]:  # checksummed into the run's identity
         flags["--data-files"] = json.dumps(config["data"]["files"])
+    # a LightningCLI config's Trainer arguments and optimizers (only where it has them: the flags of
+    # every other config, and so its finished runs, stay as they were)
+    if LIGHTNING and LIGHTNING.trainer_args:
+        flags["--trainer-args"] = json.dumps(LIGHTNING.trainer_args, sort_keys=True)
+    if LIGHTNING and LIGHTNING.optimizers:
+        flags["--optimizers"] = json.dumps(LIGHTNING.optimizers, sort_keys=True)
     return flags
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 # scaling.tsv columns, in this order, the same value on every row of one report
 COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "dataset", "config_files",
-           "max_epochs", "batch_scaling", "batch_size", "precision", "compile")
+           "max_epochs", "batch_scaling", "batch_size", "precision", "compile", "optimizers", "trainer_settings")
 
 
 def _one(runs: pd.DataFrame, col: str) -> str:
@@ -25,6 +25,14 @@ def _one(runs: pd.DataFrame, col: str) -> str:
 
 def _args(args: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in args.items())
+
+
+def _each_run(runs: pd.DataFrame, col: str, text, missing: str) -> str:
+    """A list- or dict-valued record, as text, joined over the runs where they differ."""
+    if col not in runs:
+        return missing
+    values = [text(v) for v in runs[col] if isinstance(v, (list, dict))]
+    return ", ".join(dict.fromkeys(values)) or missing
 
 
 def dataset_text(dataset: dict | None, data_args: dict | None, data_class: str) -> str:
@@ -71,6 +79,9 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         "batch_size": size,
         "precision": _one(runs, "precision"),
         "compile": _one(runs, "compile") if "compile" in runs else "none",
+        "optimizers": _each_run(runs, "optimizers", lambda v: " + ".join(v) or "none", "unknown"),
+        # Trainer arguments beyond ddpscale's own (a LightningCLI config's), as the Trainer held them
+        "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's", "ddpscale's"),
     }
 
 
@@ -95,4 +106,5 @@ def headline(description: dict[str, str]) -> str:
 LABELS = {"experiment": "Experiment", "model_class": "Model", "model_parameters": "Parameters",
           "data_class": "Data module", "dataset": "Dataset", "config_files": "Config files",
           "max_epochs": "Epochs", "batch_scaling": "Batch scaling", "batch_size": "Batch size",
-          "precision": "Precision", "compile": "torch.compile"}
+          "precision": "Precision", "compile": "torch.compile", "optimizers": "Optimizer",
+          "trainer_settings": "Trainer settings"}

@@ -17,9 +17,21 @@ from ddpscale.report import status
 
 
 def read_config(path: Path, overlays: list[Path]) -> dict:
-    """config/config.yaml with the --configfile overlays (paths as the user gave them)."""
-    return status.merge_configs(yaml.safe_load(path.read_text()),
-                                [yaml.safe_load(Path(p).read_text()) for p in overlays])
+    """config/config.yaml with the --configfile overlays (paths as the user gave them), and a
+    LightningCLI config's model and data where it names one (the experiment's folder follows them)."""
+    base = yaml.safe_load(path.read_text())
+    layers = [(str(path), base)] + [(str(p), yaml.safe_load(Path(p).read_text()) or {}) for p in overlays]
+    config = status.merge_configs(base, [tree for _, tree in layers[1:]])
+    cli = config.get("lightning_config")
+    if cli and Path(cli).is_file() and isinstance(config.get("dataset"), dict):
+        # only for such a config: the reader's config checks load numpy, which status otherwise never needs
+        from ddpscale.configcheck import set_beyond_default
+        from ddpscale.training import lightningcli
+
+        applied = lightningcli.apply(yaml.safe_load(Path(cli).read_text()), config, cli,
+                                     lambda key: set_beyond_default(key, layers))
+        config = applied.config
+    return config
 
 
 def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[str, int], status.Run]:

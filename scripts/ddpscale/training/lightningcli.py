@@ -156,6 +156,9 @@ def apply(cli, config: dict, name: str, user_set) -> Applied:
     for key in ("optimizer", "lr_scheduler"):
         if cli.get(key) is not None:
             out.optimizers[key] = cli[key]
+    if "lr_scheduler" in out.optimizers and "optimizer" not in out.optimizers:
+        out.problems.append(f"{name}: lr_scheduler is set without an optimizer, and LightningCLI schedules only "
+                            "an optimizer it made; set optimizer too, or schedule in configure_optimizers")
     for key in ("ckpt_path", "weights_only"):
         if cli.get(key) is not None:
             out.overridden.append(f"{key}{_shown(cli[key])} (ddpscale resumes from its own checkpoints)")
@@ -167,3 +170,35 @@ def overridden_line(name: str, applied: Applied) -> str | None:
     if not applied.overridden:
         return None
     return f"ddpscale: {name}: set by ddpscale for every topology, so overridden: {'; '.join(applied.overridden)}"
+
+
+# -- in the run: LightningCLI's optimizer and lr_scheduler ----------------------------------------
+
+def _instance(given, namespace: str, *first):
+    """A class_path (+ init_args) setting, or a bare class name of torch's namespace, built."""
+    import importlib
+
+    class_path, init = (given, {}) if isinstance(given, str) else (given["class_path"], given.get("init_args") or {})
+    if "." not in class_path:
+        class_path = f"{namespace}.{class_path}"
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)(*first, **init)
+
+
+def attach_optimizers(model, spec: dict) -> None:
+    """The model's configure_optimizers becomes what LightningCLI makes of its optimizer and
+    lr_scheduler settings (it replaces the model's own there too): the optimizer alone, or it with
+    its scheduler (ReduceLROnPlateau with the metric it monitors)."""
+    import types
+
+    def configure_optimizers(self):
+        optimizer = _instance(spec["optimizer"], "torch.optim", self.parameters())
+        if "lr_scheduler" not in spec:
+            return optimizer
+        scheduler = _instance(spec["lr_scheduler"], "torch.optim.lr_scheduler", optimizer)
+        monitor = getattr(scheduler, "monitor", None)
+        if monitor:
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": monitor}}
+        return [optimizer], [scheduler]
+
+    model.configure_optimizers = types.MethodType(configure_optimizers, model)

@@ -12,7 +12,7 @@ import json
 import os
 
 from ddpscale.cluster.topology import Topology, batch_per_device
-from ddpscale.training import compiling, plugins
+from ddpscale.training import compiling, lightningcli, plugins
 
 # Flags that change how a run fails, not what it measures: left out of its identity, so
 # changing them does not start a run over.
@@ -45,6 +45,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-files", default="[]",
                    help="JSON list: the files the data module reads (config data.files), checksummed "
                         "into the run's identity")
+    p.add_argument("--trainer-args", default="{}",
+                   help="JSON: further pl.Trainer arguments (a LightningCLI config's gradient_clip_val, ...)")
+    p.add_argument("--optimizers", default="{}",
+                   help="JSON: a LightningCLI config's optimizer and lr_scheduler, used as the model's "
+                        "configure_optimizers as LightningCLI does")
 
 
 def topology(args) -> Topology:
@@ -72,7 +77,10 @@ def build_modules(args):
     data_args = plugins.data_init_args(data_cls, user_data_args, per_device_batch(args),
                                        json.loads(args.loader), args.data_file)
     data_args.update(compiling.static_shape_args(args.compile, plugins.accepted(data_cls), user_data_args))
-    return compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile), data_cls(**data_args)
+    model = compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile)
+    if json.loads(args.optimizers):
+        lightningcli.attach_optimizers(model, json.loads(args.optimizers))
+    return model, data_cls(**data_args)
 
 
 def build_trainer(args, run_callbacks: list, max_epochs: int | None = None):
@@ -93,7 +101,7 @@ def build_trainer(args, run_callbacks: list, max_epochs: int | None = None):
         max_epochs=args.max_epochs if max_epochs is None else max_epochs,
         accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
         logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=0, **json.loads(args.trainer_args),
     )
 
 

@@ -215,6 +215,9 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "model_class": args.model_class,
         # what the report says was measured: parameters, and those the optimizer trains
         **parameter_counts(trainer.lightning_module),
+        "optimizers": [type(o).__name__ for o in trainer.optimizers],
+        # further Trainer settings (a LightningCLI config's), as the Trainer holds them
+        "trainer_settings": trainer_settings(trainer, json.loads(args.trainer_args)),
         "data_class": args.data_class,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": pl.__version__},
@@ -222,6 +225,16 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "started_at": started,
         "finished_at": now(),
     }
+
+
+def trainer_settings(trainer: pl.Trainer, asked: dict) -> dict:
+    """Each Trainer argument passed beyond ddpscale's own, read back from the Trainer where it
+    keeps one (what it uses, not what the flag said), as text where it is not plain JSON (an enum)."""
+    out = {}
+    for key, given in asked.items():
+        value = getattr(trainer, key) if hasattr(trainer, key) else given
+        out[key] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
 
 
 def parameter_counts(module: torch.nn.Module) -> dict:

@@ -1,0 +1,82 @@
+"""A LightningCLI config as the experiment, through the whole local workflow as README runs it
+(issue 18, item 7): the file LightningCLI writes (--print_config of a user's cli_main.py) names
+the model, the data, the epochs, gradient clipping, an optimizer with its schedule, and the
+devices and strategy of the user's own cluster runs. The runs train the CLI's model with its
+settings; what ddpscale sets per topology is named in one line; the report and the status
+command follow the CLI's experiment; a setting ddpscale cannot measure under is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import ROOT, WORKFLOW_PYTHON, tiny_config
+from test_lightningcli import print_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+CLI_ARGS = ("--subclass", "--model", "usermods.renamed.RingsClassifier", "--model.width", "12",
+            "--data", "usermods.renamed.RingsData", "--data.batch_size", "32", "--data.samples", "400",
+            "--trainer.max_epochs", "2", "--trainer.devices", "4", "--trainer.strategy", "ddp",
+            "--trainer.gradient_clip_val", "0.5", "--optimizer", "torch.optim.AdamW", "--optimizer.lr", "0.01",
+            "--lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--lr_scheduler.step_size", "1",
+            "--seed_everything", "7")
+
+
+@pytest.fixture
+def cli_workspace(workspace):
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    workspace.write_config(tiny_config())
+    (workspace.path / "cli.yaml").write_text(yaml.safe_dump(print_config(*CLI_ARGS), sort_keys=False))
+    overlay = {"lightning_config": "cli.yaml", "topologies": ["1x1", "1x2"],
+               "accuracy": {"metric": "valid/accuracy", "tolerance": 0.5}}
+    (workspace.path / "my.yaml").write_text(yaml.safe_dump(overlay))
+    return workspace
+
+
+def test_a_lightningcli_config_is_the_experiment(cli_workspace):
+    workspace = cli_workspace
+    result = workspace.snakemake("--configfile", "my.yaml")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert ("ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: data batch_size (32) (the "
+            "batch per device comes from batch.size and batch.scaling); trainer.strategy (ddp); trainer.devices (4)"
+            ) in result.stderr
+    results = workspace.path / "results/ringsclassifier"  # the CLI's model names the experiment
+    width = 12  # RingsClassifier: Linear(2, width), ReLU, Linear(width, 3)
+
+    for topology, world in (("1x1", 1), ("1x2", 2)):
+        metrics = json.loads((results / f"runs/{topology}/r0/metrics.json").read_text())
+        assert metrics["model_class"] == "usermods.renamed.RingsClassifier" and metrics["world_size"] == world
+        assert metrics["model_parameters"] == 2 * width + width + width * 3 + 3, "the CLI's init_args"
+        assert metrics["max_epochs"] == 2 and metrics["epochs_completed"] == 2
+        assert metrics["trainer_settings"] == {"gradient_clip_val": 0.5}, "read back from the Trainer"
+        assert metrics["optimizers"] == ["AdamW"], "LightningCLI's optimizer replaced the module's SGD"
+        assert metrics["batch_per_device"] == 64 // world, "ddpscale's batch, not the CLI's 32"
+        assert metrics["probe"]["status"] == "ok", metrics["probe"]
+        assert "valid/accuracy" in metrics["logged_metrics"]
+    table = pd.read_csv(results / "report/scaling.tsv", sep="\t")
+    assert set(table["config_files"]) == {"config/config.yaml + my.yaml + cli.yaml"}
+    assert set(table["dataset"]) == {"the data module's own (RingsData: samples 400)"}
+    assert set(table["trainer_settings"]) == {"gradient_clip_val 0.5"} and set(table["optimizers"]) == {"AdamW"}
+    assert table["accuracy_held"].notna().all()
+
+    status = subprocess.run([WORKFLOW_PYTHON, "scripts/status.py", "--configfile", "my.yaml"], cwd=workspace.path,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "2 done, 0 running" in status.stdout, status.stdout + status.stderr
+
+
+def test_a_setting_ddpscale_cannot_measure_under_is_refused_before_any_job(cli_workspace):
+    workspace = cli_workspace
+    cli = yaml.safe_load((workspace.path / "cli.yaml").read_text())
+    cli["trainer"]["max_steps"] = 100
+    (workspace.path / "cli.yaml").write_text(yaml.safe_dump(cli))
+    result = workspace.snakemake("--dry-run", "--configfile", "my.yaml")
+    assert result.returncode != 0 and "Job stats" not in result.stdout
+    assert ("cli.yaml: trainer.max_steps is 100, but ddpscale measures whole epochs; remove it and set "
+            "trainer.max_epochs") in result.stdout
+    assert not (workspace.path / "results").exists()
