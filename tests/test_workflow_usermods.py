@@ -92,3 +92,4 @@ def test_a_module_the_probe_cannot_time_trains_and_the_report_says_why(workspace
     prediction = pd.read_csv(report / "prediction.tsv", sep="\t")
     assert list(prediction.topology) == ["1x1", "1x2"] and prediction.predicted_efficiency.isna().all()
     assert "probe failed: PluginError: NoOptimizerCNN" in (report / "report.html").read_text()
+    assert f"The probe could not measure 1x1 and 1x2 ({reason}): where the step" in (report / "report.html").read_text()

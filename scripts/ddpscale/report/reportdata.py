@@ -52,6 +52,6 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         threshold=threshold,
         comparison=None if earlier is None else verdict.compare(done, earlier),
         compared_with=compared_with,
-        notes=verdict.caveats(summary, runs, steps) + [n for n in [records.identity_note(runs)] if n],
+        notes=verdict.caveats(summary, runs, steps, probes) + [n for n in [records.identity_note(runs)] if n],
         description=description or measured.describe(runs),
     )

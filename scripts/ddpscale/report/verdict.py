@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.io import last_nonempty_line
-from ddpscale.report import boundness
+from ddpscale.report import boundness, breakdown
 from ddpscale.report.analysis import device_word, hours_label
 
 STATUS_OK = "ok"
@@ -197,10 +197,21 @@ def recompile_note(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> s
             "(drop_last=True) and no Python values that change from step to step.")
 
 
-def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
+def probe_na_note(probes: dict[str, dict]) -> str | None:
+    """Topologies whose probe could not measure: their runs trained and count, their breakdown not."""
+    failed = {name: p for name, p in probes.items() if breakdown.is_na(p)}
+    if not failed:
+        return None
+    reasons = list(dict.fromkeys(p["reason"] for p in failed.values()))
+    names = _names(pd.DataFrame({"topology": list(failed)}))
+    return (f"The probe could not measure {names} ({'; '.join(reasons)}): where the step's time goes and the "
+            "prediction are unknown there; the runs trained, and their throughput and accuracy are measured.")
+
+
+def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
     bound = boundness.judge_baseline(summary, runs, steps)
-    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
+    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary), probe_na_note(probes or {}),
              oversubscribed_note(summary), simulated_nodes_note(summary),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),
