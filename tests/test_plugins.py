@@ -36,3 +36,25 @@ def test_missing_modules_under_the_root_still_fail_with_the_fix(user_root):
 def test_installed_and_scripts_modules_are_still_found(user_root):
     check_importable("ddpscale.workloads.models.SpiralMLP", "model.class_path", root=str(user_root))
     check_importable("json.JSONDecoder", "model.class_path", root=str(user_root))
+
+
+def test_loader_knobs_reach_a_kwargs_data_module_only_when_the_config_sets_them():
+    """A **kwargs module often hands them on to a parent that takes none (the subclass that a
+    refusal of Lightning's BoringDataModule suggests failed on num_workers=0)."""
+    from ddpscale.training.plugins import data_init_args
+
+    class Forwards:
+        def __init__(self, batch_size, **kwargs):
+            pass
+
+    class Names:
+        def __init__(self, batch_size, num_workers=0, pin_memory=False):
+            pass
+
+    defaults = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
+    assert data_init_args(Forwards, {}, 32, defaults, None) == {"batch_size": 32}
+    chosen = {**defaults, "num_workers": 4}
+    assert data_init_args(Forwards, {}, 32, chosen, None) == {"batch_size": 32, "num_workers": 4}
+    assert data_init_args(Names, {}, 32, defaults, None) == {"batch_size": 32, "num_workers": 0, "pin_memory": False}
+    with pytest.raises(PluginError, match="dataloader.prefetch_factor is set to 2 but Names does not accept"):
+        data_init_args(Names, {}, 32, {**defaults, "prefetch_factor": 2}, None)

@@ -93,3 +93,24 @@ def test_a_module_the_probe_cannot_time_trains_and_the_report_says_why(workspace
     assert list(prediction.topology) == ["1x1", "1x2"] and prediction.predicted_efficiency.isna().all()
     assert "probe failed: PluginError: NoOptimizerCNN" in (report / "report.html").read_text()
     assert f"The probe could not measure 1x1 and 1x2 ({reason}): where the step" in (report / "report.html").read_text()
+
+
+def test_lightnings_own_demo_classes(workspace):
+    """BoringModel unchanged (a dict loss, StepLR, logs nothing) on BoringDataModule made to take
+    batch_size as its refusal says: it trains on every topology, counted exactly, probed, and
+    the report builds, saying accuracy was not compared because nothing was logged."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(topologies=["1x1", "1x2"], dataset={"generator": "none"})
+    config["model"] = {"class_path": "pytorch_lightning.demos.boring_classes.BoringModel", "init_args": {}}
+    config["data"] = {"class_path": "usermods.boring.BoringDataModuleB", "init_args": {}, "files": []}
+    workspace.write_config(config)
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    for topology in ("1x1", "1x2"):
+        metrics = json.loads(workspace.metrics(topology).read_text())
+        assert metrics["steady_samples"] == 64, "BoringDataModule trains on 64 samples, each counted once"
+        check_probe(metrics["probe"], topology)
+    page = (workspace.results / "report/report.html").read_text()
+    assert workspace.results.name == "boringmodel"
+    assert "accuracy not compared: test_acc not logged; the runs logged: no scalar metric" in page
+    assert "by speed alone (accuracy not compared: test_acc not logged)" in page

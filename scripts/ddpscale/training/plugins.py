@@ -103,7 +103,10 @@ def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_fil
 
     Contract: a data module takes `batch_size` (per device, set by the scaling mode); it takes
     `data_file` when the workflow generates its dataset; the loader knobs are passed where it
-    accepts them, and a knob set away from its default that it cannot take is an error.
+    names them, and a knob set away from its default that it cannot take is an error. A module
+    taking **kwargs gets a knob only when the config sets it: such a module often hands its
+    kwargs to a parent that takes no such argument (the subclass a refusal of Lightning's
+    BoringDataModule suggests did, and failed on num_workers=0).
     """
     names = accepted(cls)
     args = dict(user_args)
@@ -118,9 +121,10 @@ def data_init_args(cls, user_args: dict, batch_size: int, loader: dict, data_fil
             )
         args["data_file"] = data_file
     for name in LOADER_KEYS:
-        if names is None or name in names:
+        chosen = loader[name] != LOADER_DEFAULTS[name]
+        if (names is None and chosen) or (names is not None and name in names):
             args[name] = loader[name]
-        elif loader[name] != LOADER_DEFAULTS[name]:
+        elif names is not None and chosen:
             raise PluginError(
                 f"dataloader.{name} is set to {loader[name]!r} but {cls.__name__} does not accept "
                 f"'{name}'; add it to its __init__ or remove the setting"
