@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.io import atomic_write  # noqa: E402
-from ddpscale.report import analysis, breakdown, measured, plots, records, reportdata, verdict  # noqa: E402
+from ddpscale.report import analysis, breakdown, earlier, measured, plots, records, reportdata, verdict  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
             metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),
-            earlier=verdict.read_earlier(args.compare) if args.compare else None,
+            earlier=earlier.read_earlier(args.compare) if args.compare else None,
             compared_with=str(args.compare) if args.compare else None,
             description=measured.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
     except ValueError as exc:

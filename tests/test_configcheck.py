@@ -10,10 +10,11 @@ from snakemake.utils import validate
 
 from conftest import ROOT
 from ddpscale.configcheck import (
-    config_source, dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
+    dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
     setting_problems, yaml_problem,
 )
 from ddpscale.cluster.topology import Topology, parse_topology
+from ddpscale.configsource import config_source
 from ddpscale.workloads.spiral import split_sizes
 
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"

@@ -4,13 +4,12 @@ stay the same (contractfacts), and judged into one line per problem naming key, 
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
 from conftest import ROOT
-from ddpscale.configcheck import key_source
+from ddpscale.configsource import key_source
 from ddpscale.training import contract, contractfacts
 
 SCRIPT = str(ROOT / "scripts/contract.py")

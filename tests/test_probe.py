@@ -7,12 +7,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from ddpscale.measurement.commbench import allreduce_benchmark, bandwidths, message_sizes
+from ddpscale.measurement.commbench import message_sizes
 
 from conftest import ROOT, launched, require_cuda
 
@@ -21,25 +20,6 @@ SPIRAL_NUMEL = (2 * 64 + 64) + (64 * 32 + 32) + (32 * 16 + 16) + (16 * 2 + 2)
 
 
 # -- pure ---------------------------------------------------------------------------------
-
-def test_message_sizes_double_from_1kb_and_end_at_the_gradient():
-    assert message_sizes(11336) == [1024, 2048, 4096, 8192, 11336]
-    assert message_sizes(8192) == [1024, 2048, 4096, 8192]  # no repeated last size
-    assert message_sizes(1025) == [1024, 1025]
-    assert message_sizes(1024) == [1024]
-    assert message_sizes(300) == [300]
-    assert message_sizes(5000, start=2000) == [2000, 4000, 5000]
-    with pytest.raises(ValueError, match="no trainable gradient"):
-        message_sizes(0)
-
-
-def test_bandwidths_follow_nccl_tests():
-    assert bandwidths(2_000_000_000, 2.0, 4) == pytest.approx((1.0, 1.5))  # busbw = algbw * 2*3/4
-    assert bandwidths(1_000_000_000, 0.5, 2) == pytest.approx((2.0, 2.0))
-    assert bandwidths(1_000_000_000, 1.0, 8) == pytest.approx((1.0, 1.75))
-    assert bandwidths(1_000_000_000, 1.0, 1) == pytest.approx((1.0, 0.0))  # one rank moves nothing
-    assert bandwidths(1024, 0.0, 4) == (None, None)  # nothing was timed
-
 
 def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     """The copy's configure_optimizers, parsed as Lightning parses it for training."""
@@ -139,32 +119,6 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
     assert step["compute_s"] > 0 and step["data_s"] > 0 and step["exposed_comm_s"] == 0
     assert (probed.record["gradient_numel"], probed.record["gradient_bytes"]) == (6, 24)
     assert "train_loss" not in trainer.callback_metrics
-
-
-# -- all-reduce benchmark, in this process ---------------------------------------------
-
-def test_allreduce_without_a_process_group_records_a_no_op():
-    import torch
-
-    rows = allreduce_benchmark([1024, 3000], torch.device("cpu"))
-    assert rows == [{"bytes": 1024, "time_s": 0.0, "algbw_gbps": None, "busbw_gbps": None, "iters": 0},
-                    {"bytes": 3000, "time_s": 0.0, "algbw_gbps": None, "busbw_gbps": None, "iters": 0}]
-
-
-def test_allreduce_on_a_one_rank_gloo_group_is_timed(tmp_path):
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        rows = allreduce_benchmark([1024, 1026], torch.device("cpu"), warmup=1, iters=3)
-    finally:
-        dist.destroy_process_group()
-    assert [r["bytes"] for r in rows] == [1024, 1026]
-    for row in rows:
-        assert row["time_s"] > 0 and row["iters"] == 3
-        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
-        assert row["busbw_gbps"] == 0.0
 
 
 # -- real probes on CPU ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, verdict
+from ddpscale.report import analysis, earlier, verdict
 from test_analysis import make_run
 
 
@@ -76,7 +76,7 @@ def test_comparison_shows_change_and_topologies_in_only_one_run(tmp_path):
     old = analysis.rounded(table([make_run("1x1", throughput_samples_s=80.0),
                                   make_run("4x4", throughput_samples_s=900.0)]))
     old.to_csv(earlier_path, sep="\t", index=False)
-    cmp = verdict.compare(table(RUNS[:2]), verdict.read_earlier(earlier_path)).set_index("topology")
+    cmp = earlier.compare(table(RUNS[:2]), earlier.read_earlier(earlier_path)).set_index("topology")
     assert cmp.loc["1x1", "throughput_samples_s_change_pct"] == pytest.approx(25.0)
     assert cmp.loc["1x1", "present"] == "both"
     assert cmp.loc["1x2", "present"] == "only now" and cmp.loc["4x4", "present"] == "only earlier"
@@ -84,8 +84,8 @@ def test_comparison_shows_change_and_topologies_in_only_one_run(tmp_path):
 
 def test_earlier_table_errors_name_the_fix(tmp_path):
     with pytest.raises(ValueError, match="report.compare_with"):
-        verdict.read_earlier(tmp_path / "missing.tsv")
+        earlier.read_earlier(tmp_path / "missing.tsv")
     bad = tmp_path / "other.tsv"
     bad.write_text("a\tb\n1\t2\n")
     with pytest.raises(ValueError, match="not a ddpscale scaling.tsv"):
-        verdict.read_earlier(bad)
+        earlier.read_earlier(bad)

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from pathlib import Path
 
 import yaml
 from jsonschema import Draft202012Validator
 
 from ddpscale.cluster.topology import Topology
+from ddpscale.configsource import DEFAULT_CONFIG
 from ddpscale.workloads.spiral import split_sizes
 
-DEFAULT_CONFIG = "config/config.yaml"
 # config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.training.metriccheck)
 ACCURACY_METRIC_ENV = "DDPSCALE_ACCURACY_METRIC"
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
@@ -236,57 +235,6 @@ def file_problems(config: dict, where: str, exists) -> list[str]:
 def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
     """Checks across keys of a validated config (defaults filled), one line per problem."""
     return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
-
-
-def relative_name(path, workdir) -> str:
-    """A config file as the user names it: relative to the working directory where it lies in it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path(workdir).resolve()))
-    except ValueError:
-        return str(path)
-
-
-def config_source(files, workdir) -> str:
-    """The config files, relative to the working directory where they lie in it.
-
-    Snakemake lists --configfile files before the workflow's own config/config.yaml, though
-    they override it: the default comes first here, as the user thinks of it.
-    """
-    names = list(dict.fromkeys(relative_name(f, workdir) for f in files))
-    if DEFAULT_CONFIG in names:
-        names.remove(DEFAULT_CONFIG)
-        names.insert(0, DEFAULT_CONFIG)
-    return " + ".join(names) or DEFAULT_CONFIG
-
-
-def _has(tree, path) -> bool:
-    for part in path:
-        if not isinstance(tree, dict) or part not in tree:
-            return False
-        tree = tree[part]
-    return True
-
-
-def set_beyond_default(path, layers: list[tuple[str, dict]]) -> bool:
-    """Whether a file other than config/config.yaml (an overlay, --config) sets this key."""
-    return any(_has(tree, tuple(path)) for name, tree in layers if name != DEFAULT_CONFIG)
-
-
-def key_source(path, layers: list[tuple[str, dict]]) -> str:
-    """The file that set a key, as the user wrote it: the last layer holding it, layers in
-    Snakemake's order (config/config.yaml, each --configfile, then --config); for model/data
-    init_args only layers from the last one naming that section's class_path count, since that
-    file brings the section's init_args alone (own_init_args in common.smk). A key no layer sets
-    (a schema default) is named with every file."""
-    path = tuple(path)
-    start = 0
-    if len(path) >= 2 and path[0] in ("model", "data") and path[1] == "init_args":
-        named = [i for i, (_, tree) in enumerate(layers) if _has(tree, (path[0], "class_path"))]
-        start = named[-1] if named else 0
-    for name, tree in reversed(layers[start:]):
-        if _has(tree, path):
-            return name
-    return " + ".join(name for name, _ in layers) or DEFAULT_CONFIG
 
 
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:

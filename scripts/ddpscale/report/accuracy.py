@@ -75,3 +75,8 @@ def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it:
         return (f"accuracy not compared: {metric} not logged by the baseline {baseline}; the runs logged: "
                 f"{names}")
     return f"accuracy not compared: {metric} not logged; the runs logged: {names}"
+
+
+def compared(summary: pd.DataFrame) -> bool:
+    """Whether the baseline logged the accuracy metric, so held or not means something."""
+    return not summary.attrs.get("accuracy_not_compared")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddpscale.report import analysis, breakdown, measured, records, verdict
+from ddpscale.report import earlier as earlier_runs
 
 
 @dataclass
@@ -50,7 +51,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         steps=steps, prediction=breakdown.predict(done, probes),
         cost=verdict.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
         threshold=threshold,
-        comparison=None if earlier is None else verdict.compare(done, earlier),
+        comparison=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
         notes=verdict.caveats(summary, runs, steps, probes) + [n for n in [records.identity_note(runs)] if n],
         description=description or measured.describe(runs),

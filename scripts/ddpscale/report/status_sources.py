@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from ddpscale.configsource import set_beyond_default
 from ddpscale.report import status
 
 
@@ -25,7 +26,6 @@ def read_config(path: Path, overlays: list[Path]) -> dict:
     cli = config.get("lightning_config")
     if cli and Path(cli).is_file() and isinstance(config.get("dataset"), dict):
         # only for such a config: the reader's config checks load numpy, which status otherwise never needs
-        from ddpscale.configcheck import set_beyond_default
         from ddpscale.training import lightningcli
 
         applied = lightningcli.apply(yaml.safe_load(Path(cli).read_text()), config, cli,

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.io import last_nonempty_line
-from ddpscale.report import boundness, breakdown
+from ddpscale.report import accuracy, boundness, breakdown
 from ddpscale.report.analysis import device_word, hours_label
 
 STATUS_OK = "ok"
@@ -73,19 +73,14 @@ def usable(summary: pd.DataFrame) -> pd.DataFrame:
     (report.accuracy.not_compared), speed alone decides and the recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    unknown = not compared(summary)
+    unknown = not accuracy.compared(summary)
     finished = finished[finished["accuracy_held"].fillna(unknown).astype(bool)]
     return finished.drop(flagged(finished, "oversubscribed").index)
 
 
-def compared(summary: pd.DataFrame) -> bool:
-    """Whether the baseline logged the accuracy metric, so held or not means something."""
-    return not summary.attrs.get("accuracy_not_compared")
-
-
 def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
     """Finished rows left out of the recommendation because their metric was not logged."""
-    if not compared(summary):
+    if not accuracy.compared(summary):
         return None
     done = summary[summary["throughput_samples_s"].notna()]
     rows = done[done["accuracy_held"].isna()]
@@ -100,11 +95,11 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
     ok = usable(summary)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
-    if not compared(summary):
+    if not accuracy.compared(summary):
         metric = summary.attrs.get("accuracy_metric")
         where += f"by speed alone (accuracy not compared: {metric} not logged), "
     if ok.empty:
-        held = " with accuracy held" if compared(summary) else ""
+        held = " with accuracy held" if accuracy.compared(summary) else ""
         if len(flagged(summary, "oversubscribed")):
             return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
         return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
@@ -278,37 +273,3 @@ def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
             table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
     table.attrs.update(attrs)
     return table
-
-
-COMPARED = ("throughput_samples_s", "efficiency", "fit_time_s")
-
-
-def read_earlier(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"earlier scaling table {path} does not exist; fix report.compare_with "
-                         "in config/config.yaml (a scaling.tsv from an earlier run) or set it to null")
-    earlier = pd.read_csv(path, sep="\t")
-    missing = [c for c in ("topology", *COMPARED) if c not in earlier.columns]
-    if missing:
-        raise ValueError(f"{path} is not a ddpscale scaling.tsv (no column {', '.join(missing)})")
-    return earlier
-
-
-def compare(summary: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:
-    """Per topology: earlier and current value of each compared figure and the change in %."""
-    now = summary.set_index("topology")
-    before = earlier.set_index("topology")
-    names = list(now.index) + [t for t in before.index if t not in now.index]
-    rows = []
-    for name in names:
-        row = {"topology": name,
-               "present": "both" if name in now.index and name in before.index
-               else ("only now" if name in now.index else "only earlier")}
-        for col in COMPARED:
-            old = before[col].get(name, float("nan"))
-            new = now[col].get(name, float("nan"))
-            row[f"{col}_earlier"], row[f"{col}_now"] = old, new
-            row[f"{col}_change_pct"] = (new / old - 1.0) * 100.0 if old and pd.notna(old) else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
