@@ -6,7 +6,6 @@ Lightning's _call_callback_hooks on a fitted Trainer, with only the callback und
 attached, minus the same dispatch with no callback at all.
 """
 
-import argparse
 import sys
 import tempfile
 import timeit
@@ -41,7 +40,7 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
                      # what the pipeline used before EpochCheckpoint, for its before/after
                      "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
                                                         enable_version_counter=False)}
-        flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu",
+        flags = runargs.run_flags(nodes=1, devices=1, cluster_env="local", accelerator="cpu",
                                    precision="32-true", max_epochs=1, accumulate_grad_batches=1)
         trainer = runargs.build_trainer(flags, list(callbacks.values())[:2])
         trainer.fit(SpiralMLP(), datamodule=_Data())

@@ -120,7 +120,7 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     model, data = modules(s)
     metrics = ScalingMetrics(warmup_epochs=s.warmup_epochs, expected_world_size=world)
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
-    flags = argparse.Namespace(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
+    flags = runargs.run_flags(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
                                precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
     trainer = runargs.build_trainer(flags, callbacks)
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own

@@ -52,6 +52,15 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "configure_optimizers as LightningCLI does")
 
 
+def run_flags(**settings) -> argparse.Namespace:
+    """A run's flags as the parser gives them, defaults for all not in settings: code that builds a
+    run's Trainer without the command line (the benchmarks) gets every flag train.py has."""
+    p = argparse.ArgumentParser()
+    add_run_args(p)
+    defaults = {a.dest: a.default for a in p._actions if a.dest != "help"}
+    return argparse.Namespace(**{**defaults, **settings})
+
+
 def topology(args) -> Topology:
     return Topology(args.nodes, args.devices)
 
