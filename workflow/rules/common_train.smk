@@ -120,7 +120,7 @@ def get_run_identity(wildcards):
     The generated data is an ancient() input (a byte-identical regeneration must not rerun
     finished measurements), so its settings must trigger the rerun here; so must another
     torch or Lightning, read from package metadata (no import: parsing stays fast). The data's
-    checksum and the training code are checked by train.py and the report (README, "Run identity").
+    checksum and the training code are checked by train.py and the report (docs/reliability.md, "Resume and run identity").
     """
     return json.dumps(
         {"dataset": config["dataset"] if GENERATED else None, "versions": INSTALLED_VERSIONS}, sort_keys=True

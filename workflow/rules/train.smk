@@ -2,7 +2,7 @@
 # nodes). One rule definition, three names: the stages differ only in which topologies they
 # take (wildcard constraints from config) and in the resources a profile may set for each by
 # rule name (set-resources: train_baseline / train_single_node / train_multi_node). Site facts
-# and resources every stage shares stay under set-resources `train` (README, "On a SLURM cluster").
+# and resources every stage shares stay under set-resources `train` (docs/clusters.md).
 #
 # One job per topology and repeat. The first repeat probes its topology (step breakdown,
 # all-reduce) inside the same allocation before training: one submission per topology and
