@@ -40,6 +40,7 @@ from ddpscale.measurement.stepprobe import _TrainingStep  # noqa: E402
 from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
 from ddpscale.training import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
 from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.training.teardown import close_process_group  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
 from ddpscale.workloads.spiral_datamodule import SpiralDataModule  # noqa: E402
@@ -190,6 +191,7 @@ def main(argv=None) -> int:
     if int(os.environ.get("RANK", 0)) == 0:
         Path(args.out).write_text(json.dumps({"workload": args.workload, "world_size": world,
                                               "batch_per_rank": args.batch, "variants": results}))
+    close_process_group()
     return 0
 
 

@@ -20,6 +20,7 @@ from ddpscale.measurement.timing import ScalingMetrics, WorldSizeError
 from ddpscale.training import plugins
 from ddpscale.training.callbacks import ProbeBeforeTraining
 from ddpscale.training.runargs import add_run_args, build_modules, build_trainer, set_threads, topology
+from ddpscale.training.teardown import close_process_group
 
 SIZES = measurement_probe.DEFAULTS
 
@@ -69,7 +70,9 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        code = main()
+        close_process_group()
+        sys.exit(code)
     except (ProbeFailed, plugins.PluginError, WorldSizeError, FileNotFoundError, ValueError) as err:
         print(f"ddpscale probe: {err}", file=sys.stderr)
         sys.exit(3)

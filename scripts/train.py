@@ -23,6 +23,7 @@ from ddpscale.training import callbacks, compiling, metriccheck, plugins, runinf
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
                                        set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
+from ddpscale.training.teardown import close_process_group
 
 
 def parse_args(argv=None):
@@ -114,7 +115,9 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        code = main()
+        close_process_group()
+        sys.exit(code)
     except StopRequested as stopped:
         print(f"ddpscale train: {stopped}", file=sys.stderr, flush=True)
         sys.exit(exit_code(stopped.signum))
