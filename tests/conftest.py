@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +49,22 @@ def load_profile(name: str) -> dict:
     """A profile's config.yaml: a name under profiles/, or a folder relative to the repository."""
     folder = ROOT / name if "/" in name else ROOT / "profiles" / name
     return yaml.safe_load((folder / "config.yaml").read_text())
+
+
+def with_account(folder: str, account: str) -> str:
+    """The profile folder with its placeholder account replaced, as a user edits it before the
+    first run: a copy in a temporary folder, or the folder itself when it names no placeholder."""
+    from ddpscale.cluster.resourcenames import PLACEHOLDERS
+
+    profile = yaml.safe_load((ROOT / folder / "config.yaml").read_text())
+    defaults = profile.get("default-resources") or {}
+    if str(defaults.get("slurm_account")) not in PLACEHOLDERS["slurm_account"]:
+        return folder
+    defaults["slurm_account"] = account
+    copy = Path(tempfile.mkdtemp(prefix="ddpscale-profile-")) / Path(folder).name
+    copy.mkdir()
+    (copy / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return str(copy)
 
 
 def profile_site(name: str):

@@ -14,6 +14,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import ROOT
+from ddpscale.cluster.resourcenames import resource_problems
 from ddpscale.cluster.resources import SiteError, check_stage_entry, site_from_resources
 from ddpscale.cluster.topology import TopologyError, check_topologies
 from ddpscale.configcheck import schema_problems, setting_problems
@@ -74,6 +75,10 @@ def config_problems(overlay: dict) -> list[str]:
 
 def profile_problems(profile: dict) -> list[str]:
     entries = (profile or {}).get("set-resources") or {}
+    named = [line for rule, entry in entries.items()
+             for line in resource_problems("snippet", f"set-resources {rule}", entry)]
+    if named:
+        return named
     try:
         for rule, entry in entries.items():
             if rule == "train":
@@ -110,6 +115,7 @@ def test_the_checks_can_fail():
     assert config_problems({"warmup_epochs": 9, "max_epochs": 3}), "keys that do not fit together"
     assert config_problems({"topologies": ["1x1", "1x16"]}), "a topology beyond the node"
     assert profile_problems({"set-resources": {"train_baseline": {"site_launcher": "srun"}}}), "a site fact per stage"
+    assert profile_problems({"set-resources": {"train_multi_node": {"slurm_qos": "long"}}}), "a name the plugin drops"
     assert lightningcli_problems({"trainer": {"max_steps": 10}}), "a setting ddpscale cannot measure under"
     assert kind("slurm_account: x\n") is None, "a snippet that does not say what it is"
 

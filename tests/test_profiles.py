@@ -14,16 +14,18 @@ import yaml
 from ddpscale.cluster.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.cluster.topology import parse_topology
 
-from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_site
+from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_site, with_account
 
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
-def dry_run(profile, topologies, *extra):
+def dry_run(profile, topologies, *extra, account="test_account"):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
     # (tests/test_hostdevices.py covers its GPU plans).
     folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
+    if account is not None:  # as a user does before the first run; None: the profile as shipped
+        folder = with_account(folder, account)
     cmd = [*SNAKEMAKE, "--profile", folder, "-n", "-p",
            "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1"]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -209,7 +211,7 @@ def test_the_rerun_the_report_names_reruns_every_training_run():
     from ddpscale.report.records import RERUN_ALL
 
     rule_names = RERUN_ALL.split("--forcerun ")[1].split()
-    cmd = [*SNAKEMAKE, "--profile", "profiles/slurm", "-n", "--config", f"topologies={json.dumps(TOPOLOGIES)}",
+    cmd = [*SNAKEMAKE, "--profile", with_account("profiles/slurm", "test_account"), "-n", "--config", f"topologies={json.dumps(TOPOLOGIES)}",
            "repeats=1", "--forcerun", *rule_names]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout
@@ -219,3 +221,25 @@ def test_the_rerun_the_report_names_reruns_every_training_run():
     # forced, whether or not their metrics exist here
     forced = re.findall(r"^rule (train_\w+):\n(?:    .*\n)*?    reason: Forced execution", proc.stdout, re.M)
     assert len(forced) == len(TOPOLOGIES), proc.stdout
+
+
+@pytest.mark.parametrize("profile", ["gilbreth", "slurm"])
+def test_a_profile_as_shipped_is_refused_until_its_account_is_set(profile):
+    rc, output = dry_run(profile, ["1x1"], account=None)
+    assert rc != 0
+    assert (f"profiles/{profile}/config.yaml: default-resources slurm_account is still the placeholder "
+            f"'my_account'; set your own") in output
+    assert "rule train_" not in output
+
+
+def test_a_resource_the_plugin_does_not_read_is_refused_before_any_job(tmp_path):
+    profile = load_profile("raven")
+    profile["set-resources"]["train_multi_node"] = {"slurm_qos": "long"}
+    folder = tmp_path / "raven"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(folder), ["1x1", "2x4"])
+    assert rc != 0
+    assert (f"{folder}/config.yaml: set-resources train_multi_node sets 'slurm_qos', which the SLURM plugin "
+            f"does not read and drops without a word; the SLURM plugin's name for it is qos") in output
+    assert "rule train_" not in output

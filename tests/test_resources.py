@@ -277,4 +277,4 @@ def test_train_entry_splits_into_site_facts_and_resources_for_every_stage():
 def test_a_stage_entry_refuses_site_facts_and_slurm_extra(entry, words):
     with pytest.raises(SiteError, match=words):
         check_stage_entry("train_multi_node", entry)
-    check_stage_entry("train_multi_node", {"runtime": 30, "slurm_partition": "big", "slurm_qos": "long"})
+    check_stage_entry("train_multi_node", {"runtime": 30, "slurm_partition": "big", "qos": "long"})

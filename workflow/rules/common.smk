@@ -28,6 +28,7 @@ from ddpscale.cluster.resources import (  # noqa: E402
     site_from_resources,
     slurm_resources,
 )
+from ddpscale.cluster.resourcenames import profile_file, resource_problems  # noqa: E402
 from ddpscale.cluster.topology import (  # noqa: E402
     STAGE_RULES,
     TopologyError,
@@ -86,6 +87,22 @@ def profile_entry(rule):
     return {name: getattr(value, "raw", value) for name, value in entries.items()}
 
 
+def check_profile_resources():
+    """Every resource name of the profile is one Snakemake or the SLURM plugin reads, and no
+    placeholder is left (ddpscale.cluster.resourcenames). Checked where the user started the
+    workflow: a job's own snakemake gets the resources again, already checked."""
+    if not workflow.is_main_process:
+        return
+    settings = workflow.resource_settings
+    defaults = settings.default_resources or {}
+    entries = {"default-resources": {name: getattr(value, "raw", value) for name, value in defaults.items()}}
+    entries.update({f"set-resources {rule}": profile_entry(rule) for rule in settings.overwrite_resources})
+    where = profile_file(sys.argv, os.environ)
+    problems = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
+    if problems:
+        raise WorkflowError("\n".join(problems))
+
+
 def get_site():
     """Site facts: the `site_*` entries of a profile's set-resources `train`, for every stage.
 
@@ -107,6 +124,7 @@ if "probe" in workflow.resource_settings.overwrite_resources:
         file=sys.stderr,
     )
 # What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
+check_profile_resources()
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
 SITE = get_site()
 try:

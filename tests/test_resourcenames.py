@@ -1,0 +1,64 @@
+"""Resource names a profile may set and placeholders it must not submit (ddpscale.cluster.resourcenames)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from ddpscale.cluster.resourcenames import PLUGIN, profile_file, resource_problems
+
+
+def plugin_source() -> str:
+    folder = Path(importlib.util.find_spec("snakemake_executor_plugin_slurm").origin).parent
+    return "\n".join(path.read_text() for path in folder.glob("*.py"))
+
+
+def test_every_name_taken_for_the_plugins_is_one_the_installed_plugin_reads():
+    source = plugin_source()
+    unread = sorted(name for name in PLUGIN
+                    if not re.search(rf"resources(\.get\(\s*[\"']{name}[\"']|\.{name}\b)", source))
+    assert unread == []
+
+
+def test_the_qos_resource_is_qos_in_the_installed_plugin():
+    """The project's README once said slurm_qos, which the plugin never reads."""
+    source = plugin_source()
+    assert re.search(r"resources\.get\(\s*\"qos\"", source)
+    assert "slurm_qos" not in source
+
+
+@pytest.mark.parametrize("name,hint", [
+    ("slurm_qos", "the SLURM plugin's name for it is qos"),
+    ("partition", "the SLURM plugin's name for it is slurm_partition"),
+    ("walltime", "the SLURM plugin's name for it is runtime"),
+    ("constrait", "did you mean constraint?"),
+    ("cpus_per_tsk", "did you mean cpus_per_task?"),
+])
+def test_a_name_the_plugin_drops_is_named_with_its_fix(name, hint):
+    problems = resource_problems("profiles/raven/config.yaml", "set-resources train", {name: "x"})
+    assert problems == [f"profiles/raven/config.yaml: set-resources train sets '{name}', which the SLURM plugin "
+                        f"does not read and drops without a word; {hint}"]
+
+
+def test_known_names_and_site_facts_pass():
+    resources = {"slurm_account": "lab", "slurm_partition": "a100", "qos": "normal", "constraint": "gpu",
+                 "runtime": 60, "mem_mb": 8000, "cpus_per_task": 2, "site_launcher": "srun", "site_nonsense": 1}
+    assert resource_problems("p", "default-resources", resources) == []
+
+
+def test_the_placeholder_account_is_refused_and_a_real_one_is_not():
+    assert resource_problems("profiles/gilbreth/config.yaml", "default-resources", {"slurm_account": "my_account"})
+    assert resource_problems("profiles/gilbreth/config.yaml", "default-resources", {"slurm_account": "lusu"}) == []
+
+
+@pytest.mark.parametrize("argv,env,expected", [
+    (["snakemake", "--profile", "profiles/raven/", "-n"], {}, "profiles/raven/config.yaml"),
+    (["snakemake", "--profile=profiles/gilbreth"], {}, "profiles/gilbreth/config.yaml"),
+    (["snakemake"], {"SNAKEMAKE_PROFILE": "/site/profile"}, "/site/profile/config.yaml"),
+    (["snakemake", "-n"], {}, "the profile"),
+])
+def test_the_profile_file_is_named_as_the_user_gave_it(argv, env, expected):
+    assert profile_file(argv, env) == expected
