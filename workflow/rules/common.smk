@@ -81,10 +81,14 @@ PYTHON = sys.executable
 INSTALLED_VERSIONS = installed_versions()
 
 
+def as_written(resources):
+    """Resources as the values the profile wrote (Snakemake keeps them as Resource objects)."""
+    return {name: getattr(value, "raw", value) for name, value in resources.items()}
+
+
 def profile_entry(rule):
     """A profile's set-resources entry for one rule, as the values the profile wrote."""
-    entries = workflow.resource_settings.overwrite_resources.get(rule, {})
-    return {name: getattr(value, "raw", value) for name, value in entries.items()}
+    return as_written(workflow.resource_settings.overwrite_resources.get(rule, {}))
 
 
 def check_profile_resources():
@@ -94,8 +98,7 @@ def check_profile_resources():
     if not workflow.is_main_process:
         return
     settings = workflow.resource_settings
-    defaults = settings.default_resources or {}
-    entries = {"default-resources": {name: getattr(value, "raw", value) for name, value in defaults.items()}}
+    entries = {"default-resources": as_written(settings.default_resources or {})}
     entries.update({f"set-resources {rule}": profile_entry(rule) for rule in settings.overwrite_resources})
     where = profile_file(sys.argv, os.environ)
     problems = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
@@ -123,8 +126,8 @@ if "probe" in workflow.resource_settings.overwrite_resources:
         "runs inside each topology's first training job; remove that entry",
         file=sys.stderr,
     )
-# What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 check_profile_resources()
+# What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
 SITE = get_site()
 try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -12,6 +11,7 @@ import sys
 import traceback
 
 from ddpscale.training.contract import LOADER_DEFAULTS, LOADER_KEYS, no_batch_size
+from ddpscale.training.identity import file_sha256
 # The built-in workloads moved into ddpscale.workloads; a config written before names the old
 # module, and the error says what to write instead.
 MOVED = {f"ddpscale.{name}": f"ddpscale.workloads.{name}" for name in (
@@ -170,9 +170,9 @@ def class_facts(path: str, base: type, root: str) -> dict:
 
 
 def sha256_of(path: str) -> str | None:
+    """identity.file_sha256, or None when the file cannot be read (gone since it was imported)."""
     try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return file_sha256(path)
     except OSError:
         return None
 

@@ -87,8 +87,9 @@ def build_modules(args):
                                        json.loads(args.loader), args.data_file)
     data_args.update(compiling.static_shape_args(args.compile, plugins.accepted(data_cls), user_data_args))
     model = compiling.wrap(model_cls(**json.loads(args.model_args)), args.compile)
-    if json.loads(args.optimizers):
-        lightningcli.attach_optimizers(model, json.loads(args.optimizers))
+    optimizers = json.loads(args.optimizers)
+    if optimizers:
+        lightningcli.attach_optimizers(model, optimizers)
     return model, data_cls(**data_args)
 
 
