@@ -50,16 +50,21 @@ def train_jobs(output, rules=None):
     return jobs
 
 
-@pytest.fixture(scope="module", params=["gilbreth", "raven", "slurm", "local"])
+@pytest.fixture(scope="module", params=["gilbreth-training", "raven", "slurm", "local"])
 def planned(request):
-    rc, output = dry_run(request.param, TOPOLOGIES)
+    rc, output = dry_run(request.param, planned_topologies(request.param))
     assert rc == 0, output
     return request.param, train_jobs(output)
 
 
+def planned_topologies(profile):
+    # Raven refuses 4x1: a job of more than one node takes whole nodes there
+    return ["1x1", "1x4", "2x4"] if profile == "raven" else TOPOLOGIES
+
+
 def test_dry_run_plans_one_train_job_per_topology(planned):
-    _, jobs = planned
-    assert sorted(jobs) == sorted(TOPOLOGIES)
+    profile, jobs = planned
+    assert sorted(jobs) == sorted(planned_topologies(profile))
 
 
 def test_train_jobs_get_the_mapped_resources_and_launch(planned):
@@ -101,10 +106,25 @@ def test_multi_rank_launch_commands(planned):
 
 
 def test_too_many_devices_per_node_stops_the_dry_run():
-    rc, output = dry_run("gilbreth", ["1x1", "1x8"])
+    # Gilbreth's a100-80gb nodes have 2 GPUs: sbatch would say "Requested node configuration is
+    # not available" for 1x4; the dry run says it first (4 GPUs: profiles/gilbreth-training)
+    rc, output = dry_run("gilbreth", ["1x1", "1x4"])
     assert rc != 0
-    assert "'1x8' asks for 8 devices per node but the profile's nodes have 4 (site_gpus_per_node)" in output
-    assert "e.g. '2x4'" in output
+    assert "'1x4' asks for 4 devices per node but the profile's nodes have 2 (site_gpus_per_node)" in output
+    assert "e.g. '2x2'" in output
+    assert "rule train_" not in output
+    rc, output = dry_run("gilbreth", ["1x1", "1x2", "2x2", "2x1"])
+    assert rc == 0, output
+    jobs = train_jobs(output)
+    assert {name: jobs[name][0]["gres"] for name in jobs} == {"1x1": "gpu:1", "1x2": "gpu:2", "2x2": "gpu:2",
+                                                              "2x1": "gpu:1"}
+
+
+def test_a_part_node_multi_node_topology_stops_the_raven_dry_run():
+    # Raven gives jobs of more than one node whole 4-GPU nodes
+    rc, output = dry_run("raven", ["1x1", "1x2", "2x2"])
+    assert rc != 0
+    assert "'2x2' spans 2 nodes with 2 of their 4 GPUs each" in output
     assert "rule train_" not in output
 
 
@@ -151,14 +171,14 @@ RULE_OF_TOPOLOGY = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": 
                "4x1": "train_multi_node"}
 
 
-@pytest.mark.parametrize("profile", ["gilbreth", "raven", "slurm", "local"])
+@pytest.mark.parametrize("profile", ["gilbreth-training", "raven", "slurm", "local"])
 def test_each_stage_gets_its_own_set_resources_over_the_shared_ones(profile):
     """Issue 12: set-resources by stage rule name, on top of what `train` sets for every stage."""
     rules = {}
-    rc, output = dry_run(profile, TOPOLOGIES)
+    rc, output = dry_run(profile, planned_topologies(profile))
     assert rc == 0, output
     jobs = train_jobs(output, rules)
-    assert rules == RULE_OF_TOPOLOGY
+    assert rules == {name: RULE_OF_TOPOLOGY[name] for name in planned_topologies(profile)}
     entries = load_profile(profile)["set-resources"]
     for topology, rule in rules.items():
         resources, _ = jobs[topology]
@@ -172,7 +192,7 @@ def test_each_stage_gets_its_own_set_resources_over_the_shared_ones(profile):
 
 def test_a_stage_entry_overrides_shared_resources_and_partition(tmp_path):
     """A QOS and partition for multi-node jobs only; the other stages keep the shared ones."""
-    profile = load_profile("raven")
+    profile = load_profile("gilbreth-training")
     profile["set-resources"]["train_multi_node"] = {"slurm_partition": "big", "runtime": 30}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
     rules = {}
@@ -223,7 +243,7 @@ def test_the_rerun_the_report_names_reruns_every_training_run():
     assert len(forced) == len(TOPOLOGIES), proc.stdout
 
 
-@pytest.mark.parametrize("profile", ["gilbreth", "slurm"])
+@pytest.mark.parametrize("profile", ["gilbreth", "gilbreth-training", "slurm"])
 def test_a_profile_as_shipped_is_refused_until_its_account_is_set(profile):
     rc, output = dry_run(profile, ["1x1"], account=None)
     assert rc != 0
@@ -243,3 +263,26 @@ def test_a_resource_the_plugin_does_not_read_is_refused_before_any_job(tmp_path)
     assert (f"{folder}/config.yaml: set-resources train_multi_node sets 'slurm_qos', which the SLURM plugin "
             f"does not read and drops without a word; the SLURM plugin's name for it is qos") in output
     assert "rule train_" not in output
+
+
+def test_a_constraint_in_site_slurm_extra_is_refused_before_any_job(tmp_path):
+    """Raven's --constraint="gpu" belongs in the plugin's constraint resource: the plugin refuses
+    it inside slurm_extra, but only when it submits that job."""
+    profile = load_profile("raven")
+    del profile["set-resources"]["train"]["constraint"]
+    profile["set-resources"]["train"]["site_slurm_extra"] = '--constraint="gpu"'
+    folder = tmp_path / "raven"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(folder), ["1x1", "2x4"])
+    assert rc != 0
+    assert (f"{folder}/config.yaml: set-resources train site_slurm_extra '--constraint=\"gpu\"' sets the node "
+            f"constraints, which the SLURM plugin refuses inside slurm_extra; set it with constraint instead") in output
+    assert "rule train_" not in output
+
+
+def test_raven_training_jobs_ask_for_the_gpu_node_feature():
+    rc, output = dry_run("raven", ["1x1", "1x4", "2x4"])
+    assert rc == 0, output
+    assert {name: res["constraint"] for name, (res, _) in train_jobs(output).items()} == {
+        "1x1": "gpu", "1x4": "gpu", "2x4": "gpu"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.cluster.resourcenames import PLUGIN, profile_file, resource_problems
+from ddpscale.cluster.resourcenames import PLUGIN, profile_file, resource_problems, slurm_extra_problems
 
 
 def plugin_source() -> str:
@@ -62,3 +62,32 @@ def test_the_placeholder_account_is_refused_and_a_real_one_is_not():
 ])
 def test_the_profile_file_is_named_as_the_user_gave_it(argv, env, expected):
     assert profile_file(argv, env) == expected
+
+
+def installed_forbidden():
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    return get_forbidden_slurm_options()
+
+
+@pytest.mark.parametrize("flags, fix", [
+    ('--constraint="gpu"', "set it with constraint instead"),  # Raven's node feature
+    ("-C gpu", "set it with constraint instead"),
+    ("--qos=training", "set it with qos instead"),
+    ("--gres=gpu:a100:4", "site_gpu_type"),
+])
+def test_an_option_the_plugin_refuses_in_slurm_extra_is_named_with_its_resource(flags, fix):
+    problems = slurm_extra_problems("profiles/raven/config.yaml", "set-resources train", flags, installed_forbidden())
+    assert len(problems) == 1 and fix in problems[0], problems
+    assert problems[0].startswith(f"profiles/raven/config.yaml: set-resources train site_slurm_extra {flags!r}")
+
+
+def test_flags_the_plugin_leaves_alone_pass():
+    assert slurm_extra_problems("p", "set-resources train", "--gpu-bind=none --hint=nomultithread",
+                                installed_forbidden()) == []
+
+
+def test_every_option_the_installed_plugin_refuses_has_a_fix():
+    from ddpscale.cluster.resourcenames import RESOURCE_FOR_OPTION
+    assert {o for o in installed_forbidden().values()} - set(RESOURCE_FOR_OPTION) <= {
+        "job name", "output file", "error file", "parsable output", "environment export", "job comment",
+        "working directory", "tasks per GPU", "CPUs per GPU"}

@@ -15,12 +15,19 @@ TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
 def test_every_profile_is_covered():
-    assert PROFILES == ["gilbreth", "local", "raven", "slurm"]
+    assert PROFILES == ["gilbreth", "gilbreth-training", "local", "raven", "slurm"]
 
 
 # topology: (nodes, tasks, gres, cpus_per_task, mem_mb, mpi), as in the shipped profiles
 EXPECTED = {
     "gilbreth": {
+        "1x1": (1, 1, "gpu:1", 16, 120000, ""),
+        "1x4": (1, 4, "gpu:4", 16, 480000, "srun"),
+        "2x4": (2, 8, "gpu:4", 16, 480000, "srun"),
+        "4x1": (4, 4, "gpu:1", 16, 120000, "srun"),
+    },
+    # the same per-GPU facts on 4-GPU nodes (partition training)
+    "gilbreth-training": {
         "1x1": (1, 1, "gpu:1", 16, 120000, ""),
         "1x4": (1, 4, "gpu:4", 16, 480000, "srun"),
         "2x4": (2, 8, "gpu:4", 16, 480000, "srun"),
@@ -267,7 +274,11 @@ def test_exclusive_as_snakemake_passes_it_on():
 def test_train_entry_splits_into_site_facts_and_resources_for_every_stage():
     entry = load_profile("gilbreth")["set-resources"]["train"]
     assert shared_resources(entry) == {"runtime": 120}
-    assert site_from_resources(entry).gpus_per_node == 4
+    assert site_from_resources(entry).gpus_per_node == 2  # partition a100-80gb
+    # Raven's node feature is a plugin resource every training stage gets, not a site fact
+    entry = load_profile("raven")["set-resources"]["train"]
+    assert shared_resources(entry) == {"runtime": 120, "constraint": "gpu"}
+    assert site_from_resources(entry).multi_node_whole_nodes is True
 
 
 @pytest.mark.parametrize("entry, words", [

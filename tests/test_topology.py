@@ -106,3 +106,16 @@ def test_a_stage_pattern_matches_its_topologies_only():
     assert pattern.match("1x2") and pattern.match("1x4")
     assert not pattern.match("1x24") and not pattern.match("11x2") and not pattern.match("1x1")
     assert not re.match(rf"(?:{name_pattern([])})$", "1x1"), "an empty stage matches nothing"
+
+
+def test_a_site_that_gives_multi_node_jobs_whole_nodes_refuses_part_nodes():
+    # Raven: a job of more than one node takes whole 4-GPU nodes; 2x2 would be refused by sbatch
+    with pytest.raises(TopologyError) as err:
+        check_topologies(["1x1", "1x2", "2x2"], "1x1", 4, "weak", 64, multi_node_whole_nodes=True)
+    assert "'2x2' spans 2 nodes with 2 of their 4 GPUs each" in str(err.value)
+    assert "use '2x4' or one node" in str(err.value)
+    # one node may take part of it; several nodes all of each
+    ok = check_topologies(["1x1", "1x2", "2x4"], "1x1", 4, "weak", 64, multi_node_whole_nodes=True)
+    assert [t.name for t in ok] == ["1x1", "1x2", "2x4"]
+    # other sites share nodes between multi-node jobs
+    assert len(check_topologies(["1x1", "2x2"], "1x1", 4, "weak", 64)) == 2

@@ -20,6 +20,7 @@ from ddpscale.cluster.hostdevices import (  # noqa: E402
     visible_gpus,
 )
 from ddpscale.cluster.resources import (  # noqa: E402
+    SITE_PREFIX,
     SiteError,
     check_stage_entry,
     cluster_env,
@@ -28,7 +29,7 @@ from ddpscale.cluster.resources import (  # noqa: E402
     site_from_resources,
     slurm_resources,
 )
-from ddpscale.cluster.resourcenames import profile_file, resource_problems  # noqa: E402
+from ddpscale.cluster.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
 from ddpscale.cluster.topology import (  # noqa: E402
     STAGE_RULES,
     TopologyError,
@@ -102,6 +103,12 @@ def check_profile_resources():
     entries.update({f"set-resources {rule}": profile_entry(rule) for rule in settings.overwrite_resources})
     where = profile_file(sys.argv, os.environ)
     problems = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
+    extra = str(entries.get("set-resources train", {}).get(f"{SITE_PREFIX}slurm_extra", ""))
+    if extra.strip():
+        # the plugin's own list, so the check follows the installed plugin
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+
+        problems += slurm_extra_problems(where, "set-resources train", extra, get_forbidden_slurm_options())
     if problems:
         raise WorkflowError("\n".join(problems))
 
@@ -137,6 +144,7 @@ try:
         SITE.gpus_per_node,
         config["batch"]["scaling"],
         config["batch"]["size"],
+        multi_node_whole_nodes=SITE.multi_node_whole_nodes,
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first

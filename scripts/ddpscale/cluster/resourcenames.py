@@ -11,6 +11,7 @@ Pure: unit-tested without snakemake.
 from __future__ import annotations
 
 import difflib
+import re
 
 from ddpscale.cluster.resources import SITE_PREFIX
 
@@ -54,6 +55,30 @@ def resource_problems(where: str, entry: str, resources: dict) -> list[str]:
         elif str(value).strip() in PLACEHOLDERS.get(name, ()):
             problems.append(f"{where}: {entry} {name} is still the placeholder {value!r}; set your own "
                             f"(the accounts you may charge: sacctmgr show associations user=$USER format=account)")
+    return problems
+
+
+# The plugin's resource (or ddpscale's site fact) for each sbatch option its validation.py refuses
+# inside slurm_extra, keyed by the name it gives the option there.
+RESOURCE_FOR_OPTION = {"node constraints": "constraint", "quality of service": "qos", "account": "slurm_account",
+                       "partition": "slurm_partition", "runtime/time limit": "runtime", "memory": "mem_mb",
+                       "memory per CPU": "mem_mb_per_cpu", "cluster specification": "clusters",
+                       "generic resources (GRES)": "site_gpu_type (ddpscale computes --gres per topology)",
+                       "GPU allocation": "site_gpus_per_node (ddpscale computes --gres per topology)",
+                       "CPUs per task": "site_cpus_per_gpu", "number of tasks": "the topology",
+                       "number of nodes": "the topology"}
+
+
+def slurm_extra_problems(where: str, entry: str, flags: str, forbidden: dict[str, str]) -> list[str]:
+    """One line per sbatch option in a profile's site_slurm_extra that the plugin refuses there
+    (`forbidden`: its validation.get_forbidden_slurm_options(), pattern -> option name). The
+    plugin says so only when it submits the job, after the jobs before it ran."""
+    problems = []
+    for pattern, option in forbidden.items():
+        if re.search(pattern, flags):
+            fix = RESOURCE_FOR_OPTION.get(option, "the plugin's resource for it")
+            problems.append(f"{where}: {entry} {SITE_PREFIX}slurm_extra {flags!r} sets the {option}, which the "
+                            f"SLURM plugin refuses inside slurm_extra; set it with {fix} instead")
     return problems
 
 

@@ -34,6 +34,9 @@ class Site:
     # Whole nodes for training jobs (--exclusive): no other job shares their PCIe or network,
     # at the cost of queue time (every job holds whole nodes).
     exclusive: bool = False
+    # The site gives a job of more than one node whole nodes (Raven): M x N with M > 1 must
+    # use every GPU of each node, or the site refuses it.
+    multi_node_whole_nodes: bool = False
     slurm_extra: str = ""  # further sbatch flags of training jobs, e.g. "--gpu-bind=none"
 
     @property
@@ -84,8 +87,9 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
             )
         values[name] = value
     # Snakemake passes a profile's resources on as text: `site_exclusive: false` arrives as "False"
-    if isinstance(values.get("exclusive"), str) and values["exclusive"].lower() in ("true", "false"):
-        values["exclusive"] = values["exclusive"].lower() == "true"
+    for flag in ("exclusive", "multi_node_whole_nodes"):
+        if isinstance(values.get(flag), str) and values[flag].lower() in ("true", "false"):
+            values[flag] = values[flag].lower() == "true"
     site = Site(**values)
     for name in ("cpus_per_gpu", "mem_mb_per_gpu", "gpus_per_node"):
         value = getattr(site, name)
@@ -97,8 +101,12 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
     if isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int) or site.signal_s < 0:
         raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer >= 0, seconds before the "
                         f"time limit (0: no signal) (got {site.signal_s!r})")
-    if not isinstance(site.exclusive, bool):
-        raise SiteError(f"{where}: {SITE_PREFIX}exclusive must be true or false (got {site.exclusive!r})")
+    for flag in ("exclusive", "multi_node_whole_nodes"):
+        if not isinstance(getattr(site, flag), bool):
+            raise SiteError(f"{where}: {SITE_PREFIX}{flag} must be true or false (got {getattr(site, flag)!r})")
+    if site.multi_node_whole_nodes and site.gpus_per_node is None:
+        raise SiteError(f"{where}: {SITE_PREFIX}multi_node_whole_nodes needs {SITE_PREFIX}gpus_per_node, "
+                        f"the GPUs of a whole node")
     if not isinstance(site.slurm_extra, str):
         raise SiteError(f"{where}: {SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {site.slurm_extra!r})")
     if not isinstance(site.launcher, str) or not site.launcher.strip():

@@ -53,6 +53,7 @@ def check_topologies(
     scaling: str,
     batch_size: int,
     config_path: str = "config/config.yaml",
+    multi_node_whole_nodes: bool = False,
 ) -> list[Topology]:
     """Parse and check every topology of the config against the site; return them sorted.
 
@@ -69,6 +70,14 @@ def check_topologies(
                 f"devices per node but the profile's nodes have {max_devices_per_node} "
                 f"(site_gpus_per_node); use at most {max_devices_per_node} per node, "
                 f"e.g. '{-(-topo.world_size // max_devices_per_node)}x{max_devices_per_node}'"
+            )
+        if (multi_node_whole_nodes and topo.num_nodes > 1 and max_devices_per_node is not None
+                and topo.devices_per_node != max_devices_per_node):
+            raise TopologyError(
+                f"{config_path}, topologies[{i}]: '{entry}' spans {topo.num_nodes} nodes with "
+                f"{topo.devices_per_node} of their {max_devices_per_node} GPUs each, but the site gives "
+                f"a job of more than one node whole nodes (site_multi_node_whole_nodes) and would refuse "
+                f"it; use '{topo.num_nodes}x{max_devices_per_node}' or one node"
             )
         if scaling == "strong" and batch_size % topo.world_size:
             raise TopologyError(
