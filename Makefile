@@ -13,9 +13,10 @@ STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 
 setup: $(STAMP)
 
+# The interpreter first (3.11+, with venv): on a login node the system's is often older, and
+# apt is no fix there; scripts/setup_python.sh names the fix in one line.
 $(VENV)/bin/python:
-	@# Debian's python3 lacks venv/ensurepip until python3-venv is installed.
-	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv; }
+	@bash scripts/setup_python.sh '$(PYTHON)'
 	$(PYTHON) -m venv $(VENV)
 
 # The stamp names the requirements' hash, so editing requirements.txt reinstalls.
