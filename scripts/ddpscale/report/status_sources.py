@@ -67,6 +67,18 @@ def query_squeue() -> tuple[list[status.Job] | None, str]:
     return [replace(job, workdir=os.path.realpath(job.workdir)) for job in status.parse_squeue(done.stdout)], "squeue"
 
 
+def live_training_job(jobs: list[status.Job], workdir: str, topology: str, repeat: int) -> str | None:
+    """The line that stops a second job of one run: a job submitted by an earlier snakemake (whose
+    SSH session dropped, say) still queued or running for (topology, repeat) of this directory,
+    training into the checkpoint a new job would train into too. None: no such job."""
+    job = status.active_jobs(jobs, workdir).get((topology, repeat))
+    if job is None:
+        return None
+    return (f"SLURM job {job.id} ({job.state}), submitted by an earlier snakemake, still trains {topology} "
+            f"repeat {repeat} of this directory; a second job would train into the same checkpoint. Wait "
+            f"for it to end (make status) or scancel {job.id}, then run snakemake again")
+
+
 def processes_here(workdir: str) -> list[tuple[int, list[str]]] | None:
     """(pid, argv) of every process whose working directory is workdir; None without /proc."""
     proc = Path("/proc")
