@@ -17,7 +17,7 @@ import torch
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement import probe as measurement_probe
 from ddpscale.measurement.timing import ScalingMetrics, WorldSizeError
-from ddpscale.training import plugins
+from ddpscale.training import cudacheck, plugins
 from ddpscale.training.callbacks import ProbeBeforeTraining
 from ddpscale.training.runargs import add_run_args, build_modules, build_trainer, set_threads, topology
 from ddpscale.training.teardown import close_process_group
@@ -61,6 +61,7 @@ def probe(args) -> dict | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    cudacheck.require_gpu(args.accelerator)  # as train.py: before any group or data exists
     record = probe(args)
     if record is not None:
         write_json_atomic(args.out, record)
@@ -73,6 +74,7 @@ if __name__ == "__main__":
         code = main()
         close_process_group()
         sys.exit(code)
-    except (ProbeFailed, plugins.PluginError, WorldSizeError, FileNotFoundError, ValueError) as err:
+    except (ProbeFailed, plugins.PluginError, cudacheck.CudaUnavailable, WorldSizeError, FileNotFoundError,
+            ValueError) as err:
         print(f"ddpscale probe: {err}", file=sys.stderr)
         sys.exit(3)

@@ -19,7 +19,7 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.training import callbacks, compiling, metriccheck, plugins, runinfo
+from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
                                        set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
@@ -57,6 +57,8 @@ def run_settings(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # first: a GPU run torch cannot give a GPU stops here, before any group or data exists
+    cudacheck.require_gpu(args.accelerator)
     topo = Topology(args.nodes, args.devices)
     settings = run_settings(args)
     set_threads(args, torch)
@@ -124,6 +126,7 @@ if __name__ == "__main__":
     except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
         print(f"ddpscale train: {stop_message(signal.SIGTERM, None)}", file=sys.stderr, flush=True)
         sys.exit(exit_code(signal.SIGTERM))
-    except (plugins.PluginError, NonFiniteLossError, WorldSizeError, FileNotFoundError, ValueError) as err:
+    except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, FileNotFoundError,
+            ValueError) as err:
         print(f"ddpscale train: {err}", file=sys.stderr)
         sys.exit(3)

@@ -101,8 +101,9 @@ def test_multi_rank_launch_commands(planned):
         assert resources["mpi"] == "srun"
         srun = r"\bsrun --nodes=2 --ntasks-per-node=4 --cpus-per-task=\d+ --kill-on-bad-exit=1 "
         assert re.search(srun + re.escape(f"{py} scripts/train.py "), shell)
-        # the allocation's GPUs: the configured accelerator is passed on as it is
-        assert "--accelerator auto " in shell and "CUDA_VISIBLE_DEVICES" not in shell
+        # the allocation's GPUs, asked for explicitly: `auto` would train on a node's CPU
+        # without a word where torch cannot start CUDA (tests/test_cudacheck.py)
+        assert "--accelerator gpu " in shell and "CUDA_VISIBLE_DEVICES" not in shell
 
 
 def test_too_many_devices_per_node_stops_the_dry_run():

@@ -1,5 +1,11 @@
 # Helpers of rules/train.smk: what each training job gets: its allocation, launch command
 # and flags.
+import functools
+
+from ddpscale.cluster.resources import run_accelerator  # noqa: E402
+from ddpscale.report.status_sources import live_training_job, query_squeue  # noqa: E402
+
+
 def get_resources(wildcards):
     return slurm_resources(parse_topology(wildcards.topology), SITE)
 
@@ -55,7 +61,27 @@ def get_attempt(wildcards, attempt):
 
 def get_launch(wildcards):
     check_site_matches_executor()
+    check_no_earlier_job(wildcards)
     return launch_prefix(parse_topology(wildcards.topology), SITE, PYTHON, GPU_IDS)
+
+
+@functools.cache
+def earlier_jobs():
+    """This user's SLURM jobs before this snakemake submitted any: read once, at the first job
+    built, so its own jobs (retries too) are never taken for an earlier one."""
+    jobs, _ = query_squeue()
+    return jobs or []
+
+
+def check_no_earlier_job(wildcards):
+    """A job of the same run still live from an earlier snakemake (a dropped SSH session) would
+    share the run's checkpoint with the new one: stop before submitting (docs/clusters.md)."""
+    plugin = workflow.executor_plugin
+    if plugin is None or not plugin.common_settings.non_local_exec:
+        return
+    line = live_training_job(earlier_jobs(), os.path.realpath(os.getcwd()), wildcards.topology, int(wildcards.repeat))
+    if line:
+        raise WorkflowError(line)
 
 
 def check_site_matches_executor():
@@ -81,8 +107,8 @@ def run_flags(topology_name):
         "--nodes": topo.num_nodes,
         "--devices": topo.devices_per_node,
         # resolved for this host on the local profile: the flag, and so the checkpoint's
-        # fingerprint, says what the run used
-        "--accelerator": ACCELERATOR,
+        # fingerprint, says what the run used; a cluster's runs ask for the GPU (run_accelerator)
+        "--accelerator": run_accelerator(ACCELERATOR, SITE),
         "--cluster-env": cluster_env(topo, SITE),
         # Locally one simulated device is one core: a 1-device run must not get every core, or
         # adding devices would add no hardware and speedup would mean nothing.

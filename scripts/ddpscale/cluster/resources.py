@@ -220,3 +220,13 @@ def cluster_env(topo: Topology, site: Site) -> str:
     if cluster_launched(topo, site):
         return "slurm"
     return "local"
+
+
+def run_accelerator(configured: str, site: Site) -> str:
+    """The --accelerator of a site's runs. Local: as resolved for this host (`cpu` simulates
+    devices). A cluster: `auto` means the GPU, so a node whose torch cannot start CUDA stops the
+    run in one line (training.cudacheck) instead of Lightning training on its CPU without a word;
+    only an explicit `cpu` (a test cluster without GPUs) trains on the nodes' CPUs."""
+    if site.is_local or configured == "cpu":
+        return configured
+    return "gpu"
