@@ -41,9 +41,11 @@ need_root_and_tools() {
   local c missing=()
   for c in ip tc nsenter unshare; do command -v "$c" >/dev/null || missing+=("$c"); done
   ((${#missing[@]} == 0)) || die "${missing[*]} not found; install them: apt-get install iproute2 util-linux"
-  # Probe tbf in a throwaway namespace, so a kernel without it is refused before any change.
+  # Probe in a throwaway namespace, so a machine that cannot is refused before any change.
+  unshare --net true 2>/dev/null ||
+    die "cannot create a network namespace here (a container without CAP_SYS_ADMIN?); run on a VM or host"
   unshare --net tc qdisc add dev lo root tbf rate 1mbit burst 10k latency 1ms 2>/dev/null ||
-    die "this kernel has no tbf qdisc (sch_tbf); load it with 'modprobe sch_tbf' or use a kernel built with CONFIG_NET_SCH_TBF"
+    die "this kernel has no tbf qdisc; run 'modprobe sch_tbf' (kernel option CONFIG_NET_SCH_TBF)"
 }
 
 # The rate in bytes/s as tc itself reads it (so 2.5gbit, 800mbit, 1Gbit all work).
@@ -81,7 +83,8 @@ problems() {  # problems NODES BYTES
   for ((i = 1; i <= $1; i++)); do
     ns=$PREFIX-n$i
     is_ns "$ns" || { echo "no namespace $ns"; continue; }
-    [[ $(in_ns "$ns" ip -o -4 addr show dev ib0 2>/dev/null) == *" $NET.$i/24 "* ]] || echo "$ns: ib0 has not $NET.$i/24"
+    [[ $(in_ns "$ns" ip -o -4 addr show dev ib0 2>/dev/null) == *" $NET.$i/24 "* ]] ||
+      echo "$ns: ib0 has not $NET.$i/24"
     # Flags, not "state UP": operstate follows a moment later (the kernel's linkwatch).
     [[ $(in_ns "$ns" ip -o link show dev ib0 2>/dev/null) == *[\<,]UP,LOWER_UP[,\>]* ]] || echo "$ns: ib0 is not up"
     [[ $(in_ns "$BR_NS" ip -o link show dev "n$i" 2>/dev/null) == *"master br0 "* ]] || echo "n$i is not on br0"
@@ -112,7 +115,7 @@ cmd_up() {
   fi
   # 10.77.0.0/24 must be ours alone in the root namespace, else its traffic would be misrouted.
   if ip -o -4 route show | grep -v " dev $ROOT_IF " | grep -q "^$NET\.0/24 "; then
-    die "$NET.0/24 is already routed in this namespace ($(ip -o -4 route show "$NET.0/24" | head -n1)); remove that route first"
+    die "$NET.0/24 is already routed here ($(ip -o -4 route show "$NET.0/24" | head -n1)); remove that route first"
   fi
 
   ensure_ns "$BR_NS"
