@@ -33,8 +33,9 @@ in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" -- "$@"; }
 # A real namespace is an nsfs bind mount. /run is on disk on some machines, so after a
 # reboot a plain file of that name may be left, which nsenter cannot enter.
 is_ns() { [[ $(stat -f -c %T "/run/netns/$1" 2>/dev/null) == nsfs ]]; }
-node_names() { ls /run/netns 2>/dev/null | grep -E "^$PREFIX-n[0-9]+$" | sort -V || true; }
-ours() { node_names; if [[ -e /run/netns/$BR_NS ]]; then echo "$BR_NS"; fi; }
+node_files() { ls /run/netns 2>/dev/null | grep -E "^$PREFIX-n[0-9]+$" | sort -V || true; }
+node_names() { local n; for n in $(node_files); do if is_ns "$n"; then echo "$n"; fi; done; }
+ours() { node_files; if [[ -e /run/netns/$BR_NS ]]; then echo "$BR_NS"; fi; }
 
 need_root_and_tools() {
   ((EUID == 0)) || die "must run as root (it creates network namespaces); rerun with sudo"
