@@ -20,10 +20,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
     generic, test = load_profile("slurm"), load_profile("tests/slurm/profile")
-    # status: sacct needs slurmdbd, which the test cluster lacks (squeue there, sacct on sites)
-    site_keys = {"jobs", "latency-wait", "slurm-init-seconds-before-status-checks", "default-resources",
-                 "slurm-status-command"}
-    assert (generic["slurm-status-command"], test["slurm-status-command"]) == ("sacct", "squeue")
+    # status through accounting on both: the test cluster has slurmdbd, as sites do
+    site_keys = {"jobs", "latency-wait", "slurm-init-seconds-before-status-checks", "default-resources"}
+    assert generic["slurm-status-command"] == test["slurm-status-command"] == "sacct"
     assert {k: v for k, v in generic.items() if k not in site_keys | {"set-resources"}} == \
            {k: v for k, v in test.items() if k not in site_keys | {"set-resources"}}
     # site facts in one entry, `train`; per-stage entries beside it (the test cluster sets its own)

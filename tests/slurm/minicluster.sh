@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A throwaway SLURM cluster on this one machine, for trying ddpscale's SLURM profiles and
 # for the test suite: N fake nodes (n1..nN, one slurmd each, all on 127.0.0.1) with fake
-# GPUs, one partition "debug". Needs root and Debian/Ubuntu (apt). See README.md here.
+# GPUs in partition "debug", nodes and partitions shaped like Gilbreth and Raven with their
+# submission rules (job_submit.lua), and accounting (slurmdbd on a MariaDB of its own).
+# Needs root and Debian/Ubuntu (apt). See README.md here.
 #
 #   minicluster.sh up [--nodes N] [--gpus-per-node G] [--cpus-per-node C] [--force]
 #   minicluster.sh status
@@ -16,7 +18,17 @@ NODES=4 GPUS=4 CPUS=2 FORCE=0 PURGE=0
 
 die() { echo "minicluster: $*" >&2; exit 1; }
 say() { echo "minicluster: $*"; }
-ours() { [[ -f $ETC/${1:-slurm.conf} && $(head -n1 "$ETC/${1:-slurm.conf}") == "$MARK" ]]; }
+# Our files start with MARK as a comment: "# ..." or, in job_submit.lua, "-- ...".
+ours() {
+  local f=$ETC/${1:-slurm.conf} first
+  [[ -f $f ]] && first=$(head -n1 "$f") && [[ $first == "$MARK" || $first == "-- ${MARK#\# }" ]]
+}
+OUR_FILES=(slurm.conf gres.conf slurmdbd.conf job_submit.lua)
+HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+# shellcheck source=accounting.sh
+source "$HERE/accounting.sh"
+# shellcheck source=siteconf.sh
+source "$HERE/siteconf.sh"
 
 # While our config is in place, its state folder wins over DDPSCALE_SLURM_DIR, so 'down'
 # still finds the daemons if the variable changed since 'up'.
@@ -91,7 +103,7 @@ teardown() {
     say "warning: slurmstepd still running: $(pgrep -x slurmstepd | tr '\n' ' ')"
   fi
   hosts_remove
-  local f; for f in slurm.conf gres.conf; do
+  local f; for f in "${OUR_FILES[@]}"; do
     if ours "$f"; then rm -f "$ETC/$f"; fi
     if [[ -f $STATE/backup/$f ]]; then mv "$STATE/backup/$f" "$ETC/$f"; say "restored $ETC/$f"; fi
   done
@@ -104,8 +116,8 @@ fail() { log_tails; teardown >/dev/null 2>&1 || true; die "$*"; }
 install_packages() {
   # Not the slurm-wlm metapackage, no recommends: 8 packages instead of ~43 (its extra
   # plugins: hdf5, influxdb, rocm-smi, ... are not needed here).
-  local c missing=0 t0=$SECONDS pkgs=(slurmctld slurmd slurm-client munge)
-  for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || missing=1; done
+  local c missing=0 t0=$SECONDS pkgs=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+  for c in slurmctld slurmd sbatch munged slurmdbd mariadbd; do command -v "$c" >/dev/null || missing=1; done
   ((missing)) || return 0
   say "installing ${pkgs[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
@@ -131,61 +143,6 @@ start_munge() {
   fail "munged did not start (munge -n | unmunge fails)"
 }
 
-write_config() {
-  local i mem files
-  mem=$(awk '/^MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
-  mkdir -p "$ETC" "$STATE/dev"
-  for ((i = 0; i < GPUS; i++)); do
-    # gres/gpu insists on character devices; c 1 3 is the same device as /dev/null.
-    [[ -c $STATE/dev/gpu$i ]] || mknod "$STATE/dev/gpu$i" c 1 3
-  done
-  files="$STATE/dev/gpu[0-$((GPUS - 1))]"
-  if ((GPUS == 1)); then files=$STATE/dev/gpu0; fi
-  {
-    echo "$MARK"
-    cat <<EOF
-ClusterName=ddpscale
-SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-MailProg=/bin/true
-# Several slurmd on one host, each started with -N nK; node CPUs come from this file.
-SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-# Memory is checked against RealMemory but not consumed, so the fake nodes share the host.
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-ReturnToService=2
-# Jobs over their time limit die promptly (tests use a 1-minute limit to get TIMEOUT).
-KillWait=2
-OverTimeLimit=0
-InactiveLimit=0
-# No accounting database: finished jobs stay visible to squeue/scontrol for 10 minutes.
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MinJobAge=600
-StateSaveLocation=$STATE/state
-SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdSpoolDir=$STATE/spool/%n
-SlurmdPidFile=$STATE/run/slurmd-%n.pid
-SlurmdLogFile=$STATE/log/slurmd-%n.log
-EOF
-    for ((i = 1; i <= NODES; i++)); do
-      printf 'NodeName=n%d NodeHostname=localhost NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=%d' \
-        "$i" $((6820 + i)) "$CPUS" "$mem"
-      if ((GPUS)); then printf ' Gres=gpu:%d' "$GPUS"; fi
-      echo
-    done
-    echo "PartitionName=debug Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
-  } > "$ETC/slurm.conf"
-  { echo "$MARK"
-    if ((GPUS)); then echo "NodeName=n[1-$NODES] Name=gpu File=$files"; fi; } > "$ETC/gres.conf"
-  cp "$ETC/slurm.conf" "$ETC/gres.conf" "$STATE/"    # copies for the record
-}
-
 cmd_up() {
   while (($#)); do
     case $1 in
@@ -206,7 +163,7 @@ cmd_up() {
   if ours && all_alive && nodes_ok; then
     local have; have=$(cat "$STATE/params" 2>/dev/null || true)
     [[ $have == "$want" ]] || die "already up with $have; run 'down' first to get $want"
-    say "already up and healthy ($have)"; sinfo -N -o "%N %T %G %c"; return 0
+    say "already up and healthy ($have)"; sinfo -N -o "%N %P %T %G %c %m %f"; return 0
   fi
 
   if [[ -d $STATE && ! -e $STATE/.ddpscale-minicluster && -n $(ls -A "$STATE") ]]; then
@@ -216,11 +173,11 @@ cmd_up() {
   rm -f "$STATE"/log/*.log "$STATE"/log/*.out   # slurm appends; tails should show this run
   touch "$STATE/.ddpscale-minicluster"      # lets 'down --purge' know the folder is ours
   stop_daemons                              # leftovers of a half-dead earlier 'up'
-  for f in slurmctld slurmd; do
+  for f in slurmctld slurmd slurmdbd; do
     if pgrep -x "$f" >/dev/null; then die "a $f not started by this script is running; stop it first"; fi
   done
   # Someone's real SLURM config: keep away unless --force, then keep it for 'down'.
-  for f in slurm.conf gres.conf; do
+  for f in "${OUR_FILES[@]}"; do
     if [[ -f $ETC/$f ]] && ! ours "$f"; then
       ((FORCE)) || die "$ETC/$f exists and is not ours; rerun with --force to back it up and replace it"
       mv "$ETC/$f" "$STATE/backup/$f"; say "moved your $ETC/$f to $STATE/backup ('down' restores it)"
@@ -233,14 +190,19 @@ cmd_up() {
   write_config
   echo "$want" > "$STATE/params"
   hosts_remove    # Lightning's MASTER_ADDR is the first node's name, so n1..nN must resolve
-  echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done) $HOSTS_TAG" >> /etc/hosts
+  echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done)$(site_node_names) $HOSTS_TAG" >> /etc/hosts
+
+  # accounting first: slurmctld loads the associations it enforces from slurmdbd at start
+  start_mariadb
+  start_slurmdbd
+  add_associations
 
   # -D: stay in the foreground so $! is the daemon; -c: forget the jobs of an earlier run.
   setsid slurmctld -D -c >"$STATE/log/slurmctld.out" 2>&1 </dev/null &
   echo $! > "$STATE/pids/slurmctld.pid"
-  for ((i = 1; i <= NODES; i++)); do
-    setsid slurmd -D -N "n$i" >"$STATE/log/slurmd-n$i.out" 2>&1 </dev/null &
-    echo $! > "$STATE/pids/slurmd-n$i.pid"
+  for f in $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done) $(site_node_names); do
+    setsid slurmd -D -N "$f" >"$STATE/log/slurmd-$f.out" 2>&1 </dev/null &
+    echo $! > "$STATE/pids/slurmd-$f.pid"
   done
 
   for _ in {1..60}; do                      # ~30 s for every node to report idle
@@ -248,12 +210,12 @@ cmd_up() {
       alive "$f" || fail "$(basename "$f" .pid) exited right after start"
     done
     if nodes_ok; then
-      say "up in $((($(date +%s%N) - t0) / 1000000)) ms: $NODES nodes x $GPUS GPUs x $CPUS CPUs, partition debug"
-      sinfo -N -o "%N %T %G %c"; return 0
+      say "up in $((($(date +%s%N) - t0) / 1000000)) ms: $NODES nodes x $GPUS GPUs x $CPUS CPUs in partition debug, site partitions, accounting"
+      sinfo -N -o "%N %P %T %G %c %m %f"; return 0
     fi
     sleep 0.5
   done
-  sinfo -N -o "%N %T %G %c" >&2 || true
+  sinfo -N -o "%N %P %T %G %c %m %f" >&2 || true
   fail "nodes not idle within 30 s"
 }
 
@@ -272,7 +234,7 @@ cmd_down() {
 cmd_status() {
   local f rc=0
   ours || { echo "not up: $ETC/slurm.conf is not ours"; return 1; }
-  sinfo -N -o "%N %T %G %c" || rc=1
+  sinfo -N -o "%N %P %T %G %c %m %f" || rc=1
   for f in "$STATE"/pids/*.pid; do
     [[ -e $f ]] || continue
     if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"
