@@ -1,0 +1,130 @@
+"""The shipped cluster profiles, with only the account set as a user sets it, submitted to the
+test cluster's Gilbreth- and Raven-like partitions (tests/slurm/siteconf.sh, job_submit.lua):
+every training job must be accepted and start, with the sbatch options the site expects, and a
+profile the site would refuse must fail with the cluster's reason in Snakemake's output.
+
+The runs keep the shipped config's accelerator (auto, so the GPU on a cluster): the test
+cluster's GPUs are device files, so each job stops at start naming torch's CUDA (issue 19,
+item 3). What is checked is what the cluster accepted, not the training.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, tiny_config, with_account
+from slurmtools import SUBMITTED, run_slurm, sacct_job
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+# What each shipped profile must get from the site, per topology: partition, QOS, node feature,
+# GPUs per node as SLURM records them (TresPerNode) and nodes.
+SITES = {
+    "gilbreth": ("a100-80gb", "normal", "", "gres:gpu:{gpus}", ["1x1", "1x2", "2x2"]),
+    "gilbreth-training": ("training", "training", "", "gres:gpu:{gpus}", ["1x1", "1x4", "2x4"]),
+    # no partition in the profile: the plugin names sinfo's default, Raven-like "general"
+    "raven": ("general", "normal", "gpu", "gres:gpu:a100:{gpus}", ["1x1", "1x4", "2x4"]),
+}
+# Only the first status check waits less than the profiles' 40 s; it changes no sbatch option.
+FAST = ["--slurm-init-seconds-before-status-checks", "5"]
+
+
+def site_profile(name: str, folder: Path, change=None) -> str:
+    """profiles/<name> with the account set as a user sets it (conftest.with_account), in
+    `folder`; `change(profile)` edits it further."""
+    # with_account gives a temporary folder, or the folder itself when it has no placeholder
+    profile = yaml.safe_load((ROOT / with_account(f"profiles/{name}", "test_account") / "config.yaml").read_text())
+    if change is not None:
+        change(profile)
+    target = folder / name
+    target.mkdir(parents=True)
+    (target / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return str(target)
+
+
+def tres_per_node(job_id: str) -> str:
+    """GPUs per node as the controller holds them (MinJobAge keeps a finished job there)."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return re.search(r"TresPerNode=(\S+)", out)[1]
+
+
+@pytest.mark.parametrize("name", sorted(SITES))
+def test_shipped_profile_is_accepted_by_its_site(slurm_cluster, workspace, tmp_path, name):
+    partition, qos, feature, gres, topologies = SITES[name]
+    workspace.write_config(tiny_config(topologies=topologies))
+    code, log = run_slurm(workspace, "scaling", *FAST, profile=site_profile(name, tmp_path))
+    submitted = SUBMITTED.findall(log)
+    assert "SLURM sbatch failed" not in log, log[-3000:]
+    assert len(submitted) == len(topologies), log[-3000:]
+    print(f"\n{name}: snakemake exit {code}")
+    seen = {}
+    for job_id in submitted:
+        job = sacct_job(job_id)
+        topology = re.search(r"_wildcards_(\d+x\d+)_0$", job["Comment"])[1]
+        nodes, gpus = topology.split("x")
+        seen[topology] = job_id
+        print(f"{name} {topology}: job {job_id} {job['State']} on {job['NodeList']}, {job['ReqTRES']}\n"
+              f"  {job['SubmitLine']}")
+        # accepted and started: it got nodes and a start time, whatever its training did
+        assert job["State"] in ("RUNNING", "COMPLETED", "FAILED"), job
+        assert job["Start"] not in ("Unknown", "None", "") and job["NodeList"] != "None assigned", job
+        assert (job["Partition"], job["Account"], job["QOS"]) == (partition, "test_account", qos), job
+        assert job["Constraints"] == feature, job
+        assert job["NNodes"] == nodes, job
+        assert tres_per_node(job_id) == gres.format(gpus=gpus), job
+        assert f"gres/gpu={int(nodes) * int(gpus)}" in job["ReqTRES"], job
+    assert sorted(seen) == sorted(topologies)
+
+
+def no_constraint(profile):
+    del profile["set-resources"]["train"]["constraint"]
+
+
+def partial_nodes(profile):
+    profile["set-resources"]["train"]["site_multi_node_whole_nodes"] = False
+
+
+def four_gpus_per_node(profile):
+    profile["set-resources"]["train"]["site_gpus_per_node"] = 4
+
+
+def qos(value):
+    def change(profile):
+        if value is None:
+            del profile["default-resources"]["qos"]
+        else:
+            profile["default-resources"]["qos"] = value
+    return change
+
+
+# (profile, change, topology, what the cluster answers)
+REFUSED = {
+    "gilbreth-4-gpus-per-node": ("gilbreth", four_gpus_per_node, "1x4",
+                                 "Requested node configuration is not available"),
+    "gilbreth-without-qos": ("gilbreth", qos(None), "1x2",
+                             "Gilbreth: name a QOS for partition a100-80gb: --qos=normal or --qos=standby"),
+    "gilbreth-training-qos-normal": ("gilbreth-training", qos("normal"), "1x4",
+                                     "Gilbreth: partition training runs under --qos=training only"),
+    "raven-without-constraint": ("raven", no_constraint, "1x4",
+                                 'Raven: GPU jobs must request the GPU nodes with --constraint="gpu"'),
+    "raven-partial-nodes": ("raven", partial_nodes, "2x2",
+                            "Raven: jobs on more than one node use whole nodes: request --gres=gpu:a100:4"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_profile_the_site_would_refuse_fails_with_the_sites_reason(slurm_cluster, workspace, tmp_path, case):
+    name, change, topology, reason = REFUSED[case]
+    # the refused topology alone, as the baseline too: no other job to wait for
+    workspace.write_config(tiny_config(topologies=[topology], baseline=topology))
+    code, log = run_slurm(workspace, "scaling", *FAST, timeout=240, profile=site_profile(name, tmp_path, change))
+    assert code != 0
+    assert not SUBMITTED.findall(log), "the site would not have queued it"
+    assert "SLURM sbatch failed" in log and reason in log, log[-3000:]
+    call = re.search(r"sbatch call:\s*\n\s*(sbatch .*)", log)
+    print(f"\n{case} {topology}: refused with {reason!r}\n  {call[1] if call else '(no sbatch call in the log)'}")
