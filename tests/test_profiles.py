@@ -147,11 +147,11 @@ def test_command_line_set_resources_keeps_the_slurm_site():
     assert rc != 0 or train_jobs(output)["2x4"][0]["mpi"] == "srun"
 
 
-@pytest.mark.parametrize("profile", ["gilbreth", "raven", "slurm"])
+@pytest.mark.parametrize("profile", ["gilbreth", "gilbreth-training", "raven", "slurm", "tests/slurm/profile"])
 def test_cluster_profiles_query_status_with_sacct(profile):
     """Plugin 2.8.0 reads a job that has left squeue (MinJobAge after its end) as still running
     (__init__.py: no status -> yielded as active), and a literal UNKNOWN as success; sacct keeps
-    every job's final state. Only the throwaway cluster (no slurmdbd) keeps squeue."""
+    every job's final state. The throwaway cluster has slurmdbd too, so its profile does the same."""
     assert load_profile(profile)["slurm-status-command"] == "sacct"
 
 
