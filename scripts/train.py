@@ -19,7 +19,7 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo
+from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
                                        set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
@@ -38,6 +38,8 @@ def parse_args(argv=None):
     p.add_argument("--accuracy-metric", default=os.environ.get(ACCURACY_METRIC_ENV),
                    help="the metric the report compares (config accuracy.metric; default: $"
                         f"{ACCURACY_METRIC_ENV}, as the workflow sets it): the log says whether it is logged")
+    p.add_argument("--site-interconnect", default="unknown",
+                   help="the network between nodes as the profile states it (site_interconnect), for the report")
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     return p.parse_args(argv)
@@ -52,7 +54,8 @@ def run_settings(args) -> dict:
     """The flags that define what a run measures: its checkpoint and finished record are kept
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
-            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "accuracy_metric", *NOT_IDENTITY)}
+            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "accuracy_metric", "site_interconnect",
+                         *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:
@@ -60,6 +63,7 @@ def main(argv=None) -> int:
     # first: a GPU run torch cannot give a GPU stops here, before any group or data exists
     cudacheck.require_gpu(args.accelerator)
     topo = Topology(args.nodes, args.devices)
+    transportinfo.prepare(args.metrics, topo.world_size, args.accelerator)  # NCCL's transport log, before any group
     settings = run_settings(args)
     set_threads(args, torch)
     pl.seed_everything(args.seed, workers=True, verbose=False)
@@ -95,6 +99,8 @@ def main(argv=None) -> int:
     if test_pass:
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
+    backend = torch.distributed.get_backend() if runinfo.formed_world_size() > 1 else None
+    transport = transportinfo.gather(backend, args.metrics)  # every rank takes part
     if trainer.global_rank == 0:
         missing = metriccheck.end_line(args.accuracy_metric, logged) if args.accuracy_metric else None
         if missing:
@@ -107,6 +113,8 @@ def main(argv=None) -> int:
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
         record["compile"] = args.compile
+        record["transport"] = transport  # per rank: backend, transport, interface
+        record["site_interconnect"] = args.site_interconnect
         record["identity"] = identity
         if args.compile != "none":
             record.update(compiling.stats())

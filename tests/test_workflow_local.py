@@ -37,12 +37,24 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
         # every rank of the local launcher shares the job's cores
         assert metrics["oversubscribed"] is (world > metrics["usable_cores"]) and metrics["usable_cores"] >= 1
 
+    # each rank of the simulated 2-node run records the interface gloo bound to: one of this host's
+    import psutil
+
+    ranks = json.loads(workspace.metrics("2x1").read_text())["transport"]
+    assert [(r["rank"], r["backend"]) for r in ranks] == [(0, "gloo"), (1, "gloo")]
+    iface = ranks[0]["interface"]
+    assert iface in psutil.net_if_addrs() and ranks[1]["interface"] == iface
+    assert json.loads(workspace.metrics("1x1").read_text())["transport"] is None  # one rank: no network
+
     report = workspace.results / "report"
     table = pd.read_csv(report / "scaling.tsv", sep="\t")
     assert list(table.topology) == ["1x1", "1x2", "2x1"]
+    assert table.loc[table.topology == "2x1", "transport"].item() == f"gloo on {iface}"
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
     assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
+    row_2x1 = html.split('<td class="l">2x1')[1].split("</tr>")[0]  # the scaling table's row
+    assert f'<span class="spread">gloo on {iface}</span>' in row_2x1
     # what was measured, in the page's head and on every row of scaling.tsv
     from ddpscale.workloads.models import SpiralMLP
 

@@ -164,6 +164,10 @@ def get_train_flags(wildcards):
             "--ckpt-dir": LAYOUT.checkpoint_dir(flags["--topology"], wildcards.repeat),
         }
     )
+    # for the report's check of the transport NCCL chose; only where the profile states it, so
+    # the commands of every other site (and so their finished runs) stay as they were
+    if SITE.interconnect != "unknown":
+        flags["--site-interconnect"] = SITE.interconnect
     # the first repeat probes its topology before training, in the same allocation
     return as_flags(flags) + (" --probe" if wildcards.repeat == "0" else "")
 

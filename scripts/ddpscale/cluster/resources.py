@@ -16,6 +16,10 @@ from ddpscale.cluster.topology import Topology
 SITE_PREFIX = "site_"
 
 
+# site_interconnect's values: what the report expects NCCL to use between nodes
+INTERCONNECTS = ("infiniband", "ethernet", "unknown")
+
+
 class SiteError(ValueError):
     """A profile's site facts are incomplete or misspelt."""
 
@@ -38,6 +42,9 @@ class Site:
     # use every GPU of each node, or the site refuses it.
     multi_node_whole_nodes: bool = False
     slurm_extra: str = ""  # further sbatch flags of training jobs, e.g. "--gpu-bind=none"
+    # The network between nodes (INTERCONNECTS): the report flags a multi-node run whose NCCL
+    # fell back to sockets on an InfiniBand site.
+    interconnect: str = "unknown"
 
     @property
     def is_local(self) -> bool:
@@ -111,6 +118,9 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
         raise SiteError(f"{where}: {SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {site.slurm_extra!r})")
     if not isinstance(site.launcher, str) or not site.launcher.strip():
         raise SiteError(f"{where}: {SITE_PREFIX}launcher must be 'local' or a launcher such as 'srun' (got {site.launcher!r})")
+    if site.interconnect not in INTERCONNECTS:
+        raise SiteError(f"{where}: {SITE_PREFIX}interconnect must be one of {', '.join(INTERCONNECTS)}, the "
+                        f"network between the nodes (got {site.interconnect!r})")
     return site
 
 

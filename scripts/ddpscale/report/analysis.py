@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report import accuracy
+from ddpscale.report import accuracy, transport
 from ddpscale.report.records import check_device_kinds, check_identities, check_world_sizes, column, device_kinds, known
 
 SUMMARY_COLUMNS = (
@@ -27,8 +27,10 @@ COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 # oversubscribed (more ranks on a host than usable cores: a CPU-simulated run that measured
 # contention). simulated_nodes_on_one_host: several "nodes" on one host, so no network was
 # crossed. compile_recompiles: torch.compile recompilations beyond each function's first compile.
+# transport: the network the collectives crossed ('gloo on eth0', 'NCCL over InfiniBand (...)');
+# nccl_over_sockets: a multi-node run whose NCCL used sockets where the site says InfiniBand.
 CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscribed",
-                  "simulated_nodes_on_one_host", "compile_recompiles")
+                  "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets")
 
 # Spread over repeats of the two figures a user compares: min, max, and a 95% interval
 # of the mean (Student's t) once there are 3 or more repeats.
@@ -63,6 +65,9 @@ def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
         "simulated_nodes_on_one_host": pd.array(sim_nodes, dtype="boolean"),
         "compile_recompiles": pd.to_numeric(column(runs, "compile_recompiles"),
                                             errors="coerce").astype("Int64"),
+        "transport": [transport.run_text(t) for t in column(runs, "transport")],
+        "nccl_over_sockets": pd.array([transport.socket_fallback(r) is not None if isinstance(r.get("transport"), list)
+                                       else pd.NA for _, r in runs.iterrows()], dtype="boolean"),
     }, index=runs.index)
 
 
@@ -79,8 +84,10 @@ def _facts_by_topology(runs: pd.DataFrame) -> pd.DataFrame:
                     usable_cores=("usable_cores", "min"),
                     oversubscribed=("oversubscribed", _any_known),
                     simulated_nodes_on_one_host=("simulated_nodes_on_one_host", _any_known),
-                    compile_recompiles=("compile_recompiles", "max"))
-    for col in ("oversubscribed", "simulated_nodes_on_one_host"):
+                    compile_recompiles=("compile_recompiles", "max"),
+                    transport=("transport", _join_known),
+                    nccl_over_sockets=("nccl_over_sockets", _any_known))
+    for col in ("oversubscribed", "simulated_nodes_on_one_host", "nccl_over_sockets"):
         out[col] = out[col].astype("boolean")
     for col in ("ranks_per_host", "usable_cores", "compile_recompiles"):
         out[col] = out[col].astype("Int64")
@@ -113,6 +120,11 @@ def _spreads(grouped) -> pd.DataFrame:
 
 def _join_unique(values: pd.Series) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values))
+
+
+def _join_known(values: pd.Series):
+    """The repeats' texts, each once; None where no repeat recorded one."""
+    return "; ".join(dict.fromkeys(str(v) for v in values if v is not None and known(v))) or None
 
 
 def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,

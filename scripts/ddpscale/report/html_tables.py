@@ -11,7 +11,7 @@ import pandas as pd
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import PROBE_OK, TERMS, measured
-from ddpscale.report.verdict import SIMULATED_NODES, flag, label, oversubscription
+from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
 
 
 def num(value, places: int) -> str:
@@ -82,6 +82,10 @@ def scaling_table(data):
         name = escape(str(r["topology"]))
         if flag(r, "simulated_nodes_on_one_host"):
             name += f' <span class="caveat tag">({escape(SIMULATED_NODES)})</span>'
+        if flag(r, "nccl_over_sockets"):
+            name += f' <span class="caveat tag">({escape(OVER_SOCKETS)})</span>'
+        if isinstance(r.get("transport"), str):  # the network its collectives crossed
+            name += f'<br><span class="spread">{escape(r["transport"])}</span>'
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
             str(int(r["repeats"])), f"{num(r['speedup'], 2)}x", pct(r["efficiency"]),

@@ -10,11 +10,12 @@ import pandas as pd
 
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.io import last_nonempty_line
-from ddpscale.report import accuracy, boundness, breakdown
+from ddpscale.report import accuracy, boundness, breakdown, transport
 from ddpscale.report.analysis import device_word, hours_label
 
 STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
+OVER_SOCKETS = "NCCL over sockets, not InfiniBand"
 # One recompilation is routine (say, the last, smaller batch of an epoch, or the switch to
 # evaluation); more than one means shapes or guarded values keep changing from step to step.
 RECOMPILES_ALLOWED = 1
@@ -49,6 +50,8 @@ def markers(row) -> list[str]:
     out = [oversubscription(row)]
     if flag(row, "simulated_nodes_on_one_host"):
         out.append(SIMULATED_NODES)
+    if flag(row, "nccl_over_sockets"):
+        out.append(OVER_SOCKETS)
     return [m for m in out if m]
 
 
@@ -207,7 +210,7 @@ def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, prob
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
     bound = boundness.judge_baseline(summary, runs, steps)
     notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary), probe_na_note(probes or {}),
-             oversubscribed_note(summary), simulated_nodes_note(summary),
+             oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),
              recompile_note(summary, runs)]
