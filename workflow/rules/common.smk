@@ -194,7 +194,8 @@ def resolve_accelerator():
     Local profile: decided once, here, from this host (ddpscale.cluster.hostdevices): `auto` is GPU
     only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
     else CPU for all, so a report never mixes the two. A cluster's GPUs come from the
-    allocation, so other profiles pass the configured value on unchanged.
+    allocation, so other profiles keep the configured value here; each run's flag then asks
+    for the GPU where that is `auto` (run_accelerator, common_train.smk).
     """
     if not SITE.is_local:
         return config["accelerator"], None
