@@ -253,13 +253,20 @@ def test_a_profile_as_shipped_is_refused_until_its_account_is_set(profile):
     assert "rule train_" not in output
 
 
-def test_a_resource_the_plugin_does_not_read_is_refused_before_any_job(tmp_path):
+def dry_run_edited_raven(tmp_path, edit):
+    """A dry run of 1x1 and 2x4 through a copy of the Raven profile changed by `edit`."""
     profile = load_profile("raven")
-    profile["set-resources"]["train_multi_node"] = {"slurm_qos": "long"}
+    edit(profile["set-resources"])
     folder = tmp_path / "raven"
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))
     rc, output = dry_run(str(folder), ["1x1", "2x4"])
+    return folder, rc, output
+
+
+def test_a_resource_the_plugin_does_not_read_is_refused_before_any_job(tmp_path):
+    folder, rc, output = dry_run_edited_raven(
+        tmp_path, lambda entries: entries.update(train_multi_node={"slurm_qos": "long"}))
     assert rc != 0
     assert (f"{folder}/config.yaml: set-resources train_multi_node sets 'slurm_qos', which the SLURM plugin "
             f"does not read and drops without a word; the SLURM plugin's name for it is qos") in output
@@ -269,13 +276,11 @@ def test_a_resource_the_plugin_does_not_read_is_refused_before_any_job(tmp_path)
 def test_a_constraint_in_site_slurm_extra_is_refused_before_any_job(tmp_path):
     """Raven's --constraint="gpu" belongs in the plugin's constraint resource: the plugin refuses
     it inside slurm_extra, but only when it submits that job."""
-    profile = load_profile("raven")
-    del profile["set-resources"]["train"]["constraint"]
-    profile["set-resources"]["train"]["site_slurm_extra"] = '--constraint="gpu"'
-    folder = tmp_path / "raven"
-    folder.mkdir()
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
-    rc, output = dry_run(str(folder), ["1x1", "2x4"])
+    def edit(entries):
+        del entries["train"]["constraint"]
+        entries["train"]["site_slurm_extra"] = '--constraint="gpu"'
+
+    folder, rc, output = dry_run_edited_raven(tmp_path, edit)
     assert rc != 0
     assert (f"{folder}/config.yaml: set-resources train site_slurm_extra '--constraint=\"gpu\"' sets the node "
             f"constraints, which the SLURM plugin refuses inside slurm_extra; set it with constraint instead") in output
