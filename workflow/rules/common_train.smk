@@ -77,7 +77,9 @@ def check_no_earlier_job(wildcards):
     """A job of the same run still live from an earlier snakemake (a dropped SSH session) would
     share the run's checkpoint with the new one: stop before submitting (docs/clusters.md)."""
     plugin = workflow.executor_plugin
-    if plugin is None or not plugin.common_settings.non_local_exec:
+    # Only where the user started snakemake: inside the job, its jobstep snakemake would find
+    # the job itself in squeue.
+    if not workflow.is_main_process or plugin is None or not plugin.common_settings.non_local_exec:
         return
     line = live_training_job(earlier_jobs(), os.path.realpath(os.getcwd()), wildcards.topology, int(wildcards.repeat))
     if line:

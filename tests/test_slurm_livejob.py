@@ -1,0 +1,44 @@
+"""A dropped SSH session leaves a training job running; the next snakemake must not submit a
+second job of the same run into the same checkpoint (issue 19, item 6). On the test cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from conftest import tiny_config
+from slurmtools import run_slurm, slurm_workspace, squeue_jobs, squeue_state
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def wait_for_state(job_id: str, state: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while squeue_state(job_id) != state:
+        assert time.monotonic() < deadline, f"job {job_id} is {squeue_state(job_id)!r}, never {state}"
+        time.sleep(0.5)
+
+
+def test_a_live_job_of_the_same_run_stops_the_next_snakemake_before_it_submits(slurm_cluster, workspace):
+    slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2"]))
+    # what an earlier snakemake left: a running job with the plugin's comment for 1x2 repeat 0,
+    # in this directory (a sleep stands in for its training)
+    earlier = subprocess.run(
+        ["sbatch", "--parsable", "--comment=rule_train_single_node_wildcards_1x2_0", f"--chdir={workspace.path}",
+         "--partition=debug", "--time=10", "--wrap=sleep 600"],
+        capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        wait_for_state(earlier, "RUNNING")
+        code, log = run_slurm(workspace)
+        assert code != 0
+        assert (f"SLURM job {earlier} (RUNNING), submitted by an earlier snakemake, still trains 1x2 repeat 0 "
+                f"of this directory") in log, log[-3000:]
+        assert f"scancel {earlier}" in log
+        # nothing was submitted for 1x2, and the earlier job was left alone
+        assert not workspace.metrics("1x2").exists()
+        assert [j for j, _, comment in squeue_jobs() if comment.endswith("_wildcards_1x2_0") and j != earlier] == []
+        assert squeue_state(earlier) == "RUNNING"
+    finally:
+        subprocess.run(["scancel", earlier], check=False)
