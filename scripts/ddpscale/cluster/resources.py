@@ -16,6 +16,8 @@ from ddpscale.cluster.topology import Topology
 SITE_PREFIX = "site_"
 
 
+# The site facts that are true or false (Snakemake hands a profile's `false` over as "False").
+FLAG_FACTS = ("exclusive", "multi_node_whole_nodes")
 # site_interconnect's values: what the report expects NCCL to use between nodes
 INTERCONNECTS = ("infiniband", "ethernet", "unknown")
 
@@ -94,7 +96,7 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
             )
         values[name] = value
     # Snakemake passes a profile's resources on as text: `site_exclusive: false` arrives as "False"
-    for flag in ("exclusive", "multi_node_whole_nodes"):
+    for flag in FLAG_FACTS:
         if isinstance(values.get(flag), str) and values[flag].lower() in ("true", "false"):
             values[flag] = values[flag].lower() == "true"
     site = Site(**values)
@@ -108,7 +110,7 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
     if isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int) or site.signal_s < 0:
         raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer >= 0, seconds before the "
                         f"time limit (0: no signal) (got {site.signal_s!r})")
-    for flag in ("exclusive", "multi_node_whole_nodes"):
+    for flag in FLAG_FACTS:
         if not isinstance(getattr(site, flag), bool):
             raise SiteError(f"{where}: {SITE_PREFIX}{flag} must be true or false (got {getattr(site, flag)!r})")
     if site.multi_node_whole_nodes and site.gpus_per_node is None:
