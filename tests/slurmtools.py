@@ -66,9 +66,14 @@ def slurm_workspace(workspace, **profile_changes):
     return workspace
 
 
+# what `during` returns to interrupt snakemake once it is done
+INTERRUPT = "interrupt"
+
+
 def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | None = None,
               profile: str = "profiles/minicluster") -> tuple[int, str]:
-    """Snakemake through the SLURM executor. On timeout it gets SIGINT, not SIGTERM: only
+    """Snakemake through the SLURM executor; `during()` is called while it runs until it returns
+    true (INTERRUPT: then snakemake gets SIGINT). On timeout it gets SIGINT, not SIGTERM: only
     SIGINT makes it scancel its jobs (SIGTERM leaves them running)."""
     log = workspace.path / f"snakemake-{time.monotonic_ns()}.log"
     with open(log, "w") as out:
@@ -77,7 +82,10 @@ def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | Non
                                 env={**os.environ, **(env or {})})
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
-            if during is not None and during():
+            done = during() if during is not None else False
+            if done == INTERRUPT:  # as a user's Ctrl-C: snakemake scancels its jobs and stops
+                proc.send_signal(signal.SIGINT)
+            if done:
                 during = None
             time.sleep(0.5)
         if proc.poll() is None:
@@ -87,10 +95,14 @@ def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | Non
     return proc.returncode, log.read_text()
 
 
-def squeue_jobs() -> list[tuple[str, str, str]]:
-    """(job id, state, comment) of every job the controller still remembers."""
-    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%T|%k"], capture_output=True, text=True).stdout
-    return [tuple(line.split("|", 2)) for line in out.splitlines() if line.strip()]
+def squeue_jobs(workdir: Path | None = None) -> list[tuple[str, str, str]]:
+    """(job id, state, comment) of every job the controller still remembers (finished ones for
+    MinJobAge), or only those submitted from workdir."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%T|%Z|%k"], capture_output=True, text=True).stdout
+    jobs = [line.split("|", 3) for line in out.splitlines() if line.strip()]
+    where = None if workdir is None else os.path.realpath(workdir)
+    return [(job, state, comment) for job, state, cwd, comment in jobs
+            if where is None or os.path.realpath(cwd) == where]
 
 
 def training_processes(cwd: Path, topology: str) -> list[psutil.Process]:

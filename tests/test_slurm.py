@@ -69,7 +69,7 @@ def test_cancelled_run_is_the_only_one_resubmitted(slurm_cluster, workspace):
     cancelled = []
 
     def cancel_2x2():
-        for job_id, state, comment in squeue_jobs():
+        for job_id, state, comment in squeue_jobs(workspace.path):
             if "_wildcards_2x2_" in comment and state in ("PENDING", "RUNNING"):
                 subprocess.run(["scancel", job_id], check=True)
                 cancelled.append(job_id)
@@ -79,6 +79,8 @@ def test_cancelled_run_is_the_only_one_resubmitted(slurm_cluster, workspace):
     code, log = run_slurm(workspace, during=cancel_2x2)
     assert cancelled, "the 2x2 job was never seen in squeue"
     assert code != 0
+    # sacct says "CANCELLED by 0"; plugin 2.8.0 alone would poll the job forever (pluginstates)
+    assert f"SLURM-job '{cancelled[0]}' failed, SLURM status is: 'CANCELLED'" in log, log[-3000:]
     assert workspace.metrics("1x1").exists() and workspace.metrics("1x2").exists()
     assert not workspace.metrics("2x2").exists()
 

@@ -38,7 +38,7 @@ def test_a_live_job_of_the_same_run_stops_the_next_snakemake_before_it_submits(s
         assert f"scancel {earlier}" in log
         # nothing was submitted for 1x2, and the earlier job was left alone
         assert not workspace.metrics("1x2").exists()
-        assert [j for j, _, comment in squeue_jobs() if comment.endswith("_wildcards_1x2_0") and j != earlier] == []
+        assert [j for j, _, comment in squeue_jobs(workspace.path) if comment.endswith("_wildcards_1x2_0") and j != earlier] == []
         assert squeue_state(earlier) == "RUNNING"
     finally:
         subprocess.run(["scancel", earlier], check=False)

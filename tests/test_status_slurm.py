@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, tiny_config
 from ddpscale.measurement import progress
 from ddpscale.report import status
-from slurmtools import run_slurm, slurm_workspace
+from slurmtools import INTERRUPT, run_slurm, slurm_workspace
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -64,9 +64,11 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
         elif "1x2" in released and log_1x2.exists() and progress.last(log_1x2.read_text()):
             queued = held_job(workspace.path, "2x1")
             seen.extend([status_of(workspace.path), queued])
-            # sampled: end the other two runs rather than wait for them
-            subprocess.run(["scancel", released["1x2"], *([queued] if queued else [])], check=True)
-            return True
+            # sampled: end the other two runs rather than wait for them. The held job is left to
+            # snakemake's Ctrl-C: held, it has no eligible time, and sacct's time window (the
+            # plugin's status query) never lists a job cancelled then (docs/clusters.md)
+            subprocess.run(["scancel", released["1x2"]], check=True)
+            return INTERRUPT
         return False
 
     code, log = run_slurm(workspace, "scaling", timeout=480, during=drive)
@@ -93,11 +95,11 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
     assert re.search(r"SLURM: [23] queued or running job\(s\) of this directory", live), live
     assert "1 done, 1 running, 1 queued, 0 failed, 0 not started" in live
 
-    # after snakemake ended, the files decide: both cancelled runs failed; the held one never
-    # ran, and Snakemake created its missing log empty
+    # after snakemake ended, the files decide: the cancelled run failed; the held one never ran
+    # (snakemake's Ctrl-C cancelled it and removed the empty log it had made for it)
     after = status_of(workspace.path)
     print(f"status after the two runs were cancelled:\n{after}")
     last = [line.strip() for line in log_1x2.read_text().splitlines() if line.strip()][-1]
     assert re.search(rf"^1x2 +r0 +failed +{re.escape(last[:100])}", after, re.M), after
-    assert re.search(r"^2x1 +r0 +failed +\(empty log: the job wrote nothing\)$", after, re.M), after
+    assert re.search(r"^2x1 +r0 +not started$", after, re.M), after
     assert "snakemake: not running here" in after and "lock" not in after

@@ -29,6 +29,7 @@ from ddpscale.cluster.resources import (  # noqa: E402
     site_from_resources,
     slurm_resources,
 )
+from ddpscale.cluster.pluginstates import wrap_status_query  # noqa: E402
 from ddpscale.cluster.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
 from ddpscale.cluster.topology import (  # noqa: E402
     STAGE_RULES,
@@ -113,6 +114,23 @@ def check_profile_resources():
         raise WorkflowError("\n".join(problems))
 
 
+def plugin_reads_cancelled_jobs():
+    """sacct's "CANCELLED by <uid>" is a failed state to the SLURM plugin too (ddpscale.cluster.
+    pluginstates): without this, a job cancelled with scancel is polled as running forever."""
+    if not workflow.is_main_process:
+        return
+    try:
+        import snakemake_executor_plugin_slurm as slurm_plugin
+    except ImportError:  # no SLURM plugin: nothing to fix
+        return
+    if not wrap_status_query(slurm_plugin):
+        print(
+            "ddpscale: warning: this SLURM executor plugin has no query_job_status; a job cancelled "
+            "with scancel may not be noticed (ddpscale is tested with the version in requirements.txt)",
+            file=sys.stderr,
+        )
+
+
 def get_site():
     """Site facts: the `site_*` entries of a profile's set-resources `train`, for every stage.
 
@@ -134,6 +152,7 @@ if "probe" in workflow.resource_settings.overwrite_resources:
         file=sys.stderr,
     )
 check_profile_resources()
+plugin_reads_cancelled_jobs()
 # What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
 SITE = get_site()
