@@ -74,7 +74,7 @@ def test_local_run_while_it_trains_then_killed(workspace):
     assert re.search(rf"^{first} +r0 +failed +{re.escape(last[:100])}", after, re.M), after
     assert "snakemake: not running here" in after
     fix = re.search(r"Stale Snakemake lock: .* rerun stops with 'Directory cannot be locked': fix with "
-                    r"(\.venv/bin/snakemake --profile profiles/<name> --unlock) \(<name>: ([\w, ]+)\)$", after, re.M)
+                    r"(\.venv/bin/snakemake --profile profiles/<name> --unlock) \(<name>: ([\w, -]+)\)$", after, re.M)
     assert fix and "local" in fix.group(2).split(", "), after
     # what the line says is so: a rerun refuses, the named fix lifts it
     refused = workspace.snakemake("scaling", timeout=120)
