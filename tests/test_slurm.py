@@ -28,7 +28,9 @@ def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
     # site facts in one entry, `train`; per-stage entries beside it (the test cluster sets its own)
     assert set(generic["set-resources"]) == {"train", "train_baseline"}
     assert set(test["set-resources"]) == {"train", "train_baseline", "train_multi_node"}
-    assert set(generic["set-resources"]["train"]) == set(test["set-resources"]["train"])
+    # the generic profile leaves site_env commented out; the test cluster names its fabric's interface
+    assert set(test["set-resources"]["train"]) - set(generic["set-resources"]["train"]) == {"site_env"}
+    assert set(generic["set-resources"]["train"]) <= set(test["set-resources"]["train"])
     assert test["set-resources"]["train"]["site_launcher"] == generic["set-resources"]["train"]["site_launcher"] == "srun"
 
 
@@ -60,6 +62,13 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         # the probe ran in the training job, before training: its all-reduce spans every rank
         probe = metrics["probe"]
         assert probe["world_size"] == len(node_ranks) and probe["node_ranks"] == node_ranks
+        # each node is a host of its own on the nodes' network: ranks of 2 nodes crossed it,
+        # gloo on ib0 (site_env), and the report does not call them simulated
+        assert len(metrics["hosts"]) == len(set(node_ranks)), metrics["hosts"]
+        assert set(metrics["hosts"]) <= {"n1", "n2", "n3", "n4"}, metrics["hosts"]
+        if len(node_ranks) > 1:
+            assert {rank["interface"] for rank in metrics["transport"]} == {"ib0"}, metrics["transport"]
+        assert not metrics["simulated_nodes_on_one_host"]
     assert len(job_ids) == 4
     assert (workspace.results / "report/report.html").exists()
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A throwaway SLURM cluster on this one machine, for trying ddpscale's SLURM profiles and
-# for the test suite: N fake nodes (n1..nN, one slurmd each, all on 127.0.0.1) with fake
-# GPUs in partition "debug", nodes and partitions shaped like Gilbreth and Raven with their
-# submission rules (job_submit.lua), and accounting (slurmdbd on a MariaDB of its own).
-# Needs root and Debian/Ubuntu (apt). See README.md here.
+# for the test suite: N fake nodes (n1..nN, one slurmd each) with fake GPUs in partition
+# "debug", each in a network namespace of its own (hostname nK, interface ib0 at 10.77.0.K,
+# linked through a bridge shaped to RATE each way: netns.sh), nodes and partitions shaped like
+# Gilbreth and Raven with their submission rules (job_submit.lua), and accounting (slurmdbd on
+# a MariaDB of its own). Needs root and Debian/Ubuntu (apt). See README.md here.
 #
-#   minicluster.sh up [--nodes N] [--gpus-per-node G] [--cpus-per-node C] [--force]
+#   minicluster.sh up [--nodes N] [--gpus-per-node G] [--cpus-per-node C] [--rate RATE]
+#                     [--no-network] [--force]
 #   minicluster.sh status
 #   minicluster.sh down [--purge]
 set -euo pipefail
@@ -14,7 +16,9 @@ STATE=${DDPSCALE_SLURM_DIR:-/tmp/ddpscale-slurm}
 ETC=/etc/slurm            # the default path: Snakemake's SLURM jobstep drops SLURM_CONF
 MARK="# written by ddpscale tests/slurm/minicluster.sh"
 HOSTS_TAG="# ddpscale-minicluster"
-NODES=4 GPUS=4 CPUS=2 FORCE=0 PURGE=0
+NODES=4 GPUS=4 CPUS=2 FORCE=0 PURGE=0 NETWORK=1 RATE=1gbit
+NET=10.77.0                 # netns.sh's addresses: node K is $NET.K, the root namespace $NET.254
+NETNS=(bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/netns.sh")
 
 die() { echo "minicluster: $*" >&2; exit 1; }
 say() { echo "minicluster: $*"; }
@@ -103,6 +107,10 @@ teardown() {
     say "warning: slurmstepd still running: $(pgrep -x slurmstepd | tr '\n' ' ')"
   fi
   hosts_remove
+  # the nodes' network, once nothing runs inside it (netns.sh refuses otherwise)
+  if ip netns list 2>/dev/null | grep -q '^ddpscale-'; then
+    "${NETNS[@]}" down >/dev/null || say "warning: the node network stays up ('netns.sh down' says why)"
+  fi
   local f; for f in "${OUR_FILES[@]}"; do
     if ours "$f"; then rm -f "$ETC/$f"; fi
     if [[ -f $STATE/backup/$f ]]; then mv "$STATE/backup/$f" "$ETC/$f"; say "restored $ETC/$f"; fi
@@ -116,8 +124,8 @@ fail() { log_tails; teardown >/dev/null 2>&1 || true; die "$*"; }
 install_packages() {
   # Not the slurm-wlm metapackage, no recommends: 8 packages instead of ~43 (its extra
   # plugins: hdf5, influxdb, rocm-smi, ... are not needed here).
-  local c missing=0 t0=$SECONDS pkgs=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
-  for c in slurmctld slurmd sbatch munged slurmdbd mariadbd; do command -v "$c" >/dev/null || missing=1; done
+  local c missing=0 t0=$SECONDS pkgs=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server iproute2)
+  for c in slurmctld slurmd sbatch munged slurmdbd mariadbd ip tc; do command -v "$c" >/dev/null || missing=1; done
   ((missing)) || return 0
   say "installing ${pkgs[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
@@ -149,6 +157,8 @@ cmd_up() {
       --nodes) NODES=${2:?}; shift 2 ;;
       --gpus-per-node) GPUS=${2:?}; shift 2 ;;
       --cpus-per-node) CPUS=${2:?}; shift 2 ;;
+      --rate) RATE=${2:?}; shift 2 ;;
+      --no-network) NETWORK=0; shift ;;
       --force) FORCE=1; shift ;;
       *) die "unknown option for up: $1" ;;
     esac
@@ -157,7 +167,7 @@ cmd_up() {
     die "--nodes must be 1-99, --gpus-per-node >= 0, --cpus-per-node >= 1"
   ((EUID == 0)) || die "must run as root (it installs packages, writes /etc/slurm and /etc/hosts)"
   [[ $STATE == /* && $STATE != *[[:space:]]* ]] || die "DDPSCALE_SLURM_DIR must be an absolute path without spaces"
-  local want="nodes=$NODES gpus=$GPUS cpus=$CPUS" f i
+  local want="nodes=$NODES gpus=$GPUS cpus=$CPUS network=$( ((NETWORK)) && echo "$RATE" || echo none)" f i
 
   # Already up and healthy with the same shape: nothing to do. Another shape: refuse.
   if ours && all_alive && nodes_ok; then
@@ -186,11 +196,20 @@ cmd_up() {
 
   install_packages
   local t0; t0=$(date +%s%N)
+  if ((NETWORK)); then
+    "${NETNS[@]}" up --nodes "$NODES" --rate "$RATE" >"$STATE/log/netns.out" 2>&1 ||
+      fail "the node network did not come up: $(tail -n1 "$STATE/log/netns.out") (or 'up --no-network': every node on 127.0.0.1)"
+  fi
   start_munge
   write_config
   echo "$want" > "$STATE/params"
   hosts_remove    # Lightning's MASTER_ADDR is the first node's name, so n1..nN must resolve
-  echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done)$(site_node_names) $HOSTS_TAG" >> /etc/hosts
+  if ((NETWORK)); then
+    for ((i = 1; i <= NODES; i++)); do echo "$NET.$i n$i $HOSTS_TAG"; done >> /etc/hosts
+    echo "127.0.0.1 $(site_node_names)$HOSTS_TAG" >> /etc/hosts
+  else
+    echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done)$(site_node_names) $HOSTS_TAG" >> /etc/hosts
+  fi
 
   # accounting first: slurmctld loads the associations it enforces from slurmdbd at start
   start_mariadb
@@ -200,9 +219,27 @@ cmd_up() {
   # -D: stay in the foreground so $! is the daemon; -c: forget the jobs of an earlier run.
   setsid slurmctld -D -c >"$STATE/log/slurmctld.out" 2>&1 </dev/null &
   echo $! > "$STATE/pids/slurmctld.pid"
-  for f in $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done) $(site_node_names); do
+  for ((i = 1; i <= NODES; i++)); do
+    if ((NETWORK)); then
+      # its own network namespace (plain nsenter: see netns.sh) and its own hostname (a UTS
+      # namespace), each exec'd in turn, so the pid ends up being slurmd's
+      setsid nsenter --net="/run/netns/ddpscale-n$i" -- unshare --uts -- \
+        sh -c 'hostname "$1" && exec slurmd -D -N "$1"' sh "n$i" >"$STATE/log/slurmd-n$i.out" 2>&1 </dev/null &
+    else
+      setsid slurmd -D -N "n$i" >"$STATE/log/slurmd-n$i.out" 2>&1 </dev/null &
+    fi
+    echo $! > "$STATE/pids/slurmd-n$i.pid"
+  done
+  for f in $(site_node_names); do
     setsid slurmd -D -N "$f" >"$STATE/log/slurmd-$f.out" 2>&1 </dev/null &
     echo $! > "$STATE/pids/slurmd-$f.pid"
+  done
+  # until each start chain (nsenter, unshare, sh) has exec'd the daemon, its pid is not "slurmd" yet
+  for f in "$STATE"/pids/slurmd-*.pid; do
+    for _ in {1..50}; do
+      [[ $(cat "/proc/$(cat "$f")/comm" 2>/dev/null) == slurmd ]] || ! running "$(cat "$f")" && break
+      sleep 0.1
+    done
   done
 
   for _ in {1..60}; do                      # ~30 s for every node to report idle
@@ -210,7 +247,7 @@ cmd_up() {
       alive "$f" || fail "$(basename "$f" .pid) exited right after start"
     done
     if nodes_ok; then
-      say "up in $((($(date +%s%N) - t0) / 1000000)) ms: $NODES nodes x $GPUS GPUs x $CPUS CPUs in partition debug, site partitions, accounting"
+      say "up in $((($(date +%s%N) - t0) / 1000000)) ms: $NODES nodes x $GPUS GPUs x $CPUS CPUs in partition debug$( ((NETWORK)) && echo " on a $RATE network (ib0)"), site partitions, accounting"
       sinfo -N -o "%N %P %T %G %c %m %f"; return 0
     fi
     sleep 0.5

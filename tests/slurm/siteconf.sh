@@ -1,5 +1,5 @@
 # slurm.conf and gres.conf of the throwaway cluster, and its site-like nodes. Sourced by
-# minicluster.sh (uses its STATE, ETC, MARK, NODES, GPUS, CPUS).
+# minicluster.sh (uses its STATE, ETC, MARK, NODES, GPUS, CPUS, NETWORK, NET).
 #
 # Besides debug (n1..nN, what the test profile runs on), nodes and partitions shaped like the
 # sites of the shipped profiles, so those profiles are accepted or refused as the site would
@@ -25,6 +25,12 @@ SITE_PARTITIONS=(
   "PartitionName=gpudev Nodes=r[1-2] MaxTime=00:15:00 State=UP"
 )
 
+# The debug nodes: on the network (netns.sh), node K is hostname nK at $NET.K and the controller
+# is reached at $NET.254; without it every node is localhost at 127.0.0.1.
+controller_host() { if ((NETWORK)); then echo "localhost($NET.254)"; else echo localhost; fi; }
+node_hostname() { if ((NETWORK)); then echo "n$1"; else echo localhost; fi; }
+node_addr() { if ((NETWORK)); then echo "$NET.$1"; else echo 127.0.0.1; fi; }
+
 site_node_names() { local n; for n in "${SITE_NODES[@]}"; do printf '%s ' "${n%% *}"; done; }
 
 write_config() {
@@ -41,7 +47,7 @@ write_config() {
     echo "$MARK"
     cat <<EOF
 ClusterName=ddpscale
-SlurmctldHost=localhost
+SlurmctldHost=$(controller_host)
 SlurmUser=root
 SlurmdUser=root
 MailProg=/bin/true
@@ -78,8 +84,8 @@ SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 EOF
     for ((i = 1; i <= NODES; i++)); do
-      printf 'NodeName=n%d NodeHostname=localhost NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=%d' \
-        "$i" $((6820 + i)) "$CPUS" "$mem"
+      printf 'NodeName=n%d NodeHostname=%s NodeAddr=%s Port=%d CPUs=%d RealMemory=%d' \
+        "$i" "$(node_hostname "$i")" "$(node_addr "$i")" $((6820 + i)) "$CPUS" "$mem"
       if ((GPUS)); then printf ' Gres=gpu:%d' "$GPUS"; fi
       echo
     done
