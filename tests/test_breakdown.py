@@ -50,7 +50,9 @@ def test_perfect_halving_is_predicted_and_agrees():
     assert row.predicted_step_s == pytest.approx(0.0075)
     assert row.predicted_efficiency == pytest.approx(10 / 7.5 / 2)
     assert row.measured_efficiency == pytest.approx(row.predicted_efficiency)
-    assert row.explanation == "prediction and measurement agree"
+    # compute 3 ms of 7.5 and overhead 3: compute comes first among equals
+    assert row.explanation == ("prediction and measurement agree; compute (forward + backward + optimizer) "
+                               "is the largest term (40% of the predicted step)")
 
 
 def test_compute_that_does_not_shrink_is_named():
@@ -106,7 +108,7 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
     assert row.comm_predicted_s == pytest.approx(per_batch)
     assert row.comm_measured_s == pytest.approx(per_batch)
     assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
-    assert row.explanation == "prediction and measurement agree"
+    assert row.explanation.startswith("prediction and measurement agree; ")
 
 
 def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
@@ -161,3 +163,15 @@ def test_records_before_the_status_was_written_measured_and_na_records_need_a_re
     bad.write_text('{"topology": "1x2", "world_size": 2, "status": "n/a"}')
     with pytest.raises(ValueError, match="probe.json: missing key 'reason'"):
         breakdown.load_probes([bad])
+
+
+def test_a_step_bound_by_communication_is_named_when_prediction_agrees():
+    """A slow link: the all-reduce (8 ms) outweighs the rest of the step (3.5 + 3 ms), and the
+    agreeing prediction says so (what the network test on the SLURM cluster reads)."""
+    two = make_run("2x1", batch_per_device=32, throughput_samples_s=64 / 0.0145)
+    s = summary(BASE, two)
+    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+              "2x1": probe("2x1", 2, 0.0005, 0.003, 0.008, 0.008)}
+    row = breakdown.predict(s, probes).set_index("topology").loc["2x1"]
+    assert row.explanation == ("prediction and measurement agree; exposed gradient communication is the "
+                               "largest term (55% of the predicted step)")
