@@ -159,4 +159,4 @@ def workspace(tmp_path) -> Workspace:
 
 # The throwaway SLURM cluster, one per session for every module that asks for it (defined with
 # the SLURM helpers; imported last, since slurmtools imports from this file).
-from slurmtools import slurm_cluster  # noqa: E402,F401
+from slurmtools import _slurm_session, slurm_cluster  # noqa: E402,F401

@@ -87,8 +87,11 @@ def network():
     fcntl.flock(lock, fcntl.LOCK_EX)        # one pytest session's namespaces at a time
     try:
         if ours():
-            fail_or_skip(f"{', '.join(ours())} already exist (minicluster.sh's?); the test would take "
-                         "them down: run 'tests/slurm/netns.sh down' first")
+            # the test cluster's network (its slurmd inside): the SLURM tests bring it up again
+            subprocess.run([BASH, str(ROOT / "tests/slurm/minicluster.sh"), "down"], capture_output=True, timeout=120)
+        if ours():
+            fail_or_skip(f"{', '.join(ours())} already exist and are not the test cluster's; the test would "
+                         "take them down: run 'tests/slurm/netns.sh down' first")
         if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
             fail_or_skip("this machine cannot create network namespaces (a container without CAP_SYS_ADMIN?)")
         up = netns("up", "--nodes", "2", "--rate", f"{RATE_GBIT}gbit")
