@@ -46,9 +46,10 @@ def test_a_failed_jobs_state_and_reason_reach_snakemake_and_make_status(slurm_cl
     assert "CUDA" in train_log, train_log[-2000:]
     status = status_of(workspace.path)
     print(f"\nstatus after the failed job:\n{status}")
-    # make status shows the log's last line, which srun's own "Terminating StepId" can be
-    # rather than the cause above it (reported, issue 19 item 5)
-    assert re.search(r"^1x1 +r0 +failed +\S", status, re.M), status
+    # make status shows the cause, not srun's "Exited with exit code 3" and "Terminating StepId"
+    # lines after it (ddpscale.io.cause_line)
+    assert re.search(r"^1x1 +r0 +failed +ddpscale train: accelerator gpu, but torch \S+ sees no CUDA device",
+                     status, re.M), status
 
 
 def test_a_node_failure_is_node_fail_and_the_plugin_names_it(slurm_cluster, workspace):

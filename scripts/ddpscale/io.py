@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
+
+# What srun adds once a rank has exited: "srun: error: n1: task 0: Exited with exit code 3",
+# "srun: Terminating StepId=12.0", ... The cause is above these lines. slurmstepd's own lines
+# (a cancelled job, a time limit, memory) are causes themselves and stay.
+SRUN_AFTERMATH = re.compile(r"^srun: (error: \S+: tasks? [\d,-]+: (Exited with exit code \d+|Aborted|Killed"
+                            r"|Terminated)|(Force )?Terminat(ing|ed) StepId=\S+|launch/slurm: _step_signal: "
+                            r"Terminating StepId=\S+|error: Timed out waiting for job step to complete)$")
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:
@@ -34,3 +42,11 @@ def last_nonempty_line(text: str) -> str:
     """The last non-empty line of a log, stripped (usually the error); "" when it has none."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def cause_line(text: str) -> str:
+    """The line of a failed run's log that says why: the last non-empty one that is not srun's
+    aftermath (SRUN_AFTERMATH); the last line when there is no other; "" when it has none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line for line in lines if not SRUN_AFTERMATH.match(line)]
+    return (causes or lines or [""])[-1]

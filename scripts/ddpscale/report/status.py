@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.cluster.topology import parse_topology
-from ddpscale.io import last_nonempty_line
+from ddpscale.io import cause_line
 from ddpscale.measurement import progress
 
 # squeue's fields: job id, state, reason, comment, working directory, elapsed
@@ -140,7 +140,7 @@ def duration(seconds: float) -> str:
 
 
 def last_line(text: str) -> str:
-    line = last_nonempty_line(text)
+    line = cause_line(text)
     if not line:
         # Snakemake creates a failed job's missing log: a job cancelled or refused before it ran
         return "(empty log: the job wrote nothing)"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ddpscale.cluster.topology import parse_topology
-from ddpscale.io import last_nonempty_line
+from ddpscale.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, transport
 from ddpscale.report.analysis import device_word, hours_label
 
@@ -249,7 +249,7 @@ def last_line(log: Path) -> str | None:
     """The last non-empty line of a log, usually the error; None when there is no log."""
     if not log.exists():
         return None
-    return last_nonempty_line(log.read_text(encoding="utf-8", errors="replace"))[:200]
+    return cause_line(log.read_text(encoding="utf-8", errors="replace"))[:200]
 
 
 def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
