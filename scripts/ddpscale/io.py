@@ -47,6 +47,5 @@ def last_nonempty_line(text: str) -> str:
 def cause_line(text: str) -> str:
     """The line of a failed run's log that says why: the last non-empty one that is not srun's
     aftermath (SRUN_AFTERMATH); the last line when there is no other; "" when it has none."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    causes = [line for line in lines if not SRUN_AFTERMATH.match(line)]
-    return (causes or lines or [""])[-1]
+    causes = "\n".join(line for line in text.splitlines() if not SRUN_AFTERMATH.match(line.strip()))
+    return last_nonempty_line(causes) or last_nonempty_line(text)

@@ -204,12 +204,8 @@ cmd_up() {
   write_config
   echo "$want" > "$STATE/params"
   hosts_remove    # Lightning's MASTER_ADDR is the first node's name, so n1..nN must resolve
-  if ((NETWORK)); then
-    for ((i = 1; i <= NODES; i++)); do echo "$NET.$i n$i $HOSTS_TAG"; done >> /etc/hosts
-    echo "127.0.0.1 $(site_node_names)$HOSTS_TAG" >> /etc/hosts
-  else
-    echo "127.0.0.1 $(for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done)$(site_node_names) $HOSTS_TAG" >> /etc/hosts
-  fi
+  for ((i = 1; i <= NODES; i++)); do echo "$(node_addr "$i") n$i $HOSTS_TAG"; done >> /etc/hosts
+  echo "127.0.0.1 $(site_node_names)$HOSTS_TAG" >> /etc/hosts
 
   # accounting first: slurmctld loads the associations it enforces from slurmdbd at start
   start_mariadb

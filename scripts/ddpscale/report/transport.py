@@ -12,9 +12,8 @@ from ddpscale.measurement.transport import IB, LOCAL, SOCKET
 
 
 def _rank_text(entry: dict) -> str:
+    """One non-gloo rank's text (run_text joins gloo's interfaces itself)."""
     backend, kind, where = entry.get("backend"), entry.get("transport"), entry.get("interface")
-    if backend == "gloo":
-        return f"gloo on {where or 'an unknown interface'}"
     if backend != "nccl":
         return str(backend or "no backend")
     if kind == IB:
