@@ -67,6 +67,16 @@ def load_benchmark(name: str):
     return module
 
 
+def test_the_two_rank_comparison_runs_as_make_bench_runs_it(tmp_path, data_file):
+    # make bench died here (AttributeError: no collective_timeout_s) while every test above ran
+    # one rank: the 2-rank path goes through launch_local and the SIGTERM ablation only it has
+    run = load_benchmark("run")
+    variants = [run.LIGHTNING, run.PLAIN, run.ABLATED["SIGTERM broadcast"]]
+    res = run.compare("spiral", 2, variants, data_file, 1, tmp_path)
+    assert set(res) == set(variants)
+    assert all(0 < v["step_ms"] < float("inf") and v["throughput"] > 0 for v in res.values())
+
+
 def test_synthetic_data_is_reproducible_and_split():
     from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule
 
