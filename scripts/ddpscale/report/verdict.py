@@ -249,10 +249,10 @@ def _time_speedup_note(finished: pd.DataFrame, base_samples: float) -> str | Non
         return None
     if pd.isna(base_samples) or blank["samples_trained"].isna().any():
         return "Time speedup is blank where a run did not record the samples it trained (older metrics files)."
-    trained = ", ".join(f"{r['topology']} {r['samples_trained']:,.0f}" for _, r in blank.iterrows())
-    return (f"Time speedup is blank for {_names(blank)}: they trained other numbers of samples than "
-            f"the baseline ({trained}, against {base_samples:,.0f}), so their fit times measure "
-            "different work; compare the cost per sample instead.")
+    trained = ", ".join(f"{r['topology']}: {r['samples_trained']:,.0f}" for _, r in blank.iterrows())
+    return (f"Time speedup is blank for {_names(blank)}: the samples trained ({trained}) differ from the "
+            f"baseline's {base_samples:,.0f}, so the fit times measure different work; compare the cost per "
+            "sample instead.")
 
 
 def run_status(finished: int, expected: int, log_tail: str | None) -> str:
