@@ -18,6 +18,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from ddpscale.cluster.topology import Topology
 from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
+from ddpscale.measurement import held
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
@@ -73,6 +74,9 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     measured = callbacks.build(args, topo)
+    # held devices count from the SLURM job's start where there is one (ddpscale.measurement.held)
+    measured.timing.held_since, measured.timing.held_from = held.started(
+        os.environ, measured.timing.held_since, args.cluster_env == "slurm")
     # a test pass needs both halves: a module may define test_step while its data has no test split
     test_pass = is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule)
     trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(args.accuracy_metric, test_pass)])

@@ -21,7 +21,8 @@ def make_run(topology="1x1", **overrides):
         "effective_batch": 32 * nodes * per_node, "accumulate_grad_batches": 1,
         "precision": "32-true", "max_epochs": 3, "epochs_completed": 3,
         "warmup_epochs": 1, "epoch_times_s": [12.0, 10.0, 10.0],
-        "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0,
+        "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0, "samples_trained": 9600,
+        "held_s": 40.0,
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
         "val_loss": 0.3, "val_acc": 0.9, "test_acc": 0.9, "attempts": 1,
         "resumed_from_epoch": None, "model_class": "M", "data_class": "D",
@@ -65,7 +66,31 @@ def test_speedup_efficiency_hours_and_order():
     assert t.loc["1x4", "time_speedup"] == pytest.approx(400.0 / 120.0)
     assert t.loc["1x1", "gpu_hours"] == pytest.approx(400.0 / 3600)
     assert t.loc["2x4", "gpu_hours"] == pytest.approx(70.0 * 8 / 3600)
+    assert t.loc["2x4", "held_gpu_hours"] == pytest.approx(40.0 * 8 / 3600)
+    assert t.loc["2x4", "gpu_seconds_per_sample"] == pytest.approx(8 / 640.0)
     assert bool(t.loc["2x4", "simulated"]) is True
+
+
+def test_time_speedup_only_where_the_runs_trained_the_baseline_samples():
+    """Weak scaling with fixed steps per epoch (the Markov data): 1x4 trains 4x the samples in
+    about the same time, so its fit time says nothing about speed; 1x2's sharded remainder
+    (0.5% fewer) still compares."""
+    runs = [make_run("1x1", fit_time_s=400.0, samples_trained=10000),
+            make_run("1x2", fit_time_s=200.0, samples_trained=9950),
+            make_run("1x4", fit_time_s=410.0, samples_trained=40000)]
+    t = by_topology(summarize(runs))
+    assert t.loc["1x2", "time_speedup"] == pytest.approx(2.0)
+    assert pd.isna(t.loc["1x4", "time_speedup"])
+    assert t.loc["1x4", "samples_trained"] == 40000
+
+
+def test_runs_from_before_samples_and_held_time_were_recorded_still_summarise():
+    runs = [make_run("1x1"), make_run("1x2")]
+    for run in runs:
+        del run["samples_trained"], run["held_s"]
+    t = by_topology(summarize(runs))
+    assert t["time_speedup"].isna().all() and t["held_gpu_hours"].isna().all()
+    assert t.loc["1x2", "gpu_seconds_per_sample"] == pytest.approx(2 / 100.0)
 
 
 def test_baseline_need_not_be_one_device():

@@ -33,6 +33,12 @@ def test_probed_run_trains_as_an_unprobed_one_would(tmp_path, data_file):
         assert probed[key] == plain[key], key
     # fit_wall_s is training's: the probe's time is its own figure
     assert probe["probe_wall_s"] > 0 and probed["fit_wall_s"] >= probed["fit_time_s"]
+    # the devices were held from the process's start to the record: start-up, the probe, the
+    # epochs and the test pass, so more than training and the probe together
+    assert probed["held_from"] == "process start"
+    assert probed["held_s"] >= probed["fit_wall_s"] + probe["probe_wall_s"]
+    # every epoch's samples over both ranks: the 840 training samples twice
+    assert probed["samples_trained"] == plain["samples_trained"] == 840 * 2
 
 
 def test_resumed_run_keeps_its_probe_and_does_not_probe_again(tmp_path, data_file):

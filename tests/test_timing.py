@@ -1,6 +1,9 @@
 """Which epochs count as steady state (ddpscale.measurement.timing): warm-up is per process, not per run."""
+import time
+
 import pytest
 
+from ddpscale.measurement import held
 from ddpscale.measurement.timing import ScalingMetrics, steady_epochs
 
 
@@ -50,3 +53,47 @@ def test_a_manual_optimisation_step_that_returns_nothing_is_counted():
     metrics.on_train_batch_end(None, None, {}, (torch.zeros(8, 2), torch.zeros(8)), 0)
     metrics.on_train_batch_end(None, None, {"loss": torch.tensor(0.5)}, (torch.zeros(4, 2), torch.zeros(4)), 1)
     assert metrics._count == 12 and float(metrics._loss_sum) == 0.5
+
+
+def test_samples_trained_counts_every_epoch_warm_up_included():
+    metrics = ScalingMetrics(warmup_epochs=1)
+    metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 1.0, 1.0], [1.5, 0.8, 0.8], [64, 64, 32]
+    metrics.epoch_attempts = [1, 1, 1]
+    summary = metrics.summary()
+    assert summary["samples_trained"] == 160 and summary["steady_samples"] == 96
+
+
+def test_held_time_adds_the_earlier_attempts_to_this_ones():
+    assert held.held_s(earlier_s=120.0, since=1000.0, now=1030.0) == pytest.approx(150.0)
+    assert held.held_s(earlier_s=0.0, since=1000.0, now=990.0) == 0.0  # a clock step back adds nothing
+
+
+def test_a_resumed_run_carries_what_its_earlier_attempt_held_in_the_checkpoint():
+    first = ScalingMetrics()
+    first.held_since = time.time() - 100.0  # this attempt started 100 s ago
+    saved = first.state_dict()  # what its checkpoint keeps
+    assert saved["held_s"] >= 100.0
+    resumed = ScalingMetrics()
+    resumed.held_since = time.time() - 5.0
+    resumed.load_state_dict(saved)
+    assert resumed.summary()["held_s"] >= saved["held_s"] + 5.0
+    # a checkpoint from before held time was kept: nothing earlier is known
+    old = ScalingMetrics()
+    old.load_state_dict({"epoch_times": [], "train_times": [], "samples": [], "attempts": 1})
+    assert old.held_before_s == 0.0
+
+
+def test_held_time_starts_at_the_slurm_job_on_slurm_only():
+    env = {held.JOB_START: "1000"}
+    assert held.started(env, 1060.0, on_slurm=True) == (1000.0, held.FROM_JOB)
+    # the local launcher inside an allocation: the job's start is other runs' time
+    assert held.started(env, 1060.0, on_slurm=False) == (1060.0, held.FROM_PROCESS)
+    # Slurm before 23.02 sets none; a job "started" after its process is a clock apart
+    assert held.started({}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
+    assert held.started({held.JOB_START: "1100"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
+    assert held.started({held.JOB_START: "soon"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
+
+
+def test_held_time_starts_at_the_process_start_not_when_the_callback_is_built():
+    before = held.process_start()
+    assert ScalingMetrics().held_since == before <= time.time()

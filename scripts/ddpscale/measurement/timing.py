@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ddpscale.cluster import ranks
-from ddpscale.measurement import progress
+from ddpscale.measurement import held, progress
 from ddpscale.measurement import samplecount
 
 
@@ -66,6 +66,10 @@ class ScalingMetrics(pl.Callback):
         self._partial: dict | None = None
         self.resumed_mid_epoch = False
         self._fit_t0 = time.perf_counter()  # reset when training starts
+        # the devices held (ddpscale.measurement.held): since this process's start unless the
+        # script names an earlier one (a SLURM job's), plus what earlier attempts held
+        self.held_since, self.held_from = held.process_start(), held.FROM_PROCESS
+        self.held_before_s = 0.0
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
@@ -80,7 +84,7 @@ class ScalingMetrics(pl.Callback):
     def state_dict(self) -> dict:
         return {"epoch_times": self.epoch_times, "train_times": self.train_times,
                 "samples": self.samples, "attempts": self.attempts, "epoch_attempts": self.epoch_attempts,
-                "partial": self._partial}
+                "partial": self._partial, "held_s": self.held_s()}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch_times = list(state["epoch_times"])
@@ -90,6 +94,7 @@ class ScalingMetrics(pl.Callback):
         # a checkpoint from before attempts were recorded per epoch: assume all in attempt 1
         self.epoch_attempts = list(state.get("epoch_attempts", [1] * len(self.epoch_times)))
         self._partial = state.get("partial")
+        self.held_before_s = float(state.get("held_s", 0.0))  # 0 from a checkpoint that predates it
 
     # -- hooks ------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -199,6 +204,9 @@ class ScalingMetrics(pl.Callback):
                 attempt=self.attempts, fit_s=time.perf_counter() - self._fit_t0, at=time.time())), flush=True)
 
     # -- summary ----------------------------------------------------------------------
+    def held_s(self) -> float:
+        return held.held_s(self.held_before_s, self.held_since, time.time())
+
     def summary(self) -> dict:
         steady = steady_epochs(self.epoch_attempts, self.warmup_epochs)
         steady_samples = sum(self.samples[i] for i in steady)
@@ -210,6 +218,13 @@ class ScalingMetrics(pl.Callback):
             "epoch_times_s": [round(t, 6) for t in self.epoch_times],
             "train_times_s": [round(t, 6) for t in self.train_times],
             "fit_time_s": sum(self.epoch_times),
+            # every finished epoch's training samples over all ranks, warm-up included: what the
+            # fit time bought (under weak scaling with fixed steps per epoch, more ranks train more)
+            "samples_trained": sum(self.samples),
+            # devices held, set-up, probe, checkpoints and test pass included (called just before
+            # the record is written); held_from: where it starts (ddpscale.measurement.held)
+            "held_s": self.held_s(),
+            "held_from": self.held_from,
             "steady_samples": steady_samples,
             "steady_time_s": steady_time,
             "throughput_samples_s": steady_samples / steady_time if steady_time > 0 else None,

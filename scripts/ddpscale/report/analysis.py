@@ -13,10 +13,19 @@ from ddpscale.report.records import check_device_kinds, check_identities, check_
 SUMMARY_COLUMNS = (
     "topology", "num_nodes", "devices_per_node", "world_size", "repeats",
     "device_name", "simulated", "scaling", "batch_per_device",
-    "effective_batch", "fit_time_s", "time_per_epoch_s",
+    "effective_batch", "samples_trained", "fit_time_s", "time_per_epoch_s",
     "throughput_samples_s", "speedup", "efficiency", "time_speedup",
-    "gpu_hours",
+    "gpu_hours", "held_gpu_hours", "gpu_seconds_per_sample",
 )
+# samples_trained: training samples of every finished epoch over all ranks (median over repeats).
+# time_speedup: baseline fit time / fit time, NA unless the topology trained the baseline's
+# samples (SAME_SAMPLES). gpu_hours: the epochs' wall time x devices (training);
+# held_gpu_hours: the time the job held its devices x devices (ddpscale.measurement.held);
+# gpu_seconds_per_sample: devices / steady-state throughput, the cost of one sample.
+
+# Runs train "the same samples" within this fraction: a data module that shards with
+# drop_last may leave out a different remainder at each world size.
+SAME_SAMPLES = 0.01
 
 # Training FLOPs per sample, achieved TFLOP/s over all devices, MFU (GPU runs only).
 COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
@@ -146,10 +155,10 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
-    median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s",
+    median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s", "samples_trained", "held_s",
                    accuracy_metric]
-    for col in median_cols:
-        runs[col] = pd.to_numeric(runs[col], errors="coerce")
+    for col in median_cols:  # older metrics files lack samples_trained and held_s: NaN, n/a
+        runs[col] = pd.to_numeric(column(runs, col), errors="coerce")
 
     grouped = runs.groupby("topology", sort=False)
     table = grouped.agg(
@@ -174,8 +183,13 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     base = table.loc[table["topology"] == baseline].iloc[0]
     table["speedup"] = table["throughput_samples_s"] / base["throughput_samples_s"]
     table["efficiency"] = table["speedup"] / (table["world_size"] / base["world_size"])
-    table["time_speedup"] = base["fit_time_s"] / table["fit_time_s"]
+    # fit times compare only where both trained the same samples: under weak scaling with a
+    # fixed number of steps per epoch a larger world trains more in the same time
+    same = (table["samples_trained"] - base["samples_trained"]).abs() <= SAME_SAMPLES * base["samples_trained"]
+    table["time_speedup"] = (base["fit_time_s"] / table["fit_time_s"]).where(same)
     table["gpu_hours"] = table["fit_time_s"] * table["world_size"] / 3600.0
+    table["held_gpu_hours"] = table["held_s"] * table["world_size"] / 3600.0
+    table["gpu_seconds_per_sample"] = table["world_size"] / table["throughput_samples_s"]
 
     delta = table[accuracy_metric] - base[accuracy_metric]
     way = accuracy.direction(accuracy_metric, mode)
@@ -215,7 +229,8 @@ def hours_label(summary: pd.DataFrame) -> str:
 # Decimal places per column for scaling.tsv; hours get more because CPU
 # smoke runs last seconds and would otherwise round to 0.
 _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
-             "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6,
+             "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6, "held_gpu_hours": 6,
+             "gpu_seconds_per_sample": 9,
              "accuracy_delta": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 

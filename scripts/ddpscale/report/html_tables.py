@@ -4,6 +4,7 @@ Every value from the data goes through escape(): host, model and file names are 
 """
 from __future__ import annotations
 
+import math
 from html import escape
 
 import pandas as pd
@@ -110,14 +111,29 @@ def cost_table(data):
     if cost.empty:
         return None
     label = escape(hours_label(data.summary))
-    heads = ["Topology", "Devices", "Speedup", f"{label} per run", f"{label} per epoch",
-             f"Extra {label} over baseline", "Extra (%)"]
+    seconds = label.replace("hours", "seconds")
+
+    def per_thousand(value) -> str:  # 3 significant digits: from 0.0123 (CPU) to 1,230 (a large model)
+        if value is None or pd.isna(value) or value <= 0:
+            return "n/a"
+        return num(value, max(0, 2 - math.floor(math.log10(value))))
+
+    heads = ["Topology", "Devices", "Speedup", f"{seconds} per 1,000 samples", "Extra over baseline (%)",
+             f"Extra {label} for the baseline's samples", "Time speedup", f"Training {label}", f"Held {label}"]
     rows = [("", [escape(str(r["topology"])), str(int(r["world_size"])), f"{num(r['speedup'], 2)}x",
-                  num(r["gpu_hours"], 5), num(r["gpu_hours_per_epoch"], 6),
-                  num(r["extra_gpu_hours"], 5), num(r["extra_pct"], 0)])
+                  per_thousand(r["gpu_seconds_per_sample"] * 1e3), num(r["extra_pct"], 0),
+                  num(r["extra_gpu_hours"], 5), "" if pd.isna(r["time_speedup"]) else f"{num(r['time_speedup'], 2)}x",
+                  num(r["gpu_hours"], 5), num(r["held_gpu_hours"], 5)])
             for _, r in cost.iterrows()]
-    note = (f"{label} = wall time x devices held. The extra over the baseline is what the "
-            "speedup costs for the same training: zero at perfect efficiency.")
+    note = (f"Cost per sample: {seconds} = devices / steady-state throughput. The extra over the baseline is "
+            "what the speedup costs for the same samples, 1 / efficiency - 1: zero at perfect efficiency; "
+            f"in {label}, for the samples the baseline trained. Time speedup = the baseline's fit time / "
+            f"this fit time, where both trained the same samples. Training {label} = the epochs' wall time "
+            f"x devices; held {label} = the time the job held its devices x devices, from the SLURM job's "
+            "start (else the training process's) to the metrics record: start-up, process-group set-up, "
+            "probe, checkpoint writes and test pass included.")
+    if cost.attrs.get("time_speedup_note"):
+        note += " " + escape(cost.attrs["time_speedup_note"])
     return "Cost", note, _table(heads, rows)
 
 
