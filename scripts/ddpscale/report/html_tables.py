@@ -173,6 +173,12 @@ def _mb(value) -> str:
     return "n/a" if value is None or pd.isna(value) else f"{value:,.0f} MiB"
 
 
+def _utilisation(util, why) -> str:
+    if util is not None and not pd.isna(util):
+        return f"{util:.0f}%"
+    return f'<span title="{escape(str(why))}">n/a</span>' if isinstance(why, str) and why else "n/a"
+
+
 def devices_table(data):
     runs = data.runs.sort_values(["world_size", "topology", "repeat"])
     facts = run_facts(runs)
@@ -183,14 +189,16 @@ def devices_table(data):
         name = str(r["device_name"])
         if r["simulated"] and "simulated" not in name:
             name += " (CPU-simulated)"
-        util = r.get("gpu_utilization_pct")
+        util, why = r.get("gpu_utilization_pct"), r.get("gpu_utilization_reason")
         rows.append(("", [escape(label(facts.loc[i])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
                           _mb(r.get("gpu_peak_memory_mb")),
-                          "n/a" if util is None or pd.isna(util) else f"{util:.0f}%",
+                          _utilisation(util, why),
                           num(r.get("achieved_tflops"), 4), pct(r.get("mfu"), 1)]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
-            "the mean of nvidia-smi samples taken every second during training (GPU runs only). "
+            "the mean of NVML's readings of each rank's GPU (by UUID), every second, in the training "
+            "phase of steady epochs only: not warm-up, validation or checkpoint writes (GPU runs "
+            "only; hover over n/a for why). "
             "TFLOP/s = training FLOPs per sample (matrix multiplies of one forward + backward, "
             "counted by torch's FlopCounterMode) x steady-state throughput, over all devices; MFU = "
             "TFLOP/s / (the GPU's dense peak for the precision x devices), n/a on CPU or an "

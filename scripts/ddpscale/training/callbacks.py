@@ -3,8 +3,8 @@
 train.py wires these into the Trainer and writes the record; the measuring happens here and
 in the modules each callback names (ddpscale.measurement.*), inside Lightning's own hooks.
 Order matters where hooks share a moment: the world size is checked (ScalingMetrics) before
-the probe spends time on the group, and the GPU sampler starts after the probe, so its
-utilisation describes training.
+the probe spends time on the group. GPU utilisation is sampled in steady training only
+(GpuFacts), so neither the probe nor the warm-up epochs are in it.
 """
 
 from __future__ import annotations
@@ -32,23 +32,52 @@ from ddpscale.training.signals import GracefulStop
 
 
 class GpuFacts(pl.Callback):
-    """Peak memory and nvidia-smi utilisation over fit, gathered from every rank (CUDA only)."""
+    """Peak memory, and NVML utilisation over the training phase of steady epochs only, gathered
+    from every rank (CUDA only). The window opens at a steady epoch's training batches and
+    closes for validation, checkpoint saves and the epoch's end; it reopens at the next
+    training batch, so a checkpoint written at validation end (Lightning runs ModelCheckpoint
+    after every other callback) stays outside. Steady as in ScalingMetrics: in each process,
+    the first warmup_epochs epochs it trains are cold."""
 
-    def __init__(self):
-        self.sampler = None
+    def __init__(self, placement: PlacementCheck, warmup_epochs: int):
+        self.placement = placement
+        self.warmup_epochs = warmup_epochs
+        self.sampler: gpufacts.UtilizationSampler | None = None
+        self.epochs_here = 0  # epochs this process trained in (a resumed one counts)
+        self._epoch: int | None = None
+        self._steady = False
         self.record = dict(gpufacts.CPU_RECORD)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        root = trainer.strategy.root_device
-        if root.type == "cuda":
-            self.sampler = gpufacts.UtilizationSampler(root.index or 0).start()
+        if trainer.strategy.root_device.type != "cuda":
+            return
+        uuid = (self.placement.own or {}).get("gpu_uuid")
+        read, reason = gpufacts.open_utilization(uuid)
+        self.sampler = gpufacts.UtilizationSampler(read, reason).start()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.sampler is None:
+            return
+        # counted here, not in on_train_epoch_start, which a run resumed mid-epoch never gets
+        if trainer.current_epoch != self._epoch:
+            self._epoch = trainer.current_epoch
+            self.epochs_here += 1
+            self._steady = self.epochs_here > self.warmup_epochs
+        if self._steady:
+            self.sampler.open()
+
+    def _close(self, *_args) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+
+    on_validation_start = on_train_epoch_end = on_save_checkpoint = _close
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.sampler is None:
             return
         # every rank has a sampler on CUDA, so every rank joins the gather
         mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
-                "utilization": self.sampler.stop()}
+                "utilization": self.sampler.stop(), "reason": self.sampler.reason}
         self.record = gpufacts.summarize(ranks.gather(mine))
 
 
@@ -156,13 +185,14 @@ class RunCallbacks:
 
 def build(args, topo: Topology) -> RunCallbacks:
     timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
+    # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
+    placement = PlacementCheck(args.accelerator, args.devices)
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
         stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
-        # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
-        placement=PlacementCheck(args.accelerator, args.devices),
-        gpu=GpuFacts(),
+        placement=placement,
+        gpu=GpuFacts(placement, args.warmup_epochs),
         flops=FlopsCount(args.model_args, args.precision),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
