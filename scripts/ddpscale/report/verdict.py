@@ -206,6 +206,28 @@ def probe_na_note(probes: dict[str, dict]) -> str | None:
             "prediction are unknown there; the runs trained, and their throughput and accuracy are measured.")
 
 
+def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
+    """Runs whose MFU exceeds 100%: no run outpaces its GPU's peak, so the peak the MFU was
+    divided by (wrong card, or float32 held to the FP32 peak while it ran as TF32) or the
+    FLOP count is wrong. Named so the figure is not trusted."""
+    if runs is None or "mfu" not in runs:
+        return None
+    over = runs[pd.to_numeric(runs["mfu"], errors="coerce") > 1.0]
+    if over.empty:
+        return None
+    shown = []
+    for _, r in over.sort_values(["world_size", "topology", "repeat"]).iterrows():
+        peak, used = r.get("peak_tflops_per_device"), r.get("peak_precision")
+        against = (f"{peak:g} TFLOP/s per device ({used} peak)"
+                   if isinstance(used, str) and not pd.isna(peak) else "its peak")
+        shown.append(f"{r['topology']} repeat {int(r['repeat'])} at {float(r['mfu']):.0%} of {against} on "
+                     f"{r.get('device_name')}, {r.get('precision')}")
+    return (f"MFU above 100% ({'; '.join(shown)}): no run is faster than its GPU's peak, so the peak used "
+            "(a card missing from the peak table or misnamed, float32 that ran as TF32 without "
+            "torch.get_float32_matmul_precision() saying so) or the FLOP count is wrong. Do not trust "
+            "these MFU figures.")
+
+
 def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
     bound = boundness.judge_baseline(summary, runs, steps)
@@ -213,7 +235,7 @@ def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, prob
              oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),
-             recompile_note(summary, runs)]
+             recompile_note(summary, runs), mfu_over_one_note(runs)]
     return [n for n in notes if n]
 
 

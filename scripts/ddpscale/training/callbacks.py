@@ -82,27 +82,44 @@ class GpuFacts(pl.Callback):
 
 
 class FlopsCount(pl.Callback):
-    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), and the
-    module's own analytic figure where it states one (`flops_per_sample()`), which must agree."""
+    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), the
+    module's own analytic figure where it states one (`flops_per_sample()`), which must agree,
+    and the float32 arithmetic in effect while it trained (TF32 or not: which peak MFU uses)."""
+
+    FLOAT32_KEYS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32")
 
     def __init__(self, model_args: str, precision: str):
         self.model_args = model_args
         self.precision = precision
-        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None}
+        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None, "flops_conv_share": None,
+                       **dict.fromkeys(self.FLOAT32_KEYS)}
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # after an epoch: whatever the module or a callback set in setup or its hooks has
+        # been in effect for a whole epoch of training
+        if trainer.global_rank == 0:
+            self.record.update(flops.float32_record())
+
+    def float32(self) -> dict:
+        return {key: self.record[key] for key in self.FLOAT32_KEYS}
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.global_rank != 0:
             return
+        if self.record["float32_matmul_precision"] is None:  # no epoch ended in this attempt
+            self.record.update(flops.float32_record())
         batch = next(iter(trainer.datamodule.train_dataloader()))
         # from_compiled swaps methods in place: the class is still the user's own
-        counted = flops.count(type(pl_module), json.loads(self.model_args), batch, self.precision,
-                              trained=compiling.unwrap(pl_module))
+        split = flops.count_split(type(pl_module), json.loads(self.model_args), batch, self.precision,
+                                  trained=compiling.unwrap(pl_module))
+        counted, conv_share = split if split is not None else (None, None)
         stated = getattr(pl_module, "flops_per_sample", None)
         analytic = stated() if callable(stated) else None
         warning = flops.check_analytic(counted, analytic)
         if warning:
             print(warning, flush=True)
-        self.record = {"flops_per_sample": counted, "flops_per_sample_analytic": analytic}
+        self.record.update({"flops_per_sample": counted, "flops_per_sample_analytic": analytic,
+                            "flops_conv_share": conv_share})
 
 
 @contextmanager
@@ -177,7 +194,8 @@ class RunCallbacks:
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
         """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
         out = {**self.gpu.record, **self.placement.summary(), **self.flops.record}
-        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision))
+        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
+                                     float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
         if self.probe is not None:
             out["probe"] = self.probe.record
         return out
