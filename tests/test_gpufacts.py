@@ -186,6 +186,7 @@ def test_training_on_cpu_records_no_gpu_facts(tmp_path, data_file):
     assert metrics["gpu_peak_memory_mb"] is None
     assert metrics["gpu_utilization_pct"] is None
     assert metrics["gpu_utilization_samples"] == 0
+    assert metrics["gpu_utilization_reason"] is None  # not a GPU run: nothing to explain
 
 
 @pytest.mark.gpu
