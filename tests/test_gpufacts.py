@@ -1,13 +1,14 @@
-"""GPU facts of a training run: peak memory and nvidia-smi utilisation (ddpscale.measurement.gpufacts)."""
+"""GPU facts of a training run: peak memory and NVML utilisation in steady training
+(ddpscale.measurement.gpufacts, ddpscale.training.callbacks.GpuFacts)."""
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from pathlib import Path
+import sys
+import types
 
 import pytest
+import torch
 
 from ddpscale.measurement import gpufacts
 
@@ -15,19 +16,7 @@ from conftest import require_cuda
 from test_train_ddp import run, train_command
 
 
-def test_parse_utilization():
-    assert gpufacts.parse_utilization("87\n") == 87
-    assert gpufacts.parse_utilization("\n  5 \n") == 5
-    assert gpufacts.parse_utilization("100 %") == 100
-    assert gpufacts.parse_utilization("[N/A]") is None
-    assert gpufacts.parse_utilization("") is None
-    assert gpufacts.parse_utilization("No devices were found") is None
-
-
-def test_smi_index_maps_through_cuda_visible_devices():
-    assert gpufacts.smi_index(1, "") == "1"
-    assert gpufacts.smi_index(1, "4,6") == "6"
-    assert gpufacts.smi_index(0, "GPU-1a2b, GPU-3c4d") == "GPU-1a2b"
+TORCH_UUID = "6f6e2c4a-1b2c-3d4e-5f60-718293a4b5c6"  # as str(get_device_properties().uuid) prints it
 
 
 def test_gpu_summary_over_ranks():
@@ -35,57 +24,156 @@ def test_gpu_summary_over_ranks():
              {"peak_memory_mb": 250.5, "utilization": [90]}]
     # each rank's mean (60, 90), then the mean over ranks; samples counted over ranks
     assert gpufacts.summarize(ranks) == {"gpu_peak_memory_mb": 250.5, "gpu_utilization_pct": 75.0,
-                                         "gpu_utilization_samples": 3}
-    no_samples = [{"peak_memory_mb": 10.0, "utilization": []}]
+                                         "gpu_utilization_samples": 3, "gpu_utilization_reason": None}
+    no_samples = [{"peak_memory_mb": 10.0, "utilization": [], "reason": "NVML could not read GPU x"}]
     assert gpufacts.summarize(no_samples) == {"gpu_peak_memory_mb": 10.0, "gpu_utilization_pct": None,
-                                              "gpu_utilization_samples": 0}
+                                              "gpu_utilization_samples": 0,
+                                              "gpu_utilization_reason": "NVML could not read GPU x"}
+    too_short = gpufacts.summarize([{"peak_memory_mb": 10.0, "utilization": [], "reason": None}])
+    assert too_short["gpu_utilization_reason"] == gpufacts.NO_STEADY_READING
     assert gpufacts.peak_memory_mb("cpu") is None
 
 
-# -- utilisation sampler with a stand-in nvidia-smi (this machine has no GPU) ---------------
+# -- NVML, faked: this machine has no GPU --------------------------------------------------
 
-def _fake_smi(folder: Path, body: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "nvidia-smi"
-    script.write_text("#!/bin/sh\n" + body)
-    script.chmod(0o755)
-    return folder
+class FakeNvml(types.ModuleType):
+    """pynvml as far as ddpscale uses it; a GPU looked up by index fails the test."""
 
+    class NVMLError(Exception):
+        pass
 
-def test_sampler_collects_what_nvidia_smi_prints(tmp_path, monkeypatch):
-    calls = tmp_path / "calls.txt"
-    bin_dir = _fake_smi(tmp_path / "bin", f'echo "$@" >> {calls}\necho 42\n')
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,3")
-    sampler = gpufacts.UtilizationSampler(1, interval_s=0.02).start()
-    deadline = time.monotonic() + 20
-    while len(sampler.samples) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    samples = sampler.stop()
-    assert len(samples) >= 3 and set(samples) == {42}
-    first_call = calls.read_text().splitlines()[0].split()
-    assert "--query-gpu=utilization.gpu" in first_call and "--format=csv,noheader,nounits" in first_call
-    assert first_call[-2:] == ["-i", "3"], "local CUDA device 1 is physical GPU 3 here"
-    count = len(samples)
-    time.sleep(0.1)
-    assert len(sampler.samples) == count, "sampling went on after stop()"
+    def __init__(self, known_uuids=("GPU-" + TORCH_UUID,)):
+        super().__init__("pynvml")
+        self.known = set(known_uuids)
+        self.looked_up: list[str] = []
+        self.value = 0  # what the next utilisation reading returns
 
+    def nvmlInit(self):
+        pass
 
-def test_sampler_without_nvidia_smi_returns_nothing(tmp_path, monkeypatch):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    sampler = gpufacts.UtilizationSampler(0, interval_s=0.01).start()
-    time.sleep(0.05)
-    assert sampler.stop() == []
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.looked_up.append(uuid)
+        if uuid not in self.known:
+            raise self.NVMLError("Not Found")
+        return ("handle", uuid)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        raise AssertionError("a GPU looked up by index: CUDA's and NVML's orders can differ")
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return types.SimpleNamespace(gpu=self.value, memory=0)
 
 
-def test_sampler_stops_quietly_when_nvidia_smi_fails(tmp_path, monkeypatch):
-    bin_dir = _fake_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n")
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    sampler = gpufacts.UtilizationSampler(0, interval_s=0.01).start()
-    time.sleep(0.2)
-    assert sampler.stop() == []
+@pytest.fixture
+def nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+def test_nvml_names_the_gpu_by_its_uuid(nvml):
+    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    assert reason is None and nvml.looked_up == ["GPU-" + TORCH_UUID]
+    nvml.value = 87
+    assert read() == 87
+    assert gpufacts.nvml_uuid("GPU-" + TORCH_UUID) == "GPU-" + TORCH_UUID
+    assert gpufacts.nvml_uuid("MIG-abc") == "MIG-abc"
+
+
+def test_without_nvml_utilisation_is_unknown_with_the_reason(nvml, monkeypatch):
+    read, reason = gpufacts.open_utilization("0000-unknown")
+    assert read is None and "NVML could not read GPU GPU-0000-unknown" in reason and "Not Found" in reason
+    assert gpufacts.open_utilization(None)[1] == "the placement check recorded no GPU UUID for this rank"
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    assert read is None and "nvidia-ml-py" in reason
+    sampler = gpufacts.UtilizationSampler(read, reason).start()
+    assert sampler.stop() == [] and sampler.reason == reason
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_reading_counts_only_when_its_whole_period_was_training():
+    clock, values = Clock(), iter([11, 22, 33, 44, 55])
+    sampler = gpufacts.UtilizationSampler(lambda: next(values), period_s=1.0, clock=clock)
+    sampler.tick()  # window closed
+    sampler.open()
+    clock.now += 0.5
+    sampler.tick()  # its period began before the window opened
+    clock.now += 1.0
+    sampler.tick()  # 33: a whole period of training
+    sampler.close()
+    clock.now += 1.0
+    sampler.tick()  # closed (validation, a checkpoint)
+    sampler.open()
+    sampler.open()  # reopening an open window keeps its start
+    clock.now += 1.0
+    sampler.tick()
+    assert sampler.samples == [33, 55]
+
+
+def test_a_failing_reading_stops_sampling_with_the_reason():
+    def broken():
+        raise RuntimeError("GPU is lost")
+    sampler = gpufacts.UtilizationSampler(broken)
+    assert sampler.tick() is False and "GPU is lost" in sampler.reason
+
+
+# -- the callback's window over a run, hooks driven as Lightning calls them -----------------
+
+class ManualSampler(gpufacts.UtilizationSampler):
+    """The real sampler on a clock the test moves, with no thread: the test takes each reading."""
+    last = None
+
+    def __init__(self, read, reason=None):
+        super().__init__(read, reason, clock=CLOCK)
+        ManualSampler.last = self
+
+    def start(self):
+        return self
+
+
+CLOCK = Clock()
+
+
+def test_gpu_facts_sample_steady_training_only(nvml, monkeypatch):
+    from ddpscale.training.callbacks import GpuFacts
+
+    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID, "cuda_visible_devices": "3,1"})
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 1)),
+                                    current_epoch=0)
+    facts = GpuFacts(placement, warmup_epochs=1)
+    facts.on_fit_start(trainer, None)
+    sampler = ManualSampler.last
+    assert nvml.looked_up[-1] == "GPU-" + TORCH_UUID  # by UUID, not CUDA index 1 or "1" of CUDA_VISIBLE_DEVICES
+
+    def phase(value, seconds=1.5):
+        nvml.value = value
+        CLOCK.now += seconds
+        sampler.tick()
+
+    for epoch in (0, 1, 2):
+        trainer.current_epoch = epoch
+        for batch in range(3):
+            facts.on_train_batch_start(trainer, None, None, batch)
+            phase(5 if epoch == 0 else 90)  # epoch 0 is the warm-up: compilation, a cold cache
+        facts.on_validation_start(trainer, None)
+        phase(2)  # validation
+        facts.on_save_checkpoint(trainer, None, {})
+        phase(0, 10.0)  # a slow checkpoint write at validation end
+        facts.on_train_epoch_end(trainer, None)
+        phase(1)  # between epochs
+    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 123.0)
+    facts.on_fit_end(trainer, None)
+    assert facts.record == {"gpu_peak_memory_mb": 123.0, "gpu_utilization_pct": 90.0,
+                            "gpu_utilization_samples": 6, "gpu_utilization_reason": None}
 
 
 # -- GPU facts in a training run's metrics ---------------------------------------------------
@@ -98,6 +186,7 @@ def test_training_on_cpu_records_no_gpu_facts(tmp_path, data_file):
     assert metrics["gpu_peak_memory_mb"] is None
     assert metrics["gpu_utilization_pct"] is None
     assert metrics["gpu_utilization_samples"] == 0
+    assert metrics["gpu_utilization_reason"] is None  # not a GPU run: nothing to explain
 
 
 @pytest.mark.gpu
@@ -110,7 +199,26 @@ def test_training_on_a_gpu_records_its_memory_and_utilization(tmp_path, data_fil
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["gpu_peak_memory_mb"] > 0
     samples = metrics["gpu_utilization_samples"]
-    if samples:  # one per second of fit; none if nvidia-smi is absent or fit took under a second
+    if samples:  # one per second of steady training; none if NVML is absent or epochs are short
         assert 0 <= metrics["gpu_utilization_pct"] <= 100
     else:
-        assert metrics["gpu_utilization_pct"] is None
+        assert metrics["gpu_utilization_pct"] is None and metrics["gpu_utilization_reason"]
+
+
+def test_the_placement_check_keeps_this_ranks_record_for_gpu_facts():
+    from ddpscale.training.placement_check import PlacementCheck
+
+    check = PlacementCheck("cpu", 1)
+    trainer = types.SimpleNamespace(global_rank=0, node_rank=0, local_rank=0,
+                                    strategy=types.SimpleNamespace(root_device=torch.device("cpu")))
+    check.setup(trainer, None, "fit")
+    assert check.own == check.records[0] and "gpu_uuid" in check.own
+
+
+def test_the_devices_table_gives_the_reason_utilisation_is_unknown():
+    from ddpscale.report.html_tables import _utilisation
+
+    assert _utilisation(41.6, None) == "42%"
+    assert _utilisation(None, "nvidia-ml-py <pynvml> is not installed") == (
+        '<span title="nvidia-ml-py &lt;pynvml&gt; is not installed">n/a</span>')
+    assert _utilisation(float("nan"), float("nan")) == "n/a"  # a CPU run, or one from before the reason

@@ -138,7 +138,8 @@ def test_overhead_bound_from_gpu_utilisation():
             make_run("1x2", gpu_utilization_pct=90.0, throughput_samples_s=190.0, **GPU)]
     notes = build(runs).notes
     assert notes == [
-        "This workload is overhead-bound (GPU utilisation 25%), so its scaling measures framework "
+        "This workload is overhead-bound (GPU utilisation 25% in steady training), so its scaling "
+        "measures framework "
         "and launch overhead, not the GPUs. For a compute-bound workload, run the transformer "
         "(a GPT-2-small-like decoder): add --configfile config/transformer.yaml to the snakemake "
         "command."]

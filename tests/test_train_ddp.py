@@ -52,6 +52,10 @@ def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devi
     assert metrics["flops_per_sample"] == 16064
     assert metrics["achieved_tflops"] == pytest.approx(16064 * metrics["throughput_samples_s"] / 1e12)
     assert metrics["mfu"] is None and metrics["peak_tflops_per_device"] is None  # no peak for a CPU
+    assert metrics["peak_precision"] is None and metrics["flops_conv_share"] == 0.0
+    # the float32 arithmetic training ran under, read by rank 0 at fit time
+    assert metrics["float32_matmul_precision"] in ("highest", "high", "medium")
+    assert isinstance(metrics["cuda_matmul_allow_tf32"], bool) and isinstance(metrics["cudnn_allow_tf32"], bool)
 
 
 def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> None:

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, earlier, html_tables, verdict
+from ddpscale.report import analysis, cost, earlier, html_tables, verdict
 from test_analysis import make_run
 
 
@@ -45,27 +45,27 @@ def test_cost_is_per_sample_so_weak_scaling_at_perfect_efficiency_costs_nothing_
     runs = [make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0, samples_trained=40000, held_s=430.0),
             make_run("1x8", throughput_samples_s=800.0, fit_time_s=400.0, samples_trained=320000, held_s=460.0),
             make_run("2x4", throughput_samples_s=640.0, fit_time_s=500.0, samples_trained=320000, held_s=560.0)]
-    cost = verdict.cost_table(table(runs)).set_index("topology")
-    assert cost.loc["1x8", "extra_pct"] == pytest.approx(0.0)
-    assert cost.loc["1x8", "extra_gpu_hours"] == pytest.approx(0.0)
-    assert cost.loc["2x4", "extra_pct"] == pytest.approx(25.0)  # efficiency 0.8: 1 / 0.8 - 1
-    assert cost.loc["2x4", "gpu_seconds_per_sample"] == pytest.approx(8 / 640)
+    table_ = cost.cost_table(table(runs)).set_index("topology")
+    assert table_.loc["1x8", "extra_pct"] == pytest.approx(0.0)
+    assert table_.loc["1x8", "extra_gpu_hours"] == pytest.approx(0.0)
+    assert table_.loc["2x4", "extra_pct"] == pytest.approx(25.0)  # efficiency 0.8: 1 / 0.8 - 1
+    assert table_.loc["2x4", "gpu_seconds_per_sample"] == pytest.approx(8 / 640)
     # in hours, the extra for the 40,000 samples the baseline trained
-    assert cost.loc["2x4", "extra_gpu_hours"] == pytest.approx((8 / 640 - 1 / 100) * 40000 / 3600)
+    assert table_.loc["2x4", "extra_gpu_hours"] == pytest.approx((8 / 640 - 1 / 100) * 40000 / 3600)
     # what each run measured: its epochs, and the whole time it held its devices
-    assert cost.loc["2x4", "gpu_hours"] == pytest.approx(500 * 8 / 3600)
-    assert cost.loc["2x4", "held_gpu_hours"] == pytest.approx(560 * 8 / 3600)
+    assert table_.loc["2x4", "gpu_hours"] == pytest.approx(500 * 8 / 3600)
+    assert table_.loc["2x4", "held_gpu_hours"] == pytest.approx(560 * 8 / 3600)
     # fit times of different work do not compare: blank, and the note says why
-    assert cost.loc["1x1", "time_speedup"] == pytest.approx(1.0)
-    assert cost.loc[["1x8", "2x4"], "time_speedup"].isna().all()
-    note = verdict.cost_table(table(runs)).attrs["time_speedup_note"]
+    assert table_.loc["1x1", "time_speedup"] == pytest.approx(1.0)
+    assert table_.loc[["1x8", "2x4"], "time_speedup"].isna().all()
+    note = cost.cost_table(table(runs)).attrs["time_speedup_note"]
     assert "1x8 and 2x4" in note and "320,000" in note and "40,000" in note
 
 
 def test_cost_table_html_leaves_time_speedup_blank_and_says_why():
     runs = [make_run("1x1", samples_trained=40000), make_run("1x2", samples_trained=80000)]
     s = table(runs, simulated=True)
-    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=verdict.cost_table(s)))
+    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=cost.cost_table(s)))
     row = html.split('<td class="l">1x2</td>')[1].split("</tr>")[0]
     assert row.count('<td class=""></td>') == 1  # the time speedup cell
     assert "device-seconds per 1,000 samples" in html and "Held device-hours" in html
@@ -73,10 +73,10 @@ def test_cost_table_html_leaves_time_speedup_blank_and_says_why():
 
 
 def test_cost_speedup_in_time_is_kept_where_runs_trained_the_same_samples():
-    cost = verdict.cost_table(table(RUNS)).set_index("topology")
-    assert cost.loc["2x4", "time_speedup"] == pytest.approx(400 / 72)
-    assert cost.loc["2x4", "extra_pct"] == pytest.approx((8 / 5.6 - 1) * 100)
-    assert verdict.cost_table(table(RUNS)).attrs["time_speedup_note"] is None
+    table_ = cost.cost_table(table(RUNS)).set_index("topology")
+    assert table_.loc["2x4", "time_speedup"] == pytest.approx(400 / 72)
+    assert table_.loc["2x4", "extra_pct"] == pytest.approx((8 / 5.6 - 1) * 100)
+    assert cost.cost_table(table(RUNS)).attrs["time_speedup_note"] is None
 
 
 def test_unfinished_topologies_are_rows_marked_never_dropped():
@@ -89,7 +89,7 @@ def test_unfinished_topologies_are_rows_marked_never_dropped():
     assert s.loc[s.topology == "4x4", "world_size"].item() == 16
     assert pd.isna(s.loc[s.topology == "2x4", "throughput_samples_s"].item())
     assert "2x4" not in verdict.recommendation(s, 0.8)
-    assert list(verdict.cost_table(s)["topology"]) == ["1x1", "1x2"]
+    assert list(cost.cost_table(s)["topology"]) == ["1x1", "1x2"]
 
 
 def test_missing_repeats_are_reported():

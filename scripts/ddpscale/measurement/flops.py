@@ -17,49 +17,12 @@ import warnings
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ddpscale.measurement import peaks
 from ddpscale.measurement.stepprobe import loss_of
 from ddpscale.measurement.timing import batch_len
 
 # Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
 _LOG_WARNING = r"You are trying to `self\.log\(\)` but the `self\.trainer` reference is not registered"
-
-# Dense peak TFLOP/s per GPU by precision, from the vendors' data sheets (no sparsity).
-# A name matches when every word of the key is in torch.cuda.get_device_name().
-# Names as the driver reports them (torch.cuda.get_device_name / nvidia-smi): the H100 SXM is
-# "NVIDIA H100 80GB HBM3", the PCIe card "NVIDIA H100 PCIe", the NVL "NVIDIA H100 NVL". More
-# specific rows come first. The sparse figures (twice these) are never reachable by training.
-PEAK_TFLOPS = {
-    ("GH200",): {"bf16": 989.0, "16": 989.0, "32": 67.0},
-    ("H200",): {"bf16": 989.0, "16": 989.0, "32": 67.0},
-    ("H100", "PCIe"): {"bf16": 756.0, "16": 756.0, "32": 51.0},
-    ("H100", "NVL"): {"bf16": 835.0, "16": 835.0, "32": 60.0},
-    ("H100", "HBM3"): {"bf16": 989.0, "16": 989.0, "32": 67.0},  # SXM5
-    ("H100", "SXM"): {"bf16": 989.0, "16": 989.0, "32": 67.0},
-    ("A100",): {"bf16": 312.0, "16": 312.0, "32": 19.5},
-    ("V100",): {"16": 125.0, "32": 15.7},
-    ("L40S",): {"bf16": 362.0, "16": 362.0, "32": 91.6},
-    ("A40",): {"bf16": 149.7, "16": 149.7, "32": 37.4},
-    ("L4",): {"bf16": 121.0, "16": 121.0, "32": 30.3},
-}
-
-
-def precision_family(precision: str) -> str:
-    """'bf16' for bf16-mixed/bf16-true, '16' for 16-mixed/16-true, else '32'."""
-    if precision.startswith("bf16"):
-        return "bf16"
-    if precision.startswith("16"):
-        return "16"
-    return "32"
-
-
-def peak_tflops(device_name: str, precision: str) -> float | None:
-    """A GPU's dense peak for this precision, or None (CPU, unknown GPU, unknown precision)."""
-    names = device_name.replace("-", " ").upper().split()
-    for words, peaks in PEAK_TFLOPS.items():
-        if all(word.upper() in names for word in words):
-            return peaks.get(precision_family(precision))
-    return None
-
 
 def precision_plan(precision: str, device_type: str) -> dict:
     """How to run Lightning's precision setting: autocast dtype, parameter dtype, loss scaling."""
@@ -95,29 +58,51 @@ def to_device(batch, device: torch.device, dtype=None):
     return batch
 
 
-def training_flops_per_sample(module, batch) -> float:
-    """FLOPs of one training step (forward + backward) on this batch, divided by its size."""
+def training_flops(module, batch) -> tuple[float, float]:
+    """FLOPs of one training step (forward + backward) on this batch, divided by its size, and
+    the share of them in convolutions (cuDNN's, which TF32 may speed apart from matmuls)."""
     size = batch_len(batch)
     module.train()
     with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_LOG_WARNING)
         loss_of(module.training_step(batch, 0)).backward()
     module.zero_grad(set_to_none=True)
-    return counter.get_total_flops() / size
+    total = counter.get_total_flops()
+    conv = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items() if "convolution" in str(op))
+    return total / size, (conv / total if total else 0.0)
+
+
+def training_flops_per_sample(module, batch) -> float:
+    """FLOPs of one training step (forward + backward) on this batch, divided by its size."""
+    return training_flops(module, batch)[0]
 
 
 def utilisation(flops_per_sample: float | None, throughput: float | None, world_size: int,
-                device_name: str, precision: str) -> dict:
-    """Achieved TFLOP/s over all devices, the peak per device, and MFU (None where unknown)."""
+                device_name: str, precision: str, float32: dict | None = None,
+                conv_share: float | None = None) -> dict:
+    """Achieved TFLOP/s over all devices, the peak per device (and which: 'tf32', '32', ...),
+    and MFU (None where unknown). float32: the float32 settings in effect (float32_record)."""
     achieved = (flops_per_sample * throughput / 1e12
                 if flops_per_sample and throughput else None)
-    peak = peak_tflops(device_name, precision)
+    tf32 = peaks.tf32_in_effect(**(float32 or {}))
+    args = (device_name, precision, tf32["matmul"], tf32["conv"], conv_share)
+    peak = peaks.peak_tflops(*args)
     mfu = achieved / (peak * world_size) if achieved is not None and peak else None
-    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "mfu": mfu}
+    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": peaks.peak_name(*args),
+            "mfu": mfu}
 
 
-def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> float | None:
-    """FLOPs per training sample of one step on this batch's shapes; None if it cannot be counted.
+def float32_record() -> dict:
+    """The float32 arithmetic settings in effect now (read at fit time, after the user's module
+    and callbacks have set theirs), as metrics.json entries."""
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
+def count_split(model_cls, model_args: dict, batch, precision: str, trained=None) -> tuple[float, float] | None:
+    """FLOPs per training sample of one step on this batch's shapes and their share in
+    convolutions (training_flops); None if they cannot be counted.
 
     First on a fresh module built on the meta device, in the dtype the precision trains in
     (bf16-true: bf16 weights and inputs). A module that cannot be built there (say, it loads
@@ -129,7 +114,7 @@ def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> f
         with torch.device("meta"):
             module = model_cls(**model_args)
             module = module.to(dtype) if dtype is not None else module
-            return training_flops_per_sample(module, to_device(batch, torch.device("meta"), dtype))
+            return training_flops(module, to_device(batch, torch.device("meta"), dtype))
     except Exception as err:
         meta_error = err
     if trained is not None:
@@ -137,7 +122,7 @@ def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> f
         try:
             trained.trainer = None  # outside the loop: self.log() must only warn, not raise
             param = next(trained.parameters())
-            return training_flops_per_sample(trained, to_device(batch, param.device, dtype))
+            return training_flops(trained, to_device(batch, param.device, dtype))
         except Exception as err:
             meta_error = err
         finally:
@@ -146,6 +131,12 @@ def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> f
     print(f"ddpscale: could not count FLOPs ({type(meta_error).__name__}: {meta_error}); MFU will be n/a",
           flush=True)
     return None
+
+
+def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> float | None:
+    """FLOPs per training sample of one step on this batch's shapes; None if it cannot be counted."""
+    split = count_split(model_cls, model_args, batch, precision, trained)
+    return None if split is None else split[0]
 
 
 def check_analytic(counted: float | None, analytic: float | None, rel: float = 0.01) -> str | None:

@@ -1,78 +1,105 @@
-"""GPU facts of a training run: peak memory, and utilisation sampled with nvidia-smi.
+"""GPU facts of a training run: peak memory, and utilisation read through NVML in steady training.
 
-Sampling never stops training: without nvidia-smi, or when it fails, there are no samples.
+Utilisation is NVML's share of its last sample period (1/6 s to 1 s, by product) in which a
+kernel ran. Only readings whose whole period fell inside the training phase of a steady epoch
+count: warm-up and compilation, validation, checkpoint writes and the gaps between them are not
+the step the verdict judges, and would make a compute-bound model read as overhead-bound.
+The GPU is named by its UUID, as the placement check recorded it, never by an index: CUDA's
+device order (fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID) and NVML's (PCI bus) can
+differ, and then an index names another rank's card.
+Sampling never stops training: without NVML, or when it fails, utilisation is unknown and the
+record says why.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
+import time
+from typing import Callable
 
-QUERY = ["--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"]
-
-
-def parse_utilization(text: str) -> int | None:
-    """Percent from nvidia-smi's csv,noheader,nounits output ("87"); None if it holds no number."""
-    for line in text.splitlines():
-        line = line.strip().rstrip("%").strip()
-        if line:
-            try:
-                return int(line)
-            except ValueError:
-                return None  # "[N/A]", "[Not Supported]", an error message
-    return None
+# The longest period NVML's utilisation reading can cover: a reading counts only when the
+# window had been open at least this long, so no part of it predates training.
+NVML_PERIOD_S = 1.0
+NO_STEADY_READING = ("no NVML reading fell inside a steady epoch's training (each needs "
+                     f"{NVML_PERIOD_S:g} s of training without validation or a checkpoint)")
 
 
-def smi_index(cuda_index: int, visible: str | None = None) -> str:
-    """What nvidia-smi -i calls CUDA device cuda_index of this process.
+def nvml_uuid(torch_uuid: str) -> str:
+    """NVML's name for a GPU from torch's: torch prints the bare 8-4-4-4-12 hex of the UUID,
+    NVML's nvmlDeviceGetHandleByUUID wants it prefixed 'GPU-' (a MIG instance's 'MIG-' kept)."""
+    text = str(torch_uuid).strip()
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
-    CUDA numbers only the devices in CUDA_VISIBLE_DEVICES (an index or a UUID each);
-    nvidia-smi sees them all.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
-    if entries and cuda_index < len(entries):
-        return entries[cuda_index]
-    return str(cuda_index)
+
+def open_utilization(uuid: str | None) -> tuple[Callable[[], int] | None, str | None]:
+    """A function that reads this GPU's utilisation percent, or None and the reason why not."""
+    if not uuid:
+        return None, "the placement check recorded no GPU UUID for this rank"
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(nvml_uuid(uuid))
+        # read once here: a GPU that cannot report it (a MIG instance) says so before training
+        pynvml.nvmlDeviceGetUtilizationRates(handle)
+    except Exception as err:  # NVMLError, or a library that loads but misbehaves
+        return None, f"NVML could not read GPU {nvml_uuid(uuid)}: {err}"
+    return (lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)), None
 
 
 class UtilizationSampler:
-    """A daemon thread that reads this rank's GPU utilisation every interval_s seconds."""
+    """Reads utilisation every period_s on a daemon thread, and keeps a reading only when the
+    window was open for the whole period before it (open/close follow training's phases)."""
 
-    def __init__(self, cuda_index: int, interval_s: float = 1.0, command: str = "nvidia-smi"):
-        self.index = smi_index(cuda_index)
-        self.interval_s = interval_s
-        self.command = command
+    def __init__(self, read: Callable[[], int] | None, reason: str | None = None,
+                 period_s: float = NVML_PERIOD_S, clock: Callable[[], float] = time.monotonic):
+        self.read = read
+        self.reason = reason  # why there are no readings, when there are none
+        self.period_s = period_s
+        self.clock = clock
         self.samples: list[int] = []
+        self._open_since: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def open(self) -> None:
+        if self._open_since is None:
+            self._open_since = self.clock()
+
+    def close(self) -> None:
+        self._open_since = None
+
+    def tick(self) -> bool:
+        """Take one reading; False once reading has failed (it will not start working)."""
+        since = self._open_since
+        try:
+            value = self.read()
+        except Exception as err:
+            self.reason = f"NVML stopped answering: {err}"
+            return False
+        # the reading covers the period before now: it counts if the window opened before that
+        # period began and did not close (or close and reopen) while it was read
+        if since is not None and self._open_since == since and self.clock() - since >= self.period_s:
+            self.samples.append(value)
+        return True
+
     def start(self) -> "UtilizationSampler":
-        executable = shutil.which(self.command)
-        if executable is not None:
-            self._argv = [executable, *QUERY, "-i", self.index]
+        if self.read is not None:
             self._thread = threading.Thread(target=self._run, name="gpu-utilization", daemon=True)
             self._thread.start()
         return self
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                done = subprocess.run(self._argv, capture_output=True, text=True,
-                                      timeout=max(5.0, 5 * self.interval_s))
-            except (OSError, subprocess.SubprocessError):
-                return
-            value = parse_utilization(done.stdout) if done.returncode == 0 else None
-            if value is None:
-                return  # it will not start working: stop asking
-            self.samples.append(value)
+        while not self._stop.wait(self.period_s) and self.tick():
+            pass
 
     def stop(self) -> list[int]:
+        self.close()
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.interval_s + 10.0)
+            self._thread.join(timeout=self.period_s + 10.0)
         return list(self.samples)
 
 
@@ -87,14 +114,19 @@ def peak_memory_mb(device) -> float | None:
 
 
 def summarize(ranks: list[dict]) -> dict:
-    """The metrics-record entries from each rank's {"peak_memory_mb", "utilization"} (samples)."""
+    """The metrics-record entries from each rank's {"peak_memory_mb", "utilization" (samples),
+    "reason" (why it has none)}."""
     peaks = [r["peak_memory_mb"] for r in ranks if r.get("peak_memory_mb") is not None]
     means = [sum(r["utilization"]) / len(r["utilization"]) for r in ranks if r.get("utilization")]
+    reasons = [r["reason"] for r in ranks if not r.get("utilization") and r.get("reason")]
     return {
         "gpu_peak_memory_mb": max(peaks) if peaks else None,
         "gpu_utilization_pct": sum(means) / len(means) if means else None,
         "gpu_utilization_samples": sum(len(r.get("utilization") or []) for r in ranks),
+        # None when measured; else the first rank's reason (they usually share it)
+        "gpu_utilization_reason": None if means else (reasons[0] if reasons else NO_STEADY_READING),
     }
 
 
-CPU_RECORD = {"gpu_peak_memory_mb": None, "gpu_utilization_pct": None, "gpu_utilization_samples": 0}
+CPU_RECORD = {"gpu_peak_memory_mb": None, "gpu_utilization_pct": None, "gpu_utilization_samples": 0,
+              "gpu_utilization_reason": None}

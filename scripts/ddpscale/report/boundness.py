@@ -15,8 +15,9 @@ import pandas as pd
 # more devices divide, so scaling mostly measures that rest. Half is where compute stops being
 # the larger part of the step.
 COMPUTE_SHARE_MIN = 0.5
-# nvidia-smi utilisation is the share of its sample periods in which any kernel ran. Below half,
-# the GPU waited for the host (Python, launches, the data loader) longer than it computed.
+# NVML's utilisation is the share of its sample period in which any kernel ran, read only in the
+# training phase of steady epochs (ddpscale.measurement.gpufacts). Below half, the GPU waited for
+# the host (Python, launches, the data loader) longer than it computed.
 GPU_UTILIZATION_MIN_PCT = 50.0
 
 TRANSFORMER_CONFIG = "config/transformer.yaml"
@@ -28,7 +29,7 @@ _TRANSFORMER_WORDS = ("transformer", "gpt", "decoder")
 class Boundness:
     """The baseline's figures and the judgement; None where a figure was not measured."""
     compute_share: float | None = None  # compute / step on the baseline (probe + training run)
-    gpu_utilization_pct: float | None = None  # mean nvidia-smi utilisation of the baseline runs
+    gpu_utilization_pct: float | None = None  # mean steady-training utilisation, baseline runs
 
     @property
     def low_compute(self) -> bool:
@@ -77,7 +78,7 @@ def sentence(bound: Boundness, devices: str = "GPUs", model_classes=None) -> str
     if bound.low_compute:
         figures.append(f"compute is {bound.compute_share:.0%} of the baseline's step")
     if bound.low_utilization:
-        figures.append(f"GPU utilisation {bound.gpu_utilization_pct:.0f}%")
+        figures.append(f"GPU utilisation {bound.gpu_utilization_pct:.0f}% in steady training")
     text = (f"This workload is overhead-bound ({'; '.join(figures)}), so its scaling measures "
             f"framework and launch overhead, not the {devices}. ")
     names = " ".join(str(m).lower() for m in (model_classes if model_classes is not None else []))

@@ -189,6 +189,21 @@ def _mb(value) -> str:
     return "n/a" if value is None or pd.isna(value) else f"{value:,.0f} MiB"
 
 
+def _utilisation(util, why) -> str:
+    if util is not None and not pd.isna(util):
+        return f"{util:.0f}%"
+    return f'<span title="{escape(str(why))}">n/a</span>' if isinstance(why, str) and why else "n/a"
+
+
+def _mfu(mfu, used) -> str:
+    shown = pct(mfu, 1)
+    if isinstance(used, str) and used:
+        shown += f" ({escape(used)})"  # the peak it was divided by: bf16, tf32, 32, ...
+    if mfu is not None and not pd.isna(mfu) and mfu > 1:
+        shown = f'<span class="failed">{shown}: over 100%, see caveats</span>'
+    return shown
+
+
 def devices_table(data):
     runs = data.runs.sort_values(["world_size", "topology", "repeat"])
     facts = run_facts(runs)
@@ -199,18 +214,23 @@ def devices_table(data):
         name = str(r["device_name"])
         if r["simulated"] and "simulated" not in name:
             name += " (CPU-simulated)"
-        util = r.get("gpu_utilization_pct")
+        util, why = r.get("gpu_utilization_pct"), r.get("gpu_utilization_reason")
         rows.append(("", [escape(label(facts.loc[i])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
                           _mb(r.get("gpu_peak_memory_mb")),
-                          "n/a" if util is None or pd.isna(util) else f"{util:.0f}%",
-                          num(r.get("achieved_tflops"), 4), pct(r.get("mfu"), 1)]))
+                          _utilisation(util, why),
+                          num(r.get("achieved_tflops"), 4), _mfu(r.get("mfu"), r.get("peak_precision"))]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
-            "the mean of nvidia-smi samples taken every second during training (GPU runs only). "
+            "the mean of NVML's readings of each rank's GPU (by UUID), every second, in the training "
+            "phase of steady epochs only: not warm-up, validation or checkpoint writes (GPU runs "
+            "only; hover over n/a for why). "
             "TFLOP/s = training FLOPs per sample (matrix multiplies of one forward + backward, "
             "counted by torch's FlopCounterMode) x steady-state throughput, over all devices; MFU = "
-            "TFLOP/s / (the GPU's dense peak for the precision x devices), n/a on CPU or an "
-            "unknown GPU.")
+            "TFLOP/s / (the GPU's dense datasheet peak x devices), n/a on CPU or an unknown GPU. The "
+            "peak follows the arithmetic in effect, named in brackets: for 32-true the TF32 peak where "
+            "matmuls (torch.set_float32_matmul_precision('high'/'medium')) or, for convolutions, "
+            "cuDNN (on by default) ran in TF32 on an Ampere or later GPU, else FP32; 64-true the FP64 "
+            "(Tensor Core) peak, n/a where the datasheet gives none.")
     return "Devices", note, _table(heads, rows, text_cols=(2, 4))
 
 

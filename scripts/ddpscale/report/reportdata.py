@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, measured, records, verdict
+from ddpscale.report import analysis, breakdown, cost, measured, records, verdict
 from ddpscale.report import earlier as earlier_runs
 
 
@@ -49,7 +49,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     return ReportData(
         summary=summary, runs=runs, probes=probes,
         steps=steps, prediction=breakdown.predict(done, probes),
-        cost=verdict.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
+        cost=cost.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
         threshold=threshold,
         comparison=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,

@@ -1,4 +1,4 @@
-"""The answer a user came for: which topology to use, what it costs, what did not finish,
+"""The answer a user came for: which topology to use, what did not finish,
 where a number cannot mean what it seems (caveats), and what changed since an earlier run.
 Pure pandas, unit-tested without a cluster.
 """
@@ -11,7 +11,7 @@ import pandas as pd
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, transport
-from ddpscale.report.analysis import device_word, hours_label
+from ddpscale.report.analysis import device_word
 
 STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
@@ -90,7 +90,7 @@ def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
     if rows.empty:
         return None
     metric = summary.attrs.get("accuracy_metric")
-    return (f"Left out of the recommendation: {_names(rows)}, whose runs did not log {metric}, so "
+    return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {metric}, so "
             "whether accuracy held there is not known.")
 
 
@@ -133,7 +133,7 @@ def _devices(summary: pd.DataFrame, row) -> str:
     return f"{n} {device_word(summary, n)}{where}"
 
 
-def _names(rows: pd.DataFrame) -> str:
+def topology_names(rows: pd.DataFrame) -> str:
     names = [str(t) for t in rows["topology"]]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -161,7 +161,7 @@ def simulated_nodes_note(summary: pd.DataFrame) -> str | None:
     rows = flagged(summary, "simulated_nodes_on_one_host")
     if rows.empty:
         return None
-    return (f"Nodes simulated on one host in {_names(rows)}: their traffic between nodes stayed "
+    return (f"Nodes simulated on one host in {topology_names(rows)}: their traffic between nodes stayed "
             "inside that host (shared memory or loopback on CPU, NVLink or PCIe between GPUs) and "
             "crossed no network, so their numbers say nothing about the interconnect between "
             "real nodes.")
@@ -184,7 +184,7 @@ def recompile_note(summary: pd.DataFrame, runs: pd.DataFrame | None = None) -> s
     rows = summary[counts.gt(RECOMPILES_ALLOWED).fillna(False).astype(bool)]
     if rows.empty:
         return None
-    each = _names(pd.DataFrame({"topology": [f"{r['topology']} ({int(r['compile_recompiles'])} times)"
+    each = topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({int(r['compile_recompiles'])} times)"
                                              for _, r in rows.iterrows()]}))
     reason = next((r for r in (_first_reason(runs, t) for t in rows["topology"]) if r), None)
     why = f" The first reason recorded: {reason}." if reason else ""
@@ -201,9 +201,31 @@ def probe_na_note(probes: dict[str, dict]) -> str | None:
     if not failed:
         return None
     reasons = list(dict.fromkeys(p["reason"] for p in failed.values()))
-    names = _names(pd.DataFrame({"topology": list(failed)}))
+    names = topology_names(pd.DataFrame({"topology": list(failed)}))
     return (f"The probe could not measure {names} ({'; '.join(reasons)}): where the step's time goes and the "
             "prediction are unknown there; the runs trained, and their throughput and accuracy are measured.")
+
+
+def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
+    """Runs whose MFU exceeds 100%: no run outpaces its GPU's peak, so the peak the MFU was
+    divided by (wrong card, or float32 held to the FP32 peak while it ran as TF32) or the
+    FLOP count is wrong. Named so the figure is not trusted."""
+    if runs is None or "mfu" not in runs:
+        return None
+    over = runs[pd.to_numeric(runs["mfu"], errors="coerce") > 1.0]
+    if over.empty:
+        return None
+    shown = []
+    for _, r in over.sort_values(["world_size", "topology", "repeat"]).iterrows():
+        peak, used = r.get("peak_tflops_per_device"), r.get("peak_precision")
+        against = (f"{peak:g} TFLOP/s per device ({used} peak)"
+                   if isinstance(used, str) and not pd.isna(peak) else "its peak")
+        shown.append(f"{r['topology']} repeat {int(r['repeat'])} at {float(r['mfu']):.0%} of {against} on "
+                     f"{r.get('device_name')}, {r.get('precision')}")
+    return (f"MFU above 100% ({'; '.join(shown)}): no run is faster than its GPU's peak, so the peak used "
+            "(a card missing from the peak table or misnamed, float32 that ran as TF32 without "
+            "torch.get_float32_matmul_precision() saying so) or the FLOP count is wrong. Do not trust "
+            "these MFU figures.")
 
 
 def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
@@ -213,46 +235,8 @@ def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, prob
              oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),
-             recompile_note(summary, runs)]
+             recompile_note(summary, runs), mfu_over_one_note(runs)]
     return [n for n in notes if n]
-
-
-def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per sample, not per run: under weak scaling with fixed steps per epoch (the Markov token
-    data) 8 devices train 8x the samples of one in about the same time. Device-seconds per
-    sample = devices / steady throughput, so the extra over the baseline is 1 / efficiency - 1
-    (zero at perfect efficiency); in hours, for the samples the baseline trained. gpu_hours
-    (epochs) and held_gpu_hours (the whole hold) are each run's own, as measured."""
-    finished = summary[summary["fit_time_s"].notna()]
-    base = finished[finished["topology"] == summary.attrs.get("baseline")]
-    per_sample = finished["gpu_seconds_per_sample"]
-    base_per_sample = float(base["gpu_seconds_per_sample"].iloc[0]) if len(base) else float("nan")
-    base_samples = float(base["samples_trained"].iloc[0]) if len(base) else float("nan")
-    out = pd.DataFrame({
-        "topology": finished["topology"], "world_size": finished["world_size"],
-        "speedup": finished["speedup"],
-        "gpu_seconds_per_sample": per_sample,
-        "extra_pct": (1.0 / finished["efficiency"] - 1.0) * 100.0,
-        "extra_gpu_hours": (per_sample - base_per_sample) * base_samples / 3600.0,
-        "time_speedup": finished["time_speedup"],
-        "gpu_hours": finished["gpu_hours"],
-        "held_gpu_hours": finished["held_gpu_hours"],
-    })
-    out.attrs["hours_label"] = hours_label(summary)
-    out.attrs["time_speedup_note"] = _time_speedup_note(finished, base_samples)
-    return out.reset_index(drop=True)
-
-
-def _time_speedup_note(finished: pd.DataFrame, base_samples: float) -> str | None:
-    blank = finished[finished["time_speedup"].isna()]
-    if blank.empty:
-        return None
-    if pd.isna(base_samples) or blank["samples_trained"].isna().any():
-        return "Time speedup is blank where a run did not record the samples it trained (older metrics files)."
-    trained = ", ".join(f"{r['topology']}: {r['samples_trained']:,.0f}" for _, r in blank.iterrows())
-    return (f"Time speedup is blank for {_names(blank)}: the samples trained ({trained}) differ from the "
-            f"baseline's {base_samples:,.0f}, so the fit times measure different work; compare the cost per "
-            "sample instead.")
 
 
 def run_status(finished: int, expected: int, log_tail: str | None) -> str:

@@ -3,8 +3,8 @@
 train.py wires these into the Trainer and writes the record; the measuring happens here and
 in the modules each callback names (ddpscale.measurement.*), inside Lightning's own hooks.
 Order matters where hooks share a moment: the world size is checked (ScalingMetrics) before
-the probe spends time on the group, and the GPU sampler starts after the probe, so its
-utilisation describes training.
+the probe spends time on the group. GPU utilisation is sampled in steady training only
+(GpuFacts), so neither the probe nor the warm-up epochs are in it.
 """
 
 from __future__ import annotations
@@ -32,48 +32,94 @@ from ddpscale.training.signals import GracefulStop
 
 
 class GpuFacts(pl.Callback):
-    """Peak memory and nvidia-smi utilisation over fit, gathered from every rank (CUDA only)."""
+    """Peak memory, and NVML utilisation over the training phase of steady epochs only, gathered
+    from every rank (CUDA only). The window opens at a steady epoch's training batches and
+    closes for validation, checkpoint saves and the epoch's end; it reopens at the next
+    training batch, so a checkpoint written at validation end (Lightning runs ModelCheckpoint
+    after every other callback) stays outside. Steady as in ScalingMetrics: in each process,
+    the first warmup_epochs epochs it trains are cold."""
 
-    def __init__(self):
-        self.sampler = None
+    def __init__(self, placement: PlacementCheck, warmup_epochs: int):
+        self.placement = placement
+        self.warmup_epochs = warmup_epochs
+        self.sampler: gpufacts.UtilizationSampler | None = None
+        self.epochs_here = 0  # epochs this process trained in (a resumed one counts)
+        self._epoch: int | None = None
+        self._steady = False
         self.record = dict(gpufacts.CPU_RECORD)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        root = trainer.strategy.root_device
-        if root.type == "cuda":
-            self.sampler = gpufacts.UtilizationSampler(root.index or 0).start()
+        if trainer.strategy.root_device.type != "cuda":
+            return
+        uuid = (self.placement.own or {}).get("gpu_uuid")
+        read, reason = gpufacts.open_utilization(uuid)
+        self.sampler = gpufacts.UtilizationSampler(read, reason).start()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.sampler is None:
+            return
+        # counted here, not in on_train_epoch_start, which a run resumed mid-epoch never gets
+        if trainer.current_epoch != self._epoch:
+            self._epoch = trainer.current_epoch
+            self.epochs_here += 1
+            self._steady = self.epochs_here > self.warmup_epochs
+        if self._steady:
+            self.sampler.open()
+
+    def _close(self, *_args) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+
+    on_validation_start = on_train_epoch_end = on_save_checkpoint = _close
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.sampler is None:
             return
         # every rank has a sampler on CUDA, so every rank joins the gather
         mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
-                "utilization": self.sampler.stop()}
+                "utilization": self.sampler.stop(), "reason": self.sampler.reason}
         self.record = gpufacts.summarize(ranks.gather(mine))
 
 
 class FlopsCount(pl.Callback):
-    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), and the
-    module's own analytic figure where it states one (`flops_per_sample()`), which must agree."""
+    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), the
+    module's own analytic figure where it states one (`flops_per_sample()`), which must agree,
+    and the float32 arithmetic in effect while it trained (TF32 or not: which peak MFU uses)."""
+
+    FLOAT32_KEYS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32")
 
     def __init__(self, model_args: str, precision: str):
         self.model_args = model_args
         self.precision = precision
-        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None}
+        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None, "flops_conv_share": None,
+                       **dict.fromkeys(self.FLOAT32_KEYS)}
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # after an epoch: whatever the module or a callback set in setup or its hooks has
+        # been in effect for a whole epoch of training
+        if trainer.global_rank == 0:
+            self.record.update(flops.float32_record())
+
+    def float32(self) -> dict:
+        return {key: self.record[key] for key in self.FLOAT32_KEYS}
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.global_rank != 0:
             return
+        if self.record["float32_matmul_precision"] is None:  # no epoch ended in this attempt
+            self.record.update(flops.float32_record())
         batch = next(iter(trainer.datamodule.train_dataloader()))
         # from_compiled swaps methods in place: the class is still the user's own
-        counted = flops.count(type(pl_module), json.loads(self.model_args), batch, self.precision,
-                              trained=compiling.unwrap(pl_module))
+        split = flops.count_split(type(pl_module), json.loads(self.model_args), batch, self.precision,
+                                  trained=compiling.unwrap(pl_module))
+        counted, conv_share = split if split is not None else (None, None)
         stated = getattr(pl_module, "flops_per_sample", None)
         analytic = stated() if callable(stated) else None
         warning = flops.check_analytic(counted, analytic)
         if warning:
             print(warning, flush=True)
-        self.record = {"flops_per_sample": counted, "flops_per_sample_analytic": analytic}
+        self.record.update({"flops_per_sample": counted, "flops_per_sample_analytic": analytic,
+                            "flops_conv_share": conv_share})
 
 
 @contextmanager
@@ -148,7 +194,8 @@ class RunCallbacks:
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
         """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
         out = {**self.gpu.record, **self.placement.summary(), **self.flops.record}
-        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision))
+        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
+                                     float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
         if self.probe is not None:
             out["probe"] = self.probe.record
         return out
@@ -156,13 +203,14 @@ class RunCallbacks:
 
 def build(args, topo: Topology) -> RunCallbacks:
     timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
+    # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
+    placement = PlacementCheck(args.accelerator, args.devices)
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
         stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
-        # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
-        placement=PlacementCheck(args.accelerator, args.devices),
-        gpu=GpuFacts(),
+        placement=placement,
+        gpu=GpuFacts(placement, args.warmup_epochs),
         flops=FlopsCount(args.model_args, args.precision),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),

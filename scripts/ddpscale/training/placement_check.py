@@ -47,6 +47,7 @@ class PlacementCheck(pl.Callback):
     def __init__(self, accelerator: str, devices_per_node: int):
         self.devices_per_node = devices_per_node
         self.records: list[dict] | None = None
+        self.own: dict | None = None  # this rank's record: GpuFacts reads its GPU by this UUID
         uses_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
         if uses_gpu:
             place = launcher_rank()
@@ -62,7 +63,7 @@ class PlacementCheck(pl.Callback):
         mine = own_record(trainer.strategy.root_device, place)
         records = ranks.gather(mine)
         placement.check(records, self.devices_per_node)
-        self.records = records
+        self.records, self.own = records, mine
 
     def summary(self) -> dict:
         return placement.summary(self.records or [])
