@@ -176,7 +176,8 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> str:
 
 
 CAPTIONS = {
-    "speedup.png": "Speedup of steady-state throughput over the baseline: measured (dots), "
+    "speedup.png": "Speedup of steady-state throughput over the baseline: measured (a marker per "
+                   "node count; 1x2 and 2x1 side by side), "
                    "ideal linear scaling (dashed) and predicted from the baseline step plus the "
                    "measured all-reduce (squares).",
     "efficiency.png": "Parallel efficiency = speedup / device ratio; the dotted line is the "
