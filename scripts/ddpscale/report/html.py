@@ -14,7 +14,7 @@ import pandas as pd
 from ddpscale.report import accuracy, boundness, measured
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
-from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers
+from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
@@ -61,7 +61,7 @@ def headline(summary: pd.DataFrame) -> str:
                 f"ran; add more topologies to measure scaling")
     else:
         text = (f"{top['topology']} ({devices}) reached "
-                f"{top['speedup']:.1f}x speedup, {top['efficiency']:.0%} efficiency "
+                f"{times(top['speedup'])} speedup, {top['efficiency']:.0%} efficiency "
                 f"over {baseline}")
     held = summary["accuracy_held"]
     failed = summary.loc[held.fillna(True).eq(False), "topology"].tolist()

@@ -4,6 +4,7 @@ Every value from the data goes through escape(): host, model and file names are 
 """
 from __future__ import annotations
 
+import re
 from html import escape
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pandas as pd
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import PROBE_OK, TERMS, measured
-from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
+from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
 
 
 def num(value, places: int) -> str:
@@ -64,7 +65,7 @@ def scaling_table(data):
     tol = s.attrs.get("tolerance", 0.0)
     way = s.attrs.get("accuracy_direction", "max")
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
-             "Throughput (samples/s)", "Fit time (s)", "Time / epoch (s)",
+             "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
              f'{escape(metric)}<br><span class="spread">{escape(accuracy.better(way))}</span>',
              "&Delta; vs baseline", "Accuracy"]
     rows = []
@@ -88,7 +89,7 @@ def scaling_table(data):
             name += f'<br><span class="spread">{escape(r["transport"])}</span>'
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
-            str(int(r["repeats"])), f"{num(r['speedup'], 2)}x", pct(r["efficiency"]),
+            str(int(r["repeats"])), times(r["speedup"]), pct(r["efficiency"]),
             _with_spread(r, "throughput_samples_s", 0), _with_spread(r, "fit_time_s", 1),
             num(r["time_per_epoch_s"], 2), num(r.get(metric), 4),
             "n/a" if pd.isna(r.get("accuracy_delta")) else f"{r['accuracy_delta']:+.4f}",
@@ -96,9 +97,10 @@ def scaling_table(data):
     text_cols = (2, 11)
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
     note = (f"Median over repeats; below it the range (min&ndash;max) and, with 3 or more repeats, "
-            f"the 95% interval of the mean. Throughput leaves out the first {escape(warm)} "
-            "warm-up epoch(s). Rows in red failed the accuracy check and are excluded from "
-            "the recommendation; grey rows did not finish.")
+            f"the 95% interval of the mean. Throughput and time per steady epoch (the mean epoch, "
+            f"training + validation) leave out the first {escape(warm)} warm-up epoch(s). Rows in "
+            "red failed the accuracy check and are excluded from the recommendation; grey rows "
+            "did not finish.")
     if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
         note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
                  "measured contention, not scaling, and are excluded from the recommendation.")
@@ -125,6 +127,21 @@ def _term(seconds, fraction) -> str:
     return "unknown" if pd.isna(seconds) else f"{num(seconds * 1e3, 2)} ms ({pct(fraction)})"
 
 
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for c in re.split(r"[,;](?![^()]*\))", text) if c.strip()]
+
+
+def _once(methods) -> str:
+    """The first method in full, then of each other only what differs ("For one device: one rank,
+    no DDP"): the probe's method for one device repeats most of the multi-device one word for word."""
+    methods = list(methods)
+    if not methods:
+        return ""
+    first = _clauses(methods[0])
+    rest = [", ".join(c for c in _clauses(m) if c not in first) for m in methods[1:]]
+    return ". For one device: ".join([methods[0], *(r for r in rest if r)])
+
+
 def breakdown_table(data):
     steps = data.steps
     if steps.empty:
@@ -141,7 +158,7 @@ def breakdown_table(data):
     # one method per kind of probe (one device has no DDP to switch off)
     methods = dict.fromkeys(str(p["step"].get("method", "")).rstrip(".") for _, p in
                             sorted(measured(data.probes).items(), key=lambda kv: -kv[1]["world_size"]))
-    method = ". For one device: ".join(m for m in methods if m)
+    method = _once(m for m in methods if m)
     note = ("Per training step, on the topology's own ranks. " + (f"Method: {escape(method)}. " if method else "")
             + "Framework overhead is the training run's measured step time minus the three probed "
             "terms (Lightning's loop, callbacks, logging).")
