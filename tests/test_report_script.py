@@ -3,7 +3,7 @@ import json
 import re
 import subprocess
 import sys
-from html import escape
+from markupsafe import escape
 from pathlib import Path
 
 import pandas as pd
