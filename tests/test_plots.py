@@ -1,7 +1,6 @@
 """The report's figures as a reader sees them, asserted on the drawn matplotlib objects: every
 label readable (inside the axes, none printed over another) and no legend hiding a bar."""
 import pandas as pd
-import pytest
 
 from ddpscale.report import plots, reportdata
 from test_analysis import make_run

@@ -8,6 +8,7 @@ text unless it is Markup built here from escaped parts.
 from __future__ import annotations
 
 import base64
+
 import pandas as pd
 from markupsafe import Markup
 
@@ -19,6 +20,7 @@ from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
+
 
 def _cap(text: str) -> str:
     # str.capitalize() would turn "GPU-hours" into "Gpu-hours".
