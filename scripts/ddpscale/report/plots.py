@@ -53,24 +53,39 @@ def speedup_figure(data):
     right = max(xs)
     ax.set_xlim(0, right + max(1.0, 0.1 * right))
     ax.set_ylim(bottom=0)
-    _label_points(ax, summary, at, right)
     ax.set_xlabel(f"world size (number of {device_word(summary)})")
     ax.set_ylabel("speedup (x, steady-state throughput)")
     ax.set_xticks(xs)
     ax.legend(loc="upper left", fontsize=9)
     ax.set_title(title(summary, "Speedup: measured vs ideal and predicted"), fontsize=11)
+    _label_points(ax, summary, at, right)
     return fig
 
 
+LABEL_GAP_PT = 13  # a 9-point label is about 10.5 points tall
+
+
 def _label_points(ax, summary: pd.DataFrame, at: dict, right: float) -> None:
-    """One label per point: left of the points at the largest world size (never past the right
-    edge), stacked downwards where a world size has several topologies."""
-    for _, group in summary.groupby("world_size"):
-        for k, (_, row) in enumerate(group.sort_values("speedup", ascending=False).iterrows()):
-            last = row["world_size"] >= right
-            ax.annotate(str(row["topology"]), (at[row["topology"]], row["speedup"]),
-                        textcoords="offset points", xytext=(-7 if last else 7, -4 - 12 * k),
-                        ha="right" if last else "left", va="top", fontsize=9)
+    """One label per point, at its height beside its world size's points (left of them at the
+    largest world size, so none runs past the right edge), each moved down only as far as it
+    must to clear the label above it, or up where the stack would leave the axes."""
+    ax.figure.tight_layout()  # the offsets are in points: measure them on the final layout
+    to_pt = 72.0 / ax.figure.dpi
+    bottom = ax.get_window_extent().y0 * to_pt
+    for world_size, group in summary.groupby("world_size"):
+        last = world_size >= right
+        xs = [at[t] for t in group["topology"]]
+        anchor = min(xs) if last else max(xs)
+        rows = group.sort_values("speedup", ascending=False)
+        ys = [ax.transData.transform((anchor, v))[1] * to_pt for v in rows["speedup"]]
+        tops = []
+        for y in ys:
+            tops.append(min(y + 5, tops[-1] - LABEL_GAP_PT) if tops else y + 5)
+        lift = max(0.0, bottom + LABEL_GAP_PT - tops[-1])
+        for (_, row), y, top in zip(rows.iterrows(), ys, tops):
+            ax.annotate(str(row["topology"]), (anchor, row["speedup"]), textcoords="offset points",
+                        xytext=(-8 if last else 8, top + lift - y), ha="right" if last else "left",
+                        va="top", fontsize=9)
 
 
 def plot_speedup(data, path: str | Path) -> None:
