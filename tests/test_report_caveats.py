@@ -2,7 +2,7 @@
 simulated on one host, an overhead-bound workload, repeated recompilation, and it refuses to
 mix GPU and CPU runs. Unit tests on summaries built like test_verdict's, then one end-to-end."""
 import json
-from html import escape
+from markupsafe import escape
 
 import pandas as pd
 import pytest

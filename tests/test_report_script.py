@@ -3,7 +3,7 @@ import json
 import re
 import subprocess
 import sys
-from html import escape
+from markupsafe import escape
 from pathlib import Path
 
 import pandas as pd
@@ -90,7 +90,7 @@ def test_report_html_is_self_contained(sim_report):
     assert "CPU-simulated devices" in page and "Device-hours" in page
     assert 'class="held"' in page and 'class="failed"' in page and 'class="failed-row"' in page
     assert "<evil>" not in page and "&lt;evil&gt;host" in page
-    assert "2x2 (4 CPU-simulated devices) reached 3.0x speedup, 74% efficiency" in page
+    assert "2x2 (4 CPU-simulated devices) reached 2.95x speedup, 74% efficiency" in page
     assert "NOT held in 2x2" in page
     assert "How these numbers are computed" in page
     assert "fixed batch per device" in page and "first 1 warmup epoch(s)" in page
@@ -108,7 +108,7 @@ def test_gpu_report_has_no_banner(tmp_path):
     page = report_html.build_report(data, {"x.png": b"\x89PNG"})
     assert BANNER not in page and "CPU-simulated" not in page
     assert "GPU-hours" in page and "not logged" in page
-    assert "1x4 (4 GPUs) reached 3.8x speedup, 95% efficiency" in page
+    assert "1x4 (4 GPUs) reached 3.80x speedup, 95% efficiency" in page
     assert "fixed global batch" in page
     assert ">MFU</th>" in page and "<td class=\"\">24.9600</td><td class=\"\">8.0%</td>" in page
     assert "precision bf16-mixed; torch.compile default (3 graph(s), 0 graph break(s) per run)" in page
@@ -149,7 +149,7 @@ def test_headline_accuracy_phrases(accs, expected):
     runs = pd.DataFrame([make_run(t, test_acc=a, throughput_samples_s=100.0 * i + 100)
                          for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs))])
     line = report_html.headline(analysis.summarize(runs, "1x1", "test_acc", 0.02))
-    assert line == ("2x2 (4 CPU-simulated devices) reached 3.0x speedup, 75% "
+    assert line == ("2x2 (4 CPU-simulated devices) reached 3.00x speedup, 75% "
                     f"efficiency over 1x1; {expected}")
 
 

@@ -11,10 +11,10 @@ REPORT_FIGURES = {
 def report_outputs(folder, registered):
     """Every file the report script writes; the full report registers them for --report."""
 
-    def item(name, labels):
+    def item(name, labels, category="Scaling"):
         path = f"{folder}/{name}"
         caption = f"../report/{name.split('.')[0]}.rst"
-        return report(path, caption=caption, category="Scaling", labels=labels) if registered else path
+        return report(path, caption=caption, category=category, labels=labels) if registered else path
 
     out = {
         "table": item("scaling.tsv", {"table": "scaling"}),
@@ -23,7 +23,8 @@ def report_outputs(folder, registered):
     }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})
-    out["html"] = f"{folder}/report.html"
+    # the page with the verdict, first in Snakemake's report too (report/workflow.rst points to it)
+    out["html"] = item("report.html", {"page": "verdict, tables and plots"}, category="Verdict")
     return out
 
 

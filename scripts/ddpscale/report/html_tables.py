@@ -1,18 +1,23 @@
 """The report's tables, one function each: (heading, note, table HTML), or None when not applicable.
 
-Every value from the data goes through escape(): host, model and file names are not ours.
+Host, model and file names are not ours: heads, cells and notes are text, escaped by the
+template (templates/table.html.j2), unless they are Markup built with Markup(...).format(...),
+which escapes its arguments. markupsafe's escape() returns Markup, so escaped text is never
+escaped twice.
 """
 from __future__ import annotations
 
 import math
-from html import escape
+import re
 
 import pandas as pd
+from markupsafe import Markup, escape
 
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import PROBE_OK, TERMS, measured
-from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
+from ddpscale.report.templating import render
+from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
 
 
 def num(value, places: int) -> str:
@@ -23,40 +28,34 @@ def pct(value, places: int = 0) -> str:
     return "n/a" if value is None or pd.isna(value) else f"{value:.{places}%}"
 
 
-def _table(heads: list[str], rows: list[tuple[str, list[str]]], text_cols: tuple = ()) -> str:
-    """rows: (tr class, cells as ready HTML). The first column and text_cols are left-aligned."""
-    def align(i):
-        return "l" if i == 0 or i in text_cols else ""
-
-    head = "".join(f'<th class="{align(i)}">{h}</th>' for i, h in enumerate(heads))
-    body = "".join(f'<tr class="{cls}">' + "".join(
-        f'<td class="{align(i)}">{c}</td>' for i, c in enumerate(cells)) + "</tr>"
-        for cls, cells in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> Markup:
+    """rows: (tr class, cells); a head or cell is text unless it is Markup. The first column
+    and text_cols are left-aligned."""
+    return render("table.html.j2", heads=heads, rows=rows, text_cols=text_cols)
 
 
-def _with_spread(row, col: str, places: int) -> str:
+def _with_spread(row, col: str, places: int) -> Markup:
     """Median, then [min-max] and the 95% interval when there are enough repeats."""
-    text = num(row[col], places)
+    text = escape(num(row[col], places))
     if row.get("repeats", 0) and row["repeats"] > 1:
-        text += (f'<br><span class="spread">{num(row[col + "_min"], places)}&ndash;'
-                 f'{num(row[col + "_max"], places)}</span>')
+        text += Markup('<br><span class="spread">{}&ndash;{}</span>').format(
+            num(row[col + "_min"], places), num(row[col + "_max"], places))
         if pd.notna(row.get(col + "_ci_low")):
-            text += (f'<br><span class="spread">95% CI {num(row[col + "_ci_low"], places)}&ndash;'
-                     f'{num(row[col + "_ci_high"], places)}</span>')
+            text += Markup('<br><span class="spread">95% CI {}&ndash;{}</span>').format(
+                num(row[col + "_ci_low"], places), num(row[col + "_ci_high"], places))
     return text
 
 
-def _held(row, tolerance: float, way: str) -> str:
+def _held(row, tolerance: float, way: str) -> Markup | str:
     held = row.get("accuracy_held")
     if row.get("status") != "ok" and pd.isna(row.get("throughput_samples_s")):
         return ""
     if held is None or pd.isna(held):
-        return '<span class="na">not logged</span>'
+        return Markup('<span class="na">not logged</span>')
     if bool(held):
-        return '<span class="held">&#10003; held</span>'
+        return Markup('<span class="held">&#10003; held</span>')
     change = "drop" if way == "max" else "rise"
-    return f'<span class="failed">&#10007; not held ({change} &gt; {escape(f"{tolerance:g}")})</span>'
+    return Markup('<span class="failed">&#10007; not held ({} &gt; {})</span>').format(change, f"{tolerance:g}")
 
 
 def scaling_table(data):
@@ -65,9 +64,9 @@ def scaling_table(data):
     tol = s.attrs.get("tolerance", 0.0)
     way = s.attrs.get("accuracy_direction", "max")
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
-             "Throughput (samples/s)", "Fit time (s)", "Time / epoch (s)",
-             f'{escape(metric)}<br><span class="spread">{escape(accuracy.better(way))}</span>',
-             "&Delta; vs baseline", "Accuracy"]
+             "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
+             Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
+             Markup("&Delta; vs baseline"), "Accuracy"]
     rows = []
     for _, r in s.iterrows():
         held = r.get("accuracy_held")
@@ -76,30 +75,31 @@ def scaling_table(data):
                else "failed-row" if held is not None and pd.notna(held) and not bool(held)
                else "caveat-row" if over else "")
         status = escape(str(r["status"]))
-        status = status if r["status"] == "ok" else f'<span class="failed">{status}</span>'
+        status = status if r["status"] == "ok" else Markup('<span class="failed">{}</span>').format(status)
         if over:  # it finished, but what it measured is contention
-            marker = f'<span class="caveat">{escape(over)}: excluded</span>'
-            status = marker if r["status"] == "ok" else f"{status}<br>{marker}"
+            marker = Markup('<span class="caveat">{}: excluded</span>').format(over)
+            status = marker if r["status"] == "ok" else status + Markup("<br>") + marker
         name = escape(str(r["topology"]))
         if flag(r, "simulated_nodes_on_one_host"):
-            name += f' <span class="caveat tag">({escape(SIMULATED_NODES)})</span>'
+            name += Markup(' <span class="caveat tag">({})</span>').format(SIMULATED_NODES)
         if flag(r, "nccl_over_sockets"):
-            name += f' <span class="caveat tag">({escape(OVER_SOCKETS)})</span>'
+            name += Markup(' <span class="caveat tag">({})</span>').format(OVER_SOCKETS)
         if isinstance(r.get("transport"), str):  # the network its collectives crossed
-            name += f'<br><span class="spread">{escape(r["transport"])}</span>'
+            name += Markup('<br><span class="spread">{}</span>').format(r["transport"])
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
-            str(int(r["repeats"])), f"{num(r['speedup'], 2)}x", pct(r["efficiency"]),
+            str(int(r["repeats"])), times(r["speedup"]), pct(r["efficiency"]),
             _with_spread(r, "throughput_samples_s", 0), _with_spread(r, "fit_time_s", 1),
             num(r["time_per_epoch_s"], 2), num(r.get(metric), 4),
             "n/a" if pd.isna(r.get("accuracy_delta")) else f"{r['accuracy_delta']:+.4f}",
             _held(r, tol, way)]))
     text_cols = (2, 11)
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
-    note = (f"Median over repeats; below it the range (min&ndash;max) and, with 3 or more repeats, "
-            f"the 95% interval of the mean. Throughput leaves out the first {escape(warm)} "
-            "warm-up epoch(s). Rows in red failed the accuracy check and are excluded from "
-            "the recommendation; grey rows did not finish.")
+    note = Markup("Median over repeats; below it the range (min&ndash;max) and, with 3 or more "
+                  "repeats, the 95% interval of the mean. Throughput and time per steady epoch (the "
+                  "mean epoch, training + validation) leave out the first {} warm-up epoch(s). Rows "
+                  "in red failed the accuracy check and are excluded from the recommendation; grey "
+                  "rows did not finish.").format(warm)
     if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
         note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
                  "measured contention, not scaling, and are excluded from the recommendation.")
@@ -110,7 +110,7 @@ def cost_table(data):
     cost = data.cost
     if cost.empty:
         return None
-    label = escape(hours_label(data.summary))
+    label = hours_label(data.summary)
     seconds = label.replace("hours", "seconds")
 
     def per_thousand(value) -> str:  # 3 significant digits: from 0.0123 (CPU) to 1,230 (a large model)
@@ -120,7 +120,7 @@ def cost_table(data):
 
     heads = ["Topology", "Devices", "Speedup", f"{seconds} per 1,000 samples", "Extra over baseline (%)",
              f"Extra {label} for the baseline's samples", "Time speedup", f"Training {label}", f"Held {label}"]
-    rows = [("", [escape(str(r["topology"])), str(int(r["world_size"])), f"{num(r['speedup'], 2)}x",
+    rows = [("", [str(r["topology"]), str(int(r["world_size"])), times(r['speedup']),
                   per_thousand(r["gpu_seconds_per_sample"] * 1e3), num(r["extra_pct"], 0),
                   num(r["extra_gpu_hours"], 5), "" if pd.isna(r["time_speedup"]) else f"{num(r['time_speedup'], 2)}x",
                   num(r["gpu_hours"], 5), num(r["held_gpu_hours"], 5)])
@@ -133,12 +133,27 @@ def cost_table(data):
             "start (else the training process's) to the metrics record: start-up, process-group set-up, "
             "probe, checkpoint writes and test pass included.")
     if cost.attrs.get("time_speedup_note"):
-        note += " " + escape(cost.attrs["time_speedup_note"])
+        note += " " + cost.attrs["time_speedup_note"]
     return "Cost", note, _table(heads, rows)
 
 
 def _term(seconds, fraction) -> str:
     return "unknown" if pd.isna(seconds) else f"{num(seconds * 1e3, 2)} ms ({pct(fraction)})"
+
+
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for c in re.split(r"[,;](?![^()]*\))", text) if c.strip()]
+
+
+def _once(methods) -> str:
+    """The first method in full, then of each other only what differs ("For one device: one rank,
+    no DDP"): the probe's method for one device repeats most of the multi-device one word for word."""
+    methods = list(methods)
+    if not methods:
+        return ""
+    first = _clauses(methods[0])
+    rest = [", ".join(c for c in _clauses(m) if c not in first) for m in methods[1:]]
+    return ". For one device: ".join([methods[0], *(r for r in rest if r)])
 
 
 def breakdown_table(data):
@@ -152,13 +167,13 @@ def breakdown_table(data):
         cells = [escape(str(r["topology"])), num(r["step_s"] * 1e3, 2)]
         cells += [_term(r[f"{t}_s"], r[f"{t}_frac"]) for t in TERMS]
         if failed:
-            cells.append("" if r["probe"] == PROBE_OK else f'<span class="failed">{escape(r["probe"])}</span>')
+            cells.append("" if r["probe"] == PROBE_OK else Markup('<span class="failed">{}</span>').format(r["probe"]))
         rows.append(("", cells))
     # one method per kind of probe (one device has no DDP to switch off)
     methods = dict.fromkeys(str(p["step"].get("method", "")).rstrip(".") for _, p in
                             sorted(measured(data.probes).items(), key=lambda kv: -kv[1]["world_size"]))
-    method = ". For one device: ".join(m for m in methods if m)
-    note = ("Per training step, on the topology's own ranks. " + (f"Method: {escape(method)}. " if method else "")
+    method = _once(m for m in methods if m)
+    note = ("Per training step, on the topology's own ranks. " + (f"Method: {method}. " if method else "")
             + "Framework overhead is the training run's measured step time minus the three probed "
             "terms (Lightning's loop, callbacks, logging).")
     if failed:
@@ -177,7 +192,7 @@ def prediction_table(data):
     rows = [("", [escape(str(r["topology"])), pct(r["predicted_efficiency"]),
                   pct(r["measured_efficiency"]), num(r["predicted_step_s"] * 1e3, 2),
                   num(r["measured_step_s"] * 1e3, 2),
-                  f'<span class="off">{escape(r["explanation"])}</span>'])
+                  Markup('<span class="off">{}</span>').format(r["explanation"])])
             for _, r in pred.iterrows()]
     note = ("Prediction: the baseline's data and compute time scaled by the per-device batch, its "
             "framework overhead per step, plus this topology's measured all-reduce of the whole "
@@ -192,15 +207,15 @@ def _mb(value) -> str:
 def _utilisation(util, why) -> str:
     if util is not None and not pd.isna(util):
         return f"{util:.0f}%"
-    return f'<span title="{escape(str(why))}">n/a</span>' if isinstance(why, str) and why else "n/a"
+    return Markup('<span title="{}">n/a</span>').format(why) if isinstance(why, str) and why else "n/a"
 
 
 def _mfu(mfu, used) -> str:
     shown = pct(mfu, 1)
     if isinstance(used, str) and used:
-        shown += f" ({escape(used)})"  # the peak it was divided by: bf16, tf32, 32, ...
+        shown += f" ({used})"  # the peak it was divided by: bf16, tf32, 32, ...
     if mfu is not None and not pd.isna(mfu) and mfu > 1:
-        shown = f'<span class="failed">{shown}: over 100%, see caveats</span>'
+        shown = Markup('<span class="failed">{}: over 100%, see caveats</span>').format(shown)
     return shown
 
 
@@ -247,7 +262,7 @@ def allreduce_table(data):
                           num(r["algbw_gbps"], 3), num(r["busbw_gbps"], 3)]))
     if not rows:
         return None
-    heads = ["Topology", "Ranks", "Backend", "Gradient (bytes)", "All-reduce (&micro;s)",
+    heads = ["Topology", "Ranks", "Backend", "Gradient (bytes)", Markup("All-reduce (&micro;s)"),
              "algbw (GB/s)", "busbw (GB/s)"]
     note = ("All-reduce of the model's gradient size; algbw = bytes / time, busbw = algbw x "
             "2(n-1)/n as nccl-tests defines them. Every size is in the bus bandwidth plot.")
@@ -267,7 +282,7 @@ def comparison_table(data):
                   pct(r["efficiency_earlier"]), pct(r["efficiency_now"]),
                   num(r["fit_time_s_earlier"], 1), num(r["fit_time_s_now"], 1)])
             for _, r in cmp.iterrows()]
-    note = f"Against {escape(str(data.compared_with))}."
+    note = f"Against {data.compared_with}."
     return "Change since the earlier run", note, _table(heads, rows)
 
 

@@ -11,33 +11,85 @@ from ddpscale.report.figure import new_axes, save, title
 from ddpscale.report.plots_time import plot_breakdown, plot_busbw
 
 
-def plot_speedup(data, path: str | Path) -> None:
+# At one world size the topologies (1x2, 2x1) sit side by side, this far apart in x (a fraction
+# of the smallest gap between world sizes), and each node count has its own marker: drawn at
+# the same point their labels printed over each other ("1x2" on "2x1" read as "2x2").
+DODGE = 0.12
+NODE_MARKERS = ("o", "^", "D", "v", "P", "X")
+
+
+def _dodged(frame: pd.DataFrame, xs: list[float]) -> pd.Series:
+    """x of each row: its world size, moved apart from other topologies of that world size."""
+    gaps = [b - a for a, b in zip(xs, xs[1:])]
+    step = DODGE * (min(gaps) if gaps else 1.0)
+    out = frame["world_size"].astype(float).copy()
+    for _, group in frame.groupby("world_size"):
+        order = group.sort_values(["num_nodes", "topology"]).index
+        for k, i in enumerate(order):
+            out[i] += (k - (len(order) - 1) / 2) * step
+    return out
+
+
+def speedup_figure(data):
     """Measured throughput speedup against the ideal line and the prediction."""
     summary = data.finished
     fig, ax = new_axes()
     base_ws = baseline_world_size(summary)
-    ws = summary["world_size"].astype(float)
-    xs = sorted(set(ws) | {float(base_ws)})
+    xs = sorted(set(summary["world_size"].astype(float)) | {float(base_ws)})
     ax.plot(xs, [x / base_ws for x in xs], "--", color="grey", label="ideal (linear)")
+    at = dict(zip(summary["topology"], _dodged(summary, xs)))
     pred = data.prediction
     if len(pred):
         pred = pred.dropna(subset=["predicted_efficiency"])  # a topology whose probe failed: unknown
     if len(pred):
-        pred = pred.sort_values("world_size")
-        ax.plot(pred["world_size"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
+        pred = pred.assign(x=[at.get(t, w) for t, w in zip(pred["topology"], pred["world_size"])])
+        pred = pred.sort_values("x")
+        ax.plot(pred["x"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
                 "s:", color="tab:purple", markersize=6, label="predicted (baseline + all-reduce)")
-    ax.plot(ws, summary["speedup"], "o", color="tab:blue", markersize=7, label="measured")
-    for _, row in summary.iterrows():
-        ax.annotate(str(row["topology"]), (row["world_size"], row["speedup"]),
-                    textcoords="offset points", xytext=(6, -10), fontsize=9)
+    for k, (count, group) in enumerate(summary.groupby("num_nodes")):
+        ax.plot([at[t] for t in group["topology"]], group["speedup"],
+                NODE_MARKERS[k % len(NODE_MARKERS)], color="tab:blue", markersize=7,
+                label=f"measured, {int(count)} node{'s' if count != 1 else ''}")
+    right = max(xs)
+    ax.set_xlim(0, right + max(1.0, 0.1 * right))
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(f"world size (number of {device_word(summary)})")
     ax.set_ylabel("speedup (x, steady-state throughput)")
     ax.set_xticks(xs)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize=9)
     ax.set_title(title(summary, "Speedup: measured vs ideal and predicted"), fontsize=11)
-    save(fig, path)
+    _label_points(ax, summary, at, right)
+    return fig
+
+
+LABEL_GAP_PT = 13  # a 9-point label is about 10.5 points tall
+
+
+def _label_points(ax, summary: pd.DataFrame, at: dict, right: float) -> None:
+    """One label per point, at its height beside its world size's points (left of them at the
+    largest world size, so none runs past the right edge), each moved down only as far as it
+    must to clear the label above it, or up where the stack would leave the axes."""
+    ax.figure.tight_layout()  # the offsets are in points: measure them on the final layout
+    to_pt = 72.0 / ax.figure.dpi
+    bottom = ax.get_window_extent().y0 * to_pt
+    for world_size, group in summary.groupby("world_size"):
+        last = world_size >= right
+        xs = [at[t] for t in group["topology"]]
+        anchor = min(xs) if last else max(xs)
+        rows = group.sort_values("speedup", ascending=False)
+        ys = [ax.transData.transform((anchor, v))[1] * to_pt for v in rows["speedup"]]
+        tops = []
+        for y in ys:
+            tops.append(min(y + 5, tops[-1] - LABEL_GAP_PT) if tops else y + 5)
+        lift = max(0.0, bottom + LABEL_GAP_PT - tops[-1])
+        for (_, row), y, top in zip(rows.iterrows(), ys, tops):
+            ax.annotate(str(row["topology"]), (anchor, row["speedup"]), textcoords="offset points",
+                        xytext=(-8 if last else 8, top + lift - y), ha="right" if last else "left",
+                        va="top", fontsize=9)
+
+
+def plot_speedup(data, path: str | Path) -> None:
+    save(speedup_figure(data), path)
 
 
 def _bar(summary: pd.DataFrame, values, color: str):
@@ -48,7 +100,7 @@ def _bar(summary: pd.DataFrame, values, color: str):
     return fig, ax, bars
 
 
-def plot_efficiency(data, path: str | Path) -> None:
+def efficiency_figure(data):
     """Parallel efficiency per topology; 1.0 means perfect linear scaling."""
     summary = data.finished
     fig, ax, bars = _bar(summary, summary["efficiency"], "tab:green")
@@ -58,9 +110,14 @@ def plot_efficiency(data, path: str | Path) -> None:
     top = max(1.0, float(summary["efficiency"].max()))
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("parallel efficiency (speedup / device ratio)")
-    ax.legend(loc="lower left", fontsize=9)
+    # right of the axes: inside, any corner can hide a bar (the first bar stands at lower left)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
     ax.set_title(title(summary, "Parallel efficiency"), fontsize=11)
-    save(fig, path)
+    return fig
+
+
+def plot_efficiency(data, path: str | Path) -> None:
+    save(efficiency_figure(data), path)
 
 
 def plot_throughput(data, path: str | Path) -> None:

@@ -94,6 +94,12 @@ def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
             "whether accuracy held there is not known.")
 
 
+def times(speedup) -> str:
+    """A speedup as every part of the report writes it: the verdict, the headline and the tables
+    must not round one number two ways (0.4x above a table saying 0.39x)."""
+    return "n/a" if speedup is None or pd.isna(speedup) else f"{speedup:.2f}x"
+
+
 def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
     ok = usable(summary)
@@ -109,7 +115,7 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
     efficient = ok[ok["efficiency"] >= threshold - 1e-9]
     fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
-            f"{fastest['speedup']:.2f}x, {fastest['efficiency']:.0%} efficient)")
+            f"{times(fastest['speedup'])}, {fastest['efficiency']:.0%} efficient)")
     baseline = summary.attrs.get("baseline")
     if efficient.empty:
         keep = f"no topology stays above {threshold:.0%} efficiency"
