@@ -13,6 +13,13 @@ ranks agree after each (one gather) before any collective of the next:
 3. the all-reduce benchmark.
 
 A failure on any rank becomes every rank's: the lowest failing rank's reason, agreed.
+
+Afterwards training must run as in a repeat that never probed (release()): the copy, its
+optimizers, DDP wrapper and batches are freed, CUDA's peak-memory statistics start again
+(else repeat 0's peak_memory_mb carries the probe's second model and optimizer state), and
+dynamo's in-process caches and counters are cleared, so training compiles its own graphs
+(else repeat 0's warm-up epoch carries no compile time and compile_graphs counts the probe's).
+Inductor's on-disk cache stays, as it stays for every later repeat.
 """
 
 from __future__ import annotations
@@ -106,11 +113,24 @@ class _Probe:
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
 
     def free(self) -> None:
-        """The copy, its optimizers, DDP wrapper and batches, gone whatever happened."""
+        """The copy, its optimizers, DDP wrapper (with its comm hook's state), gradients and
+        batches, gone whatever happened; then training's own statistics start (release)."""
         self.runner = self.view = self.batches = self.waits = None
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(self.device)
+
+
+def release(device: torch.device) -> None:
+    """What the probe left in this process, cleared before training (see the module's docstring)."""
+    import torch._dynamo
+    from torch._dynamo.utils import clear_compilation_metrics, counters
+
+    torch._dynamo.reset()  # compiled code of the copy: training's methods share its code objects
+    counters.clear()  # compile_graphs and graph breaks (ddpscale.training.compiling.stats)
+    clear_compilation_metrics()  # compile_recompiles
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
