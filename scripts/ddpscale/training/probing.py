@@ -72,7 +72,7 @@ class _Probe:
         self.device = trainer.strategy.root_device
         self.doing = "starting"
         self.runner = self.view = self.batches = self.waits = None
-        self.step = self.gradient = self.allreduce = None  # what it measured
+        self.step = self.gradient = self.allreduce = self.allreduce_ddp = None  # what it measured
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
@@ -111,6 +111,10 @@ class _Probe:
         self.gradient = stepprobe.gradient_numel(self.runner.module)
         self.allreduce = commbench.allreduce_benchmark(commbench.message_sizes(self.gradient[1]), self.device,
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
+        # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set)
+        buckets = commbench.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
+        self.allreduce_ddp = commbench.allreduce_as_ddp(buckets, self.device,
+                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
 
     def free(self) -> None:
         """The copy, its optimizers, DDP wrapper (with its comm hook's state), gradients and
@@ -131,6 +135,12 @@ def release(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def bucket_cap_mb(strategy) -> float | None:
+    """The bucket size the run's DDP was given (strategy DDPStrategy(bucket_cap_mb=...)), or
+    None for DDP's default; the probe's own DDP wrapper gets the same kwargs."""
+    return (getattr(strategy, "_ddp_kwargs", None) or {}).get("bucket_cap_mb")
 
 
 def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
@@ -157,7 +167,9 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
     if failure is not None:
         return Outcome(probe_record.na_record(args.topology, trainer.world_size, failure.reason), failure)
     backend = dist.get_backend() if trainer.world_size > 1 else "none"
-    return Outcome(probe_record.record(
+    record = probe_record.record(
         topology=args.topology, num_nodes=args.nodes, devices_per_node=args.devices, places=places,
         backend=backend, device=run.device, precision=args.precision, gradient=run.gradient,
-        allreduce=run.allreduce, step=run.step, started=started), None)
+        allreduce=run.allreduce, step=run.step, started=started)
+    record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
+    return Outcome(record, None)

@@ -1,0 +1,29 @@
+"""Probes combined with runs (issue 20, item 9): the comm term is the gradient all-reduced in
+DDP's buckets, and a probe file given with report.py --probes must describe the runs it joins."""
+from __future__ import annotations
+
+import pytest
+
+from ddpscale.report import breakdown
+from test_breakdown import probe
+
+
+def test_the_comm_term_is_the_gradient_in_ddp_s_buckets():
+    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.002)
+    # 20 buckets of GPT-2 small take longer than one message of the whole gradient
+    record["allreduce_ddp"] = {"bucket_bytes": [1, 2], "buckets": 2, "bytes": 3, "time_s": 0.005, "iters": 3}
+    assert breakdown.allreduce_s(record) == pytest.approx(0.005)
+    assert breakdown.comm_per_batch_s({**record, "step": {**record["step"], "accumulate_grad_batches": 5}}) \
+        == pytest.approx(0.001)
+    del record["allreduce_ddp"]  # a probe made before: the sweep's largest message
+    assert breakdown.allreduce_s(record) == pytest.approx(0.002)
+
+
+def test_the_probe_reads_the_bucket_cap_the_run_s_ddp_was_given():
+    from pytorch_lightning.strategies import DDPStrategy
+
+    from ddpscale.training import probing
+
+    assert probing.bucket_cap_mb(DDPStrategy(bucket_cap_mb=50)) == 50
+    assert probing.bucket_cap_mb(DDPStrategy()) is None
+    assert probing.bucket_cap_mb(object()) is None  # one device: no DDP strategy
