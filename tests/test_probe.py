@@ -165,6 +165,8 @@ def test_probe_on_one_rank(tmp_path, data_file):
     check_step(probe["step"], 1)
     assert probe["step"]["exposed_comm_s"] == 0 and probe["step"]["sync_step_s"] == probe["step"]["compute_s"]
     assert "no DDP" in probe["step"]["method"]
+    # what report.py --probes checks against the runs the file joins
+    assert probe["model"] == {"class": "ddpscale.workloads.models.SpiralMLP", "args": {"hidden": [64, 32, 16]}}
 
 
 @pytest.mark.slow

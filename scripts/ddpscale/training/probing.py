@@ -25,6 +25,7 @@ Inductor's on-disk cache stays, as it stays for every later repeat.
 from __future__ import annotations
 
 import gc
+import json
 import socket
 import time
 from dataclasses import dataclass
@@ -137,6 +138,10 @@ def release(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def _json(text: str | None):
+    return None if text is None else json.loads(text)
+
+
 def bucket_cap_mb(strategy) -> float | None:
     """The bucket size the run's DDP was given (strategy DDPStrategy(bucket_cap_mb=...)), or
     None for DDP's default; the probe's own DDP wrapper gets the same kwargs."""
@@ -172,4 +177,6 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
         backend=backend, device=run.device, precision=args.precision, gradient=run.gradient,
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
+    # what report.py --probes checks against the runs it joins (report.probecheck)
+    record["model"] = {"class": getattr(args, "model_class", None), "args": _json(getattr(args, "model_args", None))}
     return Outcome(record, None)
