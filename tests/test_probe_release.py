@@ -70,7 +70,7 @@ def test_the_probe_s_ddp_wrapper_optimizers_view_grads_and_hook_state_are_collec
     assert not alive, f"outlived the probe: {alive}"
 
 
-def test_training_after_a_probe_compiles_its_own_graphs():
+def test_training_after_a_probe_compiles_its_own_graphs(monkeypatch, tmp_path):
     """The copy's compiled code shares the run's code objects: without a reset, training reused
     it and compiled nothing, so repeat 0's warm-up had no compile time."""
     from torch._dynamo.utils import counters
@@ -82,6 +82,7 @@ def test_training_after_a_probe_compiles_its_own_graphs():
         def on_train_epoch_end(self, trainer, pl_module):
             self.during = counters["stats"]["unique_graphs"] - self.before
 
+    monkeypatch.chdir(tmp_path)  # Lightning's default checkpoint folder
     args = run_args(16)
     args.compile = "default"
     probed, graphs = ProbeBeforeTraining(args, SMALL), Graphs()
