@@ -14,6 +14,16 @@ ranks agree after each (one gather) before any collective of the next:
 
 A failure on any rank becomes every rank's: the lowest failing rank's reason, agreed.
 
+Data wait: the probe draws its batches from the run's own train dataloader, moved to the run's
+device as training moves them (resident batches are sliced where they live), each draw timed
+to a device sync: data_drawn_s, what a batch costs when nothing runs beside it. The breakdown's
+data_s is the part the training loop is exposed to (exposed_data_wait): Lightning draws the
+next batch in the training process between steps, so a loader without worker processes
+(num_workers 0, resident or Markov batches) is waited for whole; DataLoader workers prepare
+batches while the step runs, so only what a step does not cover is waited for:
+max(0, drawn - synced step). Moving a batch to the device happens between steps either way;
+with workers it counts as hidden, an approximation that errs towards less data wait.
+
 Afterwards training must run as in a repeat that never probed (release()): the copy, its
 optimizers, DDP wrapper and batches are freed, CUDA's peak-memory statistics start again
 (else repeat 0's peak_memory_mb carries the probe's second model and optimizer state), and
@@ -32,6 +42,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch.utils.data import DataLoader
 
 from ddpscale.cluster import ranks
 from ddpscale.measurement import commbench, stepprobe
@@ -102,7 +114,10 @@ class _Probe:
 
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
-        self.step = stepprobe.measure(
+        self.step = exposed_data_wait(self.measure_steps(), loads_beside_steps(self.view.train_dataloader))
+
+    def measure_steps(self) -> dict:
+        return stepprobe.measure(
             self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
             rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
             accumulate=self.accumulate)
@@ -136,6 +151,24 @@ def release(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def loads_beside_steps(loaders) -> bool:
+    """Whether the run's train loaders prepare batches while a step runs (DataLoader workers)."""
+    found = []
+    apply_to_collection(loaders, DataLoader, lambda loader: found.append(loader.num_workers > 0))
+    return any(found)
+
+
+def exposed_data_wait(step: dict, beside_steps: bool) -> dict:
+    """The step record with data_s the data wait training is exposed to (see the module's
+    docstring); data_drawn_s the probe's own draws."""
+    drawn = step["data_s"]
+    exposed = max(0.0, drawn - step["sync_step_s"]) if beside_steps else drawn
+    how = ("DataLoader workers prepare batches during the step: drawn minus the synchronised step, at least 0"
+           if beside_steps else "drawn in the training process between steps: all of it")
+    return {**step, "data_drawn_s": drawn, "data_s": exposed, "data_loads_beside_steps": beside_steps,
+            "data_method": f"exposed data wait per batch; {how}"}
 
 
 def _json(text: str | None):
