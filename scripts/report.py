@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     try:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
-            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes, runs)}, baseline=args.baseline,
+            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes, runs)},
+            baseline=args.baseline,
             metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),

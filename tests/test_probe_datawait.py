@@ -11,8 +11,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from ddpscale.training import probecopy, probing
 from ddpscale.workloads.resident import ResidentBatches
 
-from test_probecopy import fit_with_probe, usermods  # noqa: F401 - usermods is a fixture
+import test_probecopy
+from test_probecopy import fit_with_probe
 
+usermods = test_probecopy.usermods  # the fixture: the test user modules, importable
 STEP = {"data_s": 0.005, "compute_s": 0.002, "sync_step_s": 0.003, "method": "timed"}
 
 
@@ -56,7 +58,7 @@ def test_the_probe_draws_training_s_own_resident_batches_on_the_run_s_device(dat
     assert step["data_loads_beside_steps"] is False and step["data_s"] == step["data_drawn_s"] > 0
 
 
-def test_a_probe_with_dataloader_workers_reports_the_exposed_wait(usermods):  # noqa: F811
+def test_a_probe_with_dataloader_workers_reports_the_exposed_wait(usermods):
     data = usermods.imagedata.TrainerShardedImages(batch_size=16, train_samples=37, num_workers=1)
     probed, _ = fit_with_probe(usermods.cnn.SmallCNN(), data)
     step = probed.record["step"]
