@@ -21,7 +21,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="metrics.json files, one per training run")
     p.add_argument("--probes", nargs="*", default=[], metavar="PATH",
                    help="probe.json files of scripts/probe.py, one per topology; they replace the probe "
-                        "a topology's first repeat ran before training (time breakdown, all-reduce)")
+                        "a topology's first repeat ran before training (time breakdown, all-reduce); one whose "
+                        "precision, per-device batch, device, topology or model differs from its runs' is refused")
     p.add_argument("--baseline", default="1x1", help="baseline topology (default 1x1)")
     p.add_argument("--accuracy-metric", default="test_acc",
                    help="any metric the module logs, compared against the baseline (default test_acc)")
@@ -59,7 +60,8 @@ def main(argv=None) -> int:
     try:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
-            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes)}, baseline=args.baseline,
+            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes, runs)},
+            baseline=args.baseline,
             metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),

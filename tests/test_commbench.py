@@ -51,3 +51,39 @@ def test_allreduce_on_a_one_rank_gloo_group_is_timed(tmp_path):
         assert row["time_s"] > 0 and row["iters"] == 3
         assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
         assert row["busbw_gbps"] == 0.0
+
+
+# -- the gradient as DDP sends it (issue 20, item 9) -----------------------------------
+
+MIB = 1024 * 1024
+
+
+def test_ddp_buckets_follow_ddp_s_defaults_and_the_run_s_bucket_cap():
+    from ddpscale.measurement.commbench import ddp_buckets
+
+    # GPT-2 small's fp32 gradient, 124 M parameters: 1 MiB first, 25 MiB buckets, the rest last
+    grad = 124_439_808 * 4
+    buckets = ddp_buckets(grad)
+    assert buckets[0] == MIB and set(buckets[1:-1]) == {25 * MIB} and 0 < buckets[-1] <= 25 * MIB
+    assert sum(buckets) == grad and len(buckets) == 20
+    # bucket_cap_mb set in the run's DDP kwargs: no small first bucket
+    assert ddp_buckets(10 * MIB + 5, bucket_cap_mb=4) == [4 * MIB, 4 * MIB, 2 * MIB + 5]
+    assert ddp_buckets(300) == [300]  # a small model: one bucket
+    with pytest.raises(ValueError, match="bucket_cap_mb must be positive"):
+        ddp_buckets(300, bucket_cap_mb=0)
+
+
+def test_allreduce_as_ddp_times_every_bucket_of_one_sync(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    from ddpscale.measurement.commbench import allreduce_as_ddp
+
+    assert allreduce_as_ddp([1024, 512], torch.device("cpu"))["time_s"] == 0.0  # no group: nothing sent
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        row = allreduce_as_ddp([4096, 4096, 100], torch.device("cpu"), warmup=1, iters=3)
+    finally:
+        dist.destroy_process_group()
+    assert row["time_s"] > 0 and row["iters"] == 3
+    assert row["buckets"] == 3 and row["bytes"] == 8292 and row["bucket_bytes"] == [4096, 4096, 100]

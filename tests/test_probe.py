@@ -165,6 +165,8 @@ def test_probe_on_one_rank(tmp_path, data_file):
     check_step(probe["step"], 1)
     assert probe["step"]["exposed_comm_s"] == 0 and probe["step"]["sync_step_s"] == probe["step"]["compute_s"]
     assert "no DDP" in probe["step"]["method"]
+    # what report.py --probes checks against the runs the file joins
+    assert probe["model"] == {"class": "ddpscale.workloads.models.SpiralMLP", "args": {"hidden": [64, 32, 16]}}
 
 
 @pytest.mark.slow
@@ -194,6 +196,9 @@ def test_probe_on_two_ranks_through_the_local_launcher(tmp_path, data_file):
     assert probe["step"]["accumulate_grad_batches"] == 1
     assert probe["step"]["allreduce_calls_per_batch"] == 1.0
     assert probe["step"]["allreduce_calls_per_batch_no_sync"] == 0.0
+    # the comm term: the gradient as DDP sends it, here that one bucket
+    as_ddp = probe["allreduce_ddp"]
+    assert as_ddp["bucket_bytes"] == [probe["gradient_bytes"]] and as_ddp["time_s"] > 0 and as_ddp["iters"] == 10
 
 
 @pytest.mark.slow

@@ -2,6 +2,12 @@
 
 algbw = bytes / time; busbw = algbw * 2(n-1)/n, the rate each link must carry in a ring
 all-reduce, comparable across world sizes and with the hardware's link speed.
+
+The size sweep gives the bandwidth; the comm term of the prediction comes from the gradient
+all-reduced as DDP issues it (ddp_buckets, allreduce_as_ddp): in buckets of bucket_cap_mb
+(25 MiB unless the run's DDP kwargs set it; with the default, a first bucket of 1 MiB),
+launched one after another without waiting, the last one the remainder. One message of the
+whole gradient is faster than its buckets (each all-reduce has its own latency).
 """
 
 from __future__ import annotations
@@ -11,6 +17,11 @@ import statistics
 import time
 
 GB = 1e9
+MIB = 1024 * 1024
+# torch.nn.parallel.DistributedDataParallel's defaults (torch 2.13: _DEFAULT_BUCKET_CAP_MB,
+# dist._DEFAULT_FIRST_BUCKET_BYTES): a 1 MiB first bucket only when bucket_cap_mb is not set
+DEFAULT_BUCKET_CAP_MB = 25
+DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
 
 def message_sizes(grad_bytes: int, start: int = 1024) -> list[int]:
@@ -24,6 +35,26 @@ def message_sizes(grad_bytes: int, start: int = 1024) -> list[int]:
         sizes.append(size)
         size *= 2
     return sizes + [grad_bytes]
+
+
+def ddp_buckets(grad_bytes: int, bucket_cap_mb: float | None = None) -> list[int]:
+    """Bytes of each all-reduce DDP issues per synchronisation of grad_bytes of gradient, as it
+    sizes its buckets after the first step (Reducer's rebuilt buckets): a first bucket of 1 MiB
+    with the default cap, then buckets of the cap, the last one the remainder. DDP closes a
+    bucket at a parameter's boundary, so real buckets exceed the cap by up to one parameter;
+    the count and total are what matter for the time."""
+    if grad_bytes <= 0:
+        raise ValueError(f"the model has no trainable gradient to all-reduce ({grad_bytes} bytes)")
+    cap = int((DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * MIB)
+    if cap <= 0:
+        raise ValueError(f"bucket_cap_mb must be positive (got {bucket_cap_mb}) in the run's DDP settings")
+    first = DEFAULT_FIRST_BUCKET_BYTES if bucket_cap_mb is None else cap
+    sizes = [min(first, grad_bytes)]
+    left = grad_bytes - sizes[0]
+    while left > 0:
+        sizes.append(min(cap, left))
+        left -= sizes[-1]
+    return sizes
 
 
 def bandwidths(nbytes: int, seconds: float, world_size: int) -> tuple[float | None, float | None]:
@@ -101,3 +132,33 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
         results.append({"bytes": nbytes, "time_s": seconds, "algbw_gbps": algbw, "busbw_gbps": busbw,
                         "iters": iters})
     return results
+
+
+def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, iters: int = 20) -> dict:
+    """Seconds for one gradient synchronisation issued as DDP issues it: every bucket's
+    all-reduce launched without waiting for the one before, then all waited for; each rank's
+    median, max over ranks. Collective, like allreduce_benchmark; 0 s with no process group."""
+    import torch
+    import torch.distributed as dist
+
+    out = {"bucket_bytes": list(buckets), "buckets": len(buckets), "bytes": sum(buckets)}
+    if not _initialized():
+        return {**out, "time_s": 0.0, "iters": 0}
+    dtype = dtype or torch.float32
+    element = torch.empty((), dtype=dtype).element_size()
+    tensors = [torch.ones(math.ceil(n / element), dtype=dtype, device=device) for n in buckets]
+
+    def sync_once() -> None:
+        for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+            work.wait()
+        _sync(device)
+
+    for _ in range(warmup):
+        sync_once()
+    align(device)
+    calls = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        sync_once()
+        calls.append(time.perf_counter() - start)
+    return {**out, "time_s": slowest(statistics.median(calls), device), "iters": iters}

@@ -25,6 +25,8 @@ from typing import Iterable
 
 import pandas as pd
 
+from ddpscale.report import probecheck
+
 TERMS = ("data", "compute", "comm", "overhead")
 TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + optimizer)",
               "comm": "exposed gradient communication", "overhead": "framework overhead"}
@@ -60,15 +62,19 @@ def _checked(record: dict, source: str) -> dict:
     return record
 
 
-def load_probes(paths: Iterable[str | Path]) -> dict[str, dict]:
-    """probe.json files of scripts/probe.py (a probe run alone), by topology."""
+def load_probes(paths: Iterable[str | Path], runs: pd.DataFrame | None = None) -> dict[str, dict]:
+    """probe.json files of scripts/probe.py (a probe run alone), by topology; with runs, each
+    must describe the runs of its topology (ddpscale.report.probecheck) or is refused."""
     probes = {}
     for path in paths:
         try:
             record = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: cannot read probe results ({exc})") from None
-        probes[record.get("topology")] = _checked(record, str(path))
+        record = _checked(record, str(path))
+        if runs is not None:
+            probecheck.check(record, runs, str(path))
+        probes[record.get("topology")] = record
     return probes
 
 
@@ -90,8 +96,15 @@ def train_step_s(row) -> float:
 
 
 def allreduce_s(probe: dict) -> float:
-    """Measured all-reduce time for the gradient (the largest message the probe timed)."""
-    if probe["world_size"] <= 1 or not probe["allreduce"]:
+    """Measured all-reduce time for one synchronisation of the gradient, in the buckets DDP
+    sends (probe 'allreduce_ddp'); probes made before it was recorded: the largest message of
+    the size sweep, one message of the whole gradient (faster than its buckets)."""
+    if probe["world_size"] <= 1:
+        return 0.0
+    as_ddp = probe.get("allreduce_ddp")
+    if as_ddp:
+        return float(as_ddp["time_s"])
+    if not probe["allreduce"]:
         return 0.0
     return float(max(probe["allreduce"], key=lambda r: r["bytes"])["time_s"])
 

@@ -13,17 +13,37 @@ ranks agree after each (one gather) before any collective of the next:
 3. the all-reduce benchmark.
 
 A failure on any rank becomes every rank's: the lowest failing rank's reason, agreed.
+
+Data wait: the probe draws its batches from the run's own train dataloader, moved to the run's
+device as training moves them (resident batches are sliced where they live), each draw timed
+to a device sync: data_drawn_s, what a batch costs when nothing runs beside it. The breakdown's
+data_s is the part the training loop is exposed to (exposed_data_wait): Lightning draws the
+next batch in the training process between steps, so a loader without worker processes
+(num_workers 0, resident or Markov batches) is waited for whole; DataLoader workers prepare
+batches while the step runs, so only what a step does not cover is waited for:
+max(0, drawn - synced step). Moving a batch to the device happens between steps either way;
+with workers it counts as hidden, an approximation that errs towards less data wait.
+
+Afterwards training must run as in a repeat that never probed (release()): the copy, its
+optimizers, DDP wrapper and batches are freed, CUDA's peak-memory statistics start again
+(else repeat 0's peak_memory_mb carries the probe's second model and optimizer state), and
+dynamo's in-process caches and counters are cleared, so training compiles its own graphs
+(else repeat 0's warm-up epoch carries no compile time and compile_graphs counts the probe's).
+Inductor's on-disk cache stays, as it stays for every later repeat.
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import socket
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch.utils.data import DataLoader
 
 from ddpscale.cluster import ranks
 from ddpscale.measurement import commbench, stepprobe
@@ -65,7 +85,7 @@ class _Probe:
         self.device = trainer.strategy.root_device
         self.doing = "starting"
         self.runner = self.view = self.batches = self.waits = None
-        self.step = self.gradient = self.allreduce = None  # what it measured
+        self.step = self.gradient = self.allreduce = self.allreduce_ddp = None  # what it measured
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
@@ -94,7 +114,10 @@ class _Probe:
 
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
-        self.step = stepprobe.measure(
+        self.step = exposed_data_wait(self.measure_steps(), loads_beside_steps(self.view.train_dataloader))
+
+    def measure_steps(self) -> dict:
+        return stepprobe.measure(
             self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
             rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
             accumulate=self.accumulate)
@@ -104,13 +127,58 @@ class _Probe:
         self.gradient = stepprobe.gradient_numel(self.runner.module)
         self.allreduce = commbench.allreduce_benchmark(commbench.message_sizes(self.gradient[1]), self.device,
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
+        # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set)
+        buckets = commbench.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
+        self.allreduce_ddp = commbench.allreduce_as_ddp(buckets, self.device,
+                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
 
     def free(self) -> None:
-        """The copy, its optimizers, DDP wrapper and batches, gone whatever happened."""
+        """The copy, its optimizers, DDP wrapper (with its comm hook's state), gradients and
+        batches, gone whatever happened; then training's own statistics start (release)."""
         self.runner = self.view = self.batches = self.waits = None
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(self.device)
+
+
+def release(device: torch.device) -> None:
+    """What the probe left in this process, cleared before training (see the module's docstring)."""
+    import torch._dynamo
+    from torch._dynamo.utils import clear_compilation_metrics, counters
+
+    torch._dynamo.reset()  # compiled code of the copy: training's methods share its code objects
+    counters.clear()  # compile_graphs and graph breaks (ddpscale.training.compiling.stats)
+    clear_compilation_metrics()  # compile_recompiles
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def loads_beside_steps(loaders) -> bool:
+    """Whether the run's train loaders prepare batches while a step runs (DataLoader workers)."""
+    found = []
+    apply_to_collection(loaders, DataLoader, lambda loader: found.append(loader.num_workers > 0))
+    return any(found)
+
+
+def exposed_data_wait(step: dict, beside_steps: bool) -> dict:
+    """The step record with data_s the data wait training is exposed to (see the module's
+    docstring); data_drawn_s the probe's own draws."""
+    drawn = step["data_s"]
+    exposed = max(0.0, drawn - step["sync_step_s"]) if beside_steps else drawn
+    how = ("DataLoader workers prepare batches during the step: drawn minus the synchronised step, at least 0"
+           if beside_steps else "drawn in the training process between steps: all of it")
+    return {**step, "data_drawn_s": drawn, "data_s": exposed, "data_loads_beside_steps": beside_steps,
+            "data_method": f"exposed data wait per batch; {how}"}
+
+
+def _json(text: str | None):
+    return None if text is None else json.loads(text)
+
+
+def bucket_cap_mb(strategy) -> float | None:
+    """The bucket size the run's DDP was given (strategy DDPStrategy(bucket_cap_mb=...)), or
+    None for DDP's default; the probe's own DDP wrapper gets the same kwargs."""
+    return (getattr(strategy, "_ddp_kwargs", None) or {}).get("bucket_cap_mb")
 
 
 def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
@@ -137,7 +205,11 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
     if failure is not None:
         return Outcome(probe_record.na_record(args.topology, trainer.world_size, failure.reason), failure)
     backend = dist.get_backend() if trainer.world_size > 1 else "none"
-    return Outcome(probe_record.record(
+    record = probe_record.record(
         topology=args.topology, num_nodes=args.nodes, devices_per_node=args.devices, places=places,
         backend=backend, device=run.device, precision=args.precision, gradient=run.gradient,
-        allreduce=run.allreduce, step=run.step, started=started), None)
+        allreduce=run.allreduce, step=run.step, started=started)
+    record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
+    # what report.py --probes checks against the runs it joins (report.probecheck)
+    record["model"] = {"class": getattr(args, "model_class", None), "args": _json(getattr(args, "model_args", None))}
+    return Outcome(record, None)
