@@ -238,7 +238,10 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
     data_s = slowest(statistics.median(waits), device)
     compute_s = median(COMPUTE)
     sync_s = median(SYNCED) if world_size > 1 else compute_s
-    loop_s = median(LOOP_SYNC) if world_size > 1 else sync_s
+    # the broadcast's cost: the median of each round's difference, not a difference of medians,
+    # so a round slowed for both kinds alike (a busy host) cancels out
+    loop_diff = (slowest(statistics.median(a - b for a, b in zip(times[LOOP_SYNC], times[SYNCED])), device)
+                 if world_size > 1 else 0.0)
     how = ("DDP no_sync() (no gradient all-reduce) vs with gradient all-reduce vs with all-reduce and "
            "Lightning's per-batch SIGTERM broadcast + .item(), rotating"
            if world_size > 1 else "one rank, no DDP")
@@ -267,9 +270,9 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
         "comm_diff_s": sync_s - compute_s,
         # Lightning 2.6 broadcasts a SIGTERM flag and calls .item() before every batch in DDP
         # (training_epoch_loop._broadcast_sigterm_tensor); one rank does not
-        "sync_step_with_loop_sync_s": loop_s,
-        "loop_sync_s": max(0.0, loop_s - sync_s),
-        "loop_sync_diff_s": loop_s - sync_s,
+        "sync_step_with_loop_sync_s": median(LOOP_SYNC) if world_size > 1 else sync_s,
+        "loop_sync_s": max(0.0, loop_diff),
+        "loop_sync_diff_s": loop_diff,
     }
 
 
