@@ -43,7 +43,20 @@ def parse_args(argv=None):
                    help="the network between nodes as the profile states it (site_interconnect), for the report")
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
+    p.add_argument("--probe-batch-sizes", type=batch_sizes, default=[],
+                   help="comma-separated per-device batches at which a one-device probe also times its "
+                        "compute (the workflow gives the baseline every topology's), for the prediction")
     return p.parse_args(argv)
+
+
+def batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"batch sizes must be >= 1, got {text!r}")
+    return sizes
 
 
 def is_first_rank() -> bool:
@@ -55,8 +68,8 @@ def run_settings(args) -> dict:
     """The flags that define what a run measures: its checkpoint and finished record are kept
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
-            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "accuracy_metric", "site_interconnect",
-                         *NOT_IDENTITY)}
+            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "probe_batch_sizes", "accuracy_metric",
+                         "site_interconnect", *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:

@@ -26,6 +26,10 @@ def test_probed_run_trains_as_an_unprobed_one_would(tmp_path, data_file):
     probe = probed["probe"]
     assert probe["world_size"] == 2 and probe["node_ranks"] == [0, 0] and probe["backend"] == "gloo"
     assert probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"] and probe["step"]["compute_s"] > 0
+    # Lightning's per-batch SIGTERM broadcast, timed on the run's two ranks
+    step = probe["step"]
+    assert step["sync_step_with_loop_sync_s"] > 0 and step["loop_sync_s"] == max(0.0, step["loop_sync_diff_s"])
+    assert "compute_by_batch" not in step, "only the baseline times other batch sizes"
     assert log.count("ddpscale probe: 1x2 world size 2") == 1 and "ddpscale probe:" not in plain_log
     assert "probe" not in plain
     # the probe draws random numbers (a model, a shuffled loader): training must not see them
@@ -39,6 +43,17 @@ def test_probed_run_trains_as_an_unprobed_one_would(tmp_path, data_file):
     assert probed["held_s"] >= probed["fit_wall_s"] + probe["probe_wall_s"]
     # every epoch's samples over both ranks: the 840 training samples twice
     assert probed["samples_trained"] == plain["samples_trained"] == 840 * 2
+
+
+def test_the_baseline_times_its_compute_at_every_batch_it_is_given(tmp_path, data_file):
+    """train.py --probe-batch-sizes (the workflow gives the baseline every topology's per-device
+    batch): the probe's record holds the compute at each, its own batch (32) its own timing."""
+    metrics, _ = trained(tmp_path, data_file, 1, 1, "--probe", "--probe-batch-sizes", "8,16,32")
+    step = metrics["probe"]["step"]
+    assert [r["batch_per_device"] for r in step["compute_by_batch"]] == [8, 16, 32]
+    assert step["compute_by_batch"][2]["compute_s"] == step["compute_s"]
+    assert all(r["compute_s"] > 0 for r in step["compute_by_batch"]), step["compute_by_batch"]
+    assert step["loop_sync_s"] == 0, "one rank: Lightning does not broadcast"
 
 
 def test_resumed_run_keeps_its_probe_and_does_not_probe_again(tmp_path, data_file):

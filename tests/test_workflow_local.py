@@ -72,6 +72,9 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     probe = json.loads(workspace.metrics("2x1").read_text())["probe"]
     assert probe["world_size"] == 2 and probe["allreduce"][-1]["bytes"] == probe["gradient_bytes"]
     assert probe["node_ranks"] == [0, 1], "the probe ran on the ranks that trained"
+    # the baseline timed its compute at every per-device batch the topologies train with
+    timed = json.loads(workspace.metrics("1x1").read_text())["probe"]["step"]["compute_by_batch"]
+    assert [r["batch_per_device"] for r in timed] == [32, 64] and all(r["compute_s"] > 0 for r in timed)
     steps = pd.read_csv(report / "breakdown.tsv", sep="\t")
     assert list(steps.topology) == ["1x1", "1x2", "2x1"] and (steps.compute_s > 0).all()
     assert "<h2>Predicted vs measured</h2>" in html

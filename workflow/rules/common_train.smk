@@ -3,6 +3,7 @@
 import functools
 
 from ddpscale.cluster.resources import run_accelerator  # noqa: E402
+from ddpscale.cluster.topology import batch_per_device  # noqa: E402
 from ddpscale.report.status_sources import live_training_job, query_squeue  # noqa: E402
 
 
@@ -171,7 +172,19 @@ def get_train_flags(wildcards):
     if SITE.interconnect != "unknown":
         flags["--site-interconnect"] = SITE.interconnect
     # the first repeat probes its topology before training, in the same allocation
-    return as_flags(flags) + (" --probe" if wildcards.repeat == "0" else "")
+    if wildcards.repeat != "0":
+        return as_flags(flags)
+    probe = " --probe"
+    if flags["--topology"] == parse_topology(config["baseline"]).name:
+        # the baseline's probe times its compute at every topology's per-device batch: the
+        # prediction of each topology starts from the baseline's compute at its batch
+        probe += " --probe-batch-sizes " + ",".join(map(str, get_probe_batch_sizes()))
+    return as_flags(flags) + probe
+
+
+def get_probe_batch_sizes():
+    """The per-device batches of the configured topologies, smallest first."""
+    return sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in TOPOLOGIES})
 
 
 # The metric the report compares, for the log line at each run's first validation (train.py

@@ -66,5 +66,6 @@ def summary(record: dict) -> str:
     busbw = "n/a (one rank)" if last["busbw_gbps"] is None else f"{last['busbw_gbps']:.3f} GB/s"
     return (f"ddpscale probe: {record['topology']} world size {record['world_size']} ({record['backend']}, "
             f"{record['device_name']}): per batch data {ms(step['data_s'])}, compute {ms(step['compute_s'])}, "
-            f"exposed comm {ms(step['exposed_comm_s'])}; all-reduce of {last['bytes']} B gradient: "
+            f"exposed comm {ms(step['exposed_comm_s'])}, Lightning's per-batch sync {ms(step.get('loop_sync_s', 0.0))}"
+            f"; all-reduce of {last['bytes']} B gradient: "
             f"{ms(last['time_s'])}, busbw {busbw}; probe {record['probe_wall_s']:.2f} s")

@@ -23,6 +23,7 @@ all-reduce. Lightning refuses gradient accumulation with manual optimisation.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import statistics
 import time
@@ -31,6 +32,7 @@ import torch
 from pytorch_lightning.overrides.distributed import prepare_for_backward
 from torch import nn
 
+from ddpscale.measurement import loopsync
 from ddpscale.measurement.commbench import align, slowest
 
 
@@ -154,9 +156,12 @@ class Runner:
         self.scaler.update()
         return out
 
-    def step(self, batches: list, i: int, synced: bool, accumulate: int = 1) -> None:
-        """Optimizer step i as Lightning runs it: only the last micro-batch may synchronise."""
+    def step(self, batches: list, i: int, synced: bool, accumulate: int = 1, before_batch=None) -> None:
+        """Optimizer step i as Lightning runs it: only the last micro-batch may synchronise.
+        before_batch: called before each batch, as Lightning's loop does its own per-batch work."""
         if self.manual:  # training_step zeroes, backpropagates and steps itself
+            if before_batch is not None:
+                before_batch()
             with self.ddp.no_sync() if self.ddp is not None and not synced else contextlib.nullcontext():
                 self.forward(batches[i % len(batches)], i)
             return
@@ -165,6 +170,8 @@ class Runner:
         for j in range(accumulate):
             quiet = self.ddp is not None and not (synced and j == accumulate - 1)
             k = i * accumulate + j
+            if before_batch is not None:
+                before_batch()
             with self.ddp.no_sync() if quiet else contextlib.nullcontext():
                 self.backward(loss_of(self.forward(batches[k % len(batches)], k), k))
         self.optimizer_step(optimizer)
@@ -178,10 +185,27 @@ class Runner:
         _sync(self.device)
 
 
+def time_block(runner: Runner, batches: list, count: int, synced: bool, accumulate: int = 1,
+               before_batch=None) -> float:
+    """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
+    align(runner.device)
+    start = time.perf_counter()
+    for i in range(count):
+        runner.step(batches, i, synced, accumulate, before_batch)
+    _sync(runner.device)
+    return (time.perf_counter() - start) / (count * accumulate)
+
+
+# The kinds of timed block: compute alone (DDP's no_sync), a synchronised step, and a
+# synchronised step with Lightning's per-batch SIGTERM broadcast (loopsync) before each batch.
+COMPUTE, SYNCED, LOOP_SYNC = "compute", "synced", "loop_sync"
+
+
 def measure(runner: Runner, batches: list, waits: list[float], world_size: int, *,
             steps: int = 20, rounds: int = 5, warmup: int = 3, batch_per_device: int | None = None,
             accumulate: int = 1) -> dict:
-    """Per micro-batch data wait, compute (no_sync) and synced time; collective over all ranks.
+    """Per micro-batch data wait, compute (no_sync), synced time, and on several ranks the
+    cost of Lightning's own per-batch sync; collective over all ranks.
 
     A block is ceil(steps / accumulate) optimizer steps of `accumulate` micro-batches each.
     """
@@ -191,31 +215,35 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
     if world_size > 1 and runner.ddp is None:
         runner.wrap()
     device = runner.device
+    broadcast = functools.partial(loopsync.sigterm_broadcast, device)
+    spec = {COMPUTE: (False, None), SYNCED: (True, None), LOOP_SYNC: (True, broadcast)}
+    kinds = [COMPUTE, SYNCED, LOOP_SYNC] if world_size > 1 else [COMPUTE]
+    def run(kind: str, count: int) -> float:
+        synced, before_batch = spec[kind]
+        return time_block(runner, batches, count, synced, accumulate, before_batch)
 
-    def block(count: int, synced: bool) -> float:
-        """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
-        align(device)
-        start = time.perf_counter()
-        for i in range(count):
-            runner.step(batches, i, synced, accumulate)
-        _sync(device)
-        return (time.perf_counter() - start) / (count * accumulate)
-
-    kinds = [False, True] if world_size > 1 else [False]  # False: no_sync (compute only)
-    for synced in kinds:  # DDP builds its buckets in the first synced steps; caches fill
-        block(max(1, warmup), synced)
-    times = {synced: [] for synced in kinds}
-    calls = {synced: 0 for synced in kinds}
+    for kind in kinds:  # DDP builds its buckets in the first synced steps; caches fill
+        run(kind, max(1, warmup))
+    times = {kind: [] for kind in kinds}
+    calls = {kind: 0 for kind in kinds}
     for r in range(rounds):
-        for synced in (kinds if r % 2 == 0 else kinds[::-1]):  # neither kind always goes first
+        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # no kind always goes first
             before = runner.counter.calls
-            times[synced].append(block(opt_steps, synced))
-            calls[synced] += runner.counter.calls - before
+            times[kind].append(run(kind, opt_steps))
+            calls[kind] += runner.counter.calls - before
+
+    def median(kind: str) -> float:
+        return slowest(statistics.median(times[kind]), device)
 
     data_s = slowest(statistics.median(waits), device)
-    compute_s = slowest(statistics.median(times[False]), device)
-    sync_s = slowest(statistics.median(times[True]), device) if world_size > 1 else compute_s
-    how = ("DDP no_sync() (no gradient all-reduce) vs with gradient all-reduce, alternating"
+    compute_s = median(COMPUTE)
+    sync_s = median(SYNCED) if world_size > 1 else compute_s
+    # the broadcast's cost: the median of each round's difference, not a difference of medians,
+    # so a round slowed for both kinds alike (a busy host) cancels out
+    loop_diff = (slowest(statistics.median(a - b for a, b in zip(times[LOOP_SYNC], times[SYNCED])), device)
+                 if world_size > 1 else 0.0)
+    how = ("DDP no_sync() (no gradient all-reduce) vs with gradient all-reduce vs with all-reduce and "
+           "Lightning's per-batch SIGTERM broadcast + .item(), rotating"
            if world_size > 1 else "one rank, no DDP")
     accumulation = (f" of {accumulate} micro-batches each, only the last one synchronised"
                     if accumulate > 1 else "")
@@ -232,14 +260,19 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
         "accumulate_grad_batches": accumulate,
         "micro_batches_per_block": micro,
         # gradient-bucket all-reduces DDP made per micro-batch, counted by a comm hook
-        "allreduce_calls_per_batch": calls[True] / timed if world_size > 1 else 0.0,
-        "allreduce_calls_per_batch_no_sync": calls[False] / timed if world_size > 1 else 0.0,
+        "allreduce_calls_per_batch": calls[SYNCED] / timed if world_size > 1 else 0.0,
+        "allreduce_calls_per_batch_no_sync": calls[COMPUTE] / timed if world_size > 1 else 0.0,
         "batch_per_device": batch_per_device,
         "data_s": data_s,
         "compute_s": compute_s,
         "sync_step_s": sync_s,
         "exposed_comm_s": max(0.0, sync_s - compute_s),
         "comm_diff_s": sync_s - compute_s,
+        # Lightning 2.6 broadcasts a SIGTERM flag and calls .item() before every batch in DDP
+        # (training_epoch_loop._broadcast_sigterm_tensor); one rank does not
+        "sync_step_with_loop_sync_s": median(LOOP_SYNC) if world_size > 1 else sync_s,
+        "loop_sync_s": max(0.0, loop_diff),
+        "loop_sync_diff_s": loop_diff,
     }
 
 

@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
-from ddpscale.report.breakdown import PROBE_OK, TERMS, measured
+from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
 
@@ -161,7 +161,8 @@ def breakdown_table(data):
     if steps.empty:
         return None
     failed = "probe" in steps and (steps["probe"] != PROBE_OK).any()
-    heads = ["Topology", "Step (ms)", "Data wait", "Compute", "Exposed comm.", "Framework overhead"]
+    heads = ["Topology", "Step (ms)", "Data wait", "Compute", "Exposed comm.", "Lightning's per-step sync",
+             "Framework overhead"]
     rows = []
     for _, r in steps.iterrows():
         cells = [escape(str(r["topology"])), num(r["step_s"] * 1e3, 2)]
@@ -174,13 +175,15 @@ def breakdown_table(data):
                             sorted(measured(data.probes).items(), key=lambda kv: -kv[1]["world_size"]))
     method = _once(m for m in methods if m)
     note = ("Per training step, on the topology's own ranks. " + (f"Method: {method}. " if method else "")
-            + "Framework overhead is the training run's measured step time minus the three probed "
-            "terms (Lightning's loop, callbacks, logging).")
+            + "Lightning's per-step sync: in DDP, Lightning broadcasts a SIGTERM flag and reads it "
+            "back (.item()) before every training batch; the probe times synchronised steps with and "
+            "without it (none on one device). Framework overhead is the training run's measured "
+            "step time minus the four probed terms (the rest of Lightning's loop, callbacks, logging).")
     if failed:
         heads.append("Probe")
         note += (" A probe that failed left its topology's terms unknown (the run trained anyway); "
                  "the last column says why.")
-    return "Where the time goes", note, _table(heads, rows, text_cols=(6,))
+    return "Where the time goes", note, _table(heads, rows, text_cols=(7,))
 
 
 def prediction_table(data):
@@ -188,16 +191,20 @@ def prediction_table(data):
     if pred.empty:
         return None
     heads = ["Topology", "Predicted efficiency", "Measured efficiency", "Predicted step (ms)",
-             "Measured step (ms)", "Which term is off"]
+             "Measured step (ms)", "Step off by", "Which term is off"]
     rows = [("", [escape(str(r["topology"])), pct(r["predicted_efficiency"]),
                   pct(r["measured_efficiency"]), num(r["predicted_step_s"] * 1e3, 2),
                   num(r["measured_step_s"] * 1e3, 2),
+                  "n/a" if pd.isna(r.get("step_error")) else f"{r['step_error']:+.0%}",
                   Markup('<span class="off">{}</span>').format(r["explanation"])])
             for _, r in pred.iterrows()]
-    note = ("Prediction: the baseline's data and compute time scaled by the per-device batch, its "
-            "framework overhead per step, plus this topology's measured all-reduce of the whole "
-            "gradient (no overlap assumed).")
-    return "Predicted vs measured", note, _table(heads, rows, text_cols=(5,))
+    note = ("Prediction: the baseline's compute timed at this topology's per-device batch (scaled "
+            "linearly with the batch only where the baseline's probe could not time it, as the last "
+            "column then says) and its data wait scaled by the batch, plus this topology's measured "
+            "all-reduce of the whole gradient (no overlap assumed), its own Lightning per-step sync "
+            "and its own framework overhead. The baseline's prediction is the baseline. Prediction and "
+            f"measurement agree when the predicted step is within {AGREE_STEP:.0%} of the measured one.")
+    return "Predicted vs measured", note, _table(heads, rows, text_cols=(6,))
 
 
 def _mb(value) -> str:

@@ -6,7 +6,8 @@ from pathlib import Path
 from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
 from ddpscale.report.figure import new_axes, save, title
 
-COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "overhead": "tab:gray"}
+COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "loop_sync": "tab:orange",
+          "overhead": "tab:gray"}
 
 
 def plot_breakdown(data, path: str | Path) -> None:

@@ -46,7 +46,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader
 
 from ddpscale.cluster import ranks
-from ddpscale.measurement import commbench, stepprobe
+from ddpscale.measurement import batchsizes, commbench, stepprobe
 from ddpscale.measurement import probe as probe_record
 from ddpscale.training import probecopy
 from ddpscale.training.runargs import per_device_batch
@@ -121,6 +121,14 @@ class _Probe:
             self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
             rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
             accumulate=self.accumulate)
+        sizes = getattr(self.args, "probe_batch_sizes", None)  # scripts/probe.py: its own batch only
+        if self.trainer.world_size == 1 and sizes:
+            # the baseline's compute at every topology's per-device batch, for the prediction
+            self.doing = "timing compute at the topologies' per-device batches"
+            self.step["compute_by_batch"] = batchsizes.compute_by_batch(
+                self.runner, self.batches, sizes, per_device_batch(self.args), self.step["compute_s"],
+                steps=self.sizes["steps"], rounds=self.sizes["rounds"], warmup=self.sizes["warmup"],
+                accumulate=self.accumulate)
 
     def benchmark(self) -> None:
         self.doing = "benchmarking all-reduce"
