@@ -47,3 +47,12 @@ def test_breakdown_note_gives_the_probe_method_once():
     for clause in ("(forward, backward, optimizer step)", "slowest rank", "data wait"):
         assert note.count(clause) == 1, clause
     assert "alternating, 5 rounds" in note and "For one device: one rank, no DDP." in note
+
+
+def test_methods_define_cost_per_sample_and_both_device_hours():
+    # the methods said "time speedup = fit time(base) / fit time" and counted device-hours from
+    # epochs only, beside a cost table that no longer does either
+    page = report_html.build_report(build(), {})
+    assert "only where both runs trained the same samples" in page
+    assert "Cost per sample</b> = world size / steady-state throughput" in page
+    assert "held device-hours</b> = the time the job held its devices" in page

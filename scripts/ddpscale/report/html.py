@@ -22,11 +22,6 @@ BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 
 
-def _cap(text: str) -> str:
-    # str.capitalize() would turn "GPU-hours" into "Gpu-hours".
-    return text[:1].upper() + text[1:]
-
-
 def headline(summary: pd.DataFrame) -> str:
     metric = summary.attrs.get("accuracy_metric", "accuracy")
     baseline = summary.attrs.get("baseline")
@@ -136,8 +131,13 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
                "partial epoch is excluded."),
         Markup("<b>Speedup</b> = throughput / throughput({0}). <b>Efficiency</b> = speedup / "
                "(world size / world size({0})); 100% is perfect linear scaling. "
-               "<b>Time speedup</b> = fit time({0}) / fit time.").format(base),
-        Markup("<b>{}</b> = fit time (s) &times; world size / 3600.").format(_cap(hours)),
+               "<b>Time speedup</b> = fit time({0}) / fit time, only where both runs trained the same "
+               "samples.").format(base),
+        Markup("<b>Cost per sample</b> = world size / steady-state throughput; the extra over the "
+               "baseline = 1 / efficiency &minus; 1. <b>Training {0}</b> = fit time (s) &times; world "
+               "size / 3600; <b>held {0}</b> = the time the job held its devices (from the SLURM job's "
+               "start, else the training process's, to the metrics record) &times; world size / "
+               "3600.").format(hours),
         _accuracy_rule(summary),
         _caveat_rules(summary),
     ]
