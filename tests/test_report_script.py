@@ -87,7 +87,7 @@ def test_report_html_is_self_contained(sim_report):
     assert page.count('src="data:image/png;base64,') == 5
     assert BANNER in page
     assert "precision 32-true; torch.compile none." in page  # records from before compile existed
-    assert "CPU-simulated devices" in page and "Device-hours" in page
+    assert "CPU-simulated devices" in page and "device-hours" in page
     assert 'class="held"' in page and 'class="failed"' in page and 'class="failed-row"' in page
     assert "<evil>" not in page and "&lt;evil&gt;host" in page
     assert "2x2 (4 CPU-simulated devices) reached 2.95x speedup, 74% efficiency" in page

@@ -115,12 +115,6 @@ class _Probe:
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
         self.step = exposed_data_wait(self.measure_steps(), loads_beside_steps(self.view.train_dataloader))
-
-    def measure_steps(self) -> dict:
-        return stepprobe.measure(
-            self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
-            rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
-            accumulate=self.accumulate)
         sizes = getattr(self.args, "probe_batch_sizes", None)  # scripts/probe.py: its own batch only
         if self.trainer.world_size == 1 and sizes:
             # the baseline's compute at every topology's per-device batch, for the prediction
@@ -129,6 +123,12 @@ class _Probe:
                 self.runner, self.batches, sizes, per_device_batch(self.args), self.step["compute_s"],
                 steps=self.sizes["steps"], rounds=self.sizes["rounds"], warmup=self.sizes["warmup"],
                 accumulate=self.accumulate)
+
+    def measure_steps(self) -> dict:
+        return stepprobe.measure(
+            self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
+            rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
+            accumulate=self.accumulate)
 
     def benchmark(self) -> None:
         self.doing = "benchmarking all-reduce"
