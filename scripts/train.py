@@ -41,6 +41,9 @@ def parse_args(argv=None):
                         f"{ACCURACY_METRIC_ENV}, as the workflow sets it): the log says whether it is logged")
     p.add_argument("--site-interconnect", default="unknown",
                    help="the network between nodes as the profile states it (site_interconnect), for the report")
+    p.add_argument("--held-from-job", action="store_true",
+                   help="count the devices' hold from the SLURM job's start (the workflow sets it on a "
+                        "cluster site; a 1-device job there runs without SLURM's process group)")
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     p.add_argument("--probe-batch-sizes", type=batch_sizes, default=[],
@@ -68,8 +71,8 @@ def run_settings(args) -> dict:
     """The flags that define what a run measures: its checkpoint and finished record are kept
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
-            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "probe_batch_sizes", "accuracy_metric",
-                         "site_interconnect", *NOT_IDENTITY)}
+            if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "probe_batch_sizes", "held_from_job",
+                         "accuracy_metric", "site_interconnect", *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     measured = callbacks.build(args, topo)
     # held devices count from the SLURM job's start where there is one (ddpscale.measurement.held)
     measured.timing.held_since, measured.timing.held_from = held.started(
-        os.environ, measured.timing.held_since, args.cluster_env == "slurm")
+        os.environ, measured.timing.held_since, args.held_from_job)
     # a test pass needs both halves: a module may define test_step while its data has no test split
     test_pass = is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule)
     trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(args.accuracy_metric, test_pass)])

@@ -69,6 +69,8 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         if len(node_ranks) > 1:
             assert {rank["interface"] for rank in metrics["transport"]} == {"ib0"}, metrics["transport"]
         assert not metrics["simulated_nodes_on_one_host"]
+        # held from the job's start (Slurm 22.05 sets no SLURM_JOB_START_TIME: scontrol's StartTime)
+        assert metrics["held_from"] == "slurm job start" and metrics["held_s"] > metrics["fit_wall_s"]
     assert len(job_ids) == 4
     assert (workspace.results / "report/report.html").exists()
 

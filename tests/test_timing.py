@@ -1,5 +1,6 @@
 """Which epochs count as steady state (ddpscale.measurement.timing): warm-up is per process, not per run."""
 import time
+from datetime import datetime
 
 import pytest
 
@@ -88,7 +89,13 @@ def test_held_time_starts_at_the_slurm_job_on_slurm_only():
     assert held.started(env, 1060.0, on_slurm=True) == (1000.0, held.FROM_JOB)
     # the local launcher inside an allocation: the job's start is other runs' time
     assert held.started(env, 1060.0, on_slurm=False) == (1060.0, held.FROM_PROCESS)
-    # Slurm before 23.02 sets none; a job "started" after its process is a clock apart
+    # Slurm before 23.02 sets none: the controller is asked (scontrol), and without an answer
+    # the process's start stands; a job "started" after its process is a clock apart
+    asked = []
+    env = {"SLURM_JOB_ID": "42"}
+    assert held.started(env, 1060.0, on_slurm=True, ask=lambda j: asked.append(j) or 1010.0) == (1010.0, held.FROM_JOB)
+    assert asked == ["42"]
+    assert held.started(env, 1060.0, on_slurm=True, ask=lambda j: None) == (1060.0, held.FROM_PROCESS)
     assert held.started({}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
     assert held.started({held.JOB_START: "1100"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
     assert held.started({held.JOB_START: "soon"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
@@ -97,3 +104,13 @@ def test_held_time_starts_at_the_slurm_job_on_slurm_only():
 def test_held_time_starts_at_the_process_start_not_when_the_callback_is_built():
     before = held.process_start()
     assert ScalingMetrics().held_since == before <= time.time()
+
+
+def test_the_job_start_is_read_from_scontrol_as_slurm_writes_it():
+    # one line of `scontrol show job -o` from the test cluster (Slurm 22.05)
+    line = ("JobId=57 JobName=ddpscale UserId=root(0) JobState=RUNNING Reason=None SubmitTime=2026-11-25T01:02:00 "
+            "EligibleTime=2026-11-25T01:02:00 StartTime=2026-11-25T01:02:03 EndTime=2026-11-25T03:02:03")
+    assert held.start_time(line) == datetime(2026, 11, 25, 1, 2, 3).timestamp()
+    assert held.start_time("JobId=57 StartTime=Unknown") is None
+    assert held.start_time("slurm_load_jobs error: Invalid job id specified") is None
+    assert held.scontrol_start(None) is None

@@ -171,10 +171,13 @@ def get_train_flags(wildcards):
     # the commands of every other site (and so their finished runs) stay as they were
     if SITE.interconnect != "unknown":
         flags["--site-interconnect"] = SITE.interconnect
+    # a cluster job holds its devices from the job's start, whatever ran before train.py; the
+    # 1-device run has no SLURM process group (cluster_env local), so train.py is told
+    held = "" if SITE.is_local else " --held-from-job"
     # the first repeat probes its topology before training, in the same allocation
     if wildcards.repeat != "0":
-        return as_flags(flags)
-    probe = " --probe"
+        return as_flags(flags) + held
+    probe = held + " --probe"
     if flags["--topology"] == parse_topology(config["baseline"]).name:
         # the baseline's probe times its compute at every topology's per-device batch: the
         # prediction of each topology starts from the baseline's compute at its batch

@@ -1,10 +1,11 @@
 """How long a run held its devices: the cost a scheduler bills, not only the epochs.
 
 From as early as the training process can know to the moment rank 0 writes the record:
-- start: under SLURM, the job's start (SLURM_JOB_START_TIME, set by Slurm 23.02 and later), so
-  what ran in the job before train.py (the environment's set-up, Snakemake's own start, torch's
-  import) counts; else, or where Slurm does not set it, the process's start as the kernel
-  recorded it (psutil), which already includes the interpreter's start and every import.
+- start: under SLURM, the job's start (SLURM_JOB_START_TIME, set by Slurm 23.02 and later; an
+  older Slurm, such as Debian 12's 22.05, sets none, and `scontrol show job` gives its StartTime),
+  so what ran in the job before train.py (the environment's set-up, Snakemake's own start,
+  torch's import) counts; else the process's start as the kernel recorded it (psutil), which
+  already includes the interpreter's start and every import.
 - end: after the test pass and the transport gather, just before metrics.json is written.
 In between: process-group set-up, the probe, data set-up, every epoch, checkpoint writes, the
 test pass. Queue time is not held and is not counted.
@@ -16,7 +17,9 @@ its last one, so over attempts this is a lower bound.
 
 from __future__ import annotations
 
+import subprocess
 import time
+from datetime import datetime
 
 JOB_START = "SLURM_JOB_START_TIME"
 FROM_JOB = "slurm job start"
@@ -33,15 +36,40 @@ def process_start() -> float:
         return time.time()
 
 
-def started(environ, process_started: float, on_slurm: bool) -> tuple[float, str]:
-    """(start, what it is): the SLURM job's start where this run's job is a SLURM job that
-    records one, else the process's. A job start after the process's (clocks of controller and
-    node apart) is not believed: the process cannot have started before its job."""
+def start_time(scontrol_text: str) -> float | None:
+    """StartTime of `scontrol show job -o` (the controller's local time, as this node's clock
+    reads it: a site keeps them in one zone) in Unix seconds; None if absent or unknown."""
+    for item in scontrol_text.split():
+        if item.startswith("StartTime="):
+            try:
+                return datetime.strptime(item.split("=", 1)[1], "%Y-%m-%dT%H:%M:%S").timestamp()
+            except ValueError:
+                return None  # "Unknown", or a format of another Slurm
+    return None
+
+
+def scontrol_start(job_id: str | None) -> float | None:
+    """This job's start from the controller; None where scontrol is missing or does not answer."""
+    if not job_id:
+        return None
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return start_time(done.stdout) if done.returncode == 0 else None
+
+
+def started(environ, process_started: float, on_slurm: bool, ask=scontrol_start) -> tuple[float, str]:
+    """(start, what it is): the SLURM job's start where this run's job is a SLURM job (from the
+    environment, else asked of scontrol), else the process's. A job start after the process's
+    (clocks of controller and node apart) is not believed: the process cannot have started
+    before its job."""
     if on_slurm:
         try:
-            job = float(environ.get(JOB_START, ""))
-        except ValueError:
-            job = None
+            job = float(environ[JOB_START])
+        except (KeyError, ValueError):
+            job = ask(environ.get("SLURM_JOB_ID"))
         if job is not None and 0 < job <= process_started:
             return job, FROM_JOB
     return process_started, FROM_PROCESS
