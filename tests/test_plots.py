@@ -65,3 +65,31 @@ def test_efficiency_legend_covers_no_bar_and_stays_in_the_figure(monkeypatch):
     assert not any(overlap(legend, t.get_window_extent(renderer)) for t in ax.texts)  # the % labels
     page = fig.bbox
     assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0 and legend.y1 <= page.y1
+
+
+def test_breakdown_legend_covers_no_bar_or_step_time_and_stays_in_the_figure(monkeypatch):
+    # with a fifth term (Lightning's per-step sync) the legend inside the axes hid the step
+    # times printed above the bars
+    from ddpscale.report import plots_time
+    from test_breakdown import probe
+
+    data = reportdata.build(pd.DataFrame(RUNS[:3]), {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
+                                                     "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001),
+                                                     "2x1": probe("2x1", 2, 0.0005, 0.003, 0.002, 0.001)},
+                            baseline="1x1", metric="test_acc", tolerance=0.02, threshold=0.8, expected=[],
+                            repeats=1, log_tails={})
+    made = []
+    monkeypatch.setattr(plots_time, "save", lambda fig, path: made.append(fig))
+    plots_time.plot_breakdown(data, "unused.png")
+    fig = made[0]
+    fig.tight_layout()
+    fig.canvas.draw()
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert len(ax.get_legend().get_texts()) == 5
+    bars = [p.get_window_extent(renderer) for p in ax.patches]
+    times = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(bars) == 15 and len(times) == 3
+    assert not any(overlap(legend, box) for box in bars + times)
+    page = fig.bbox
+    assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0 and legend.y1 <= page.y1
