@@ -201,7 +201,7 @@ def prediction_table(data):
     note = ("Prediction: the baseline's compute timed at this topology's per-device batch (scaled "
             "linearly with the batch only where the baseline's probe could not time it, as the last "
             "column then says) and its data wait scaled by the batch, plus this topology's measured "
-            "all-reduce of the whole gradient (no overlap assumed), its own Lightning per-step sync "
+            "all-reduce of the gradient in DDP's buckets (no overlap assumed), its own Lightning per-step sync "
             "and its own framework overhead. The baseline's prediction is the baseline. Prediction and "
             f"measurement agree when the predicted step is within {AGREE_STEP:.0%} of the measured one.")
     return "Predicted vs measured", note, _table(heads, rows, text_cols=(6,))
