@@ -234,8 +234,3 @@ def test_no_interval_below_three_repeats():
     row = by_topology(summarize(runs)).loc["1x1"]
     assert (row.throughput_samples_s_min, row.throughput_samples_s_max) == (100.0, 120.0)
     assert pd.isna(row.throughput_samples_s_ci_low) and pd.isna(row.throughput_samples_s_ci_high)
-
-
-@pytest.mark.parametrize("dof, expected", [(2, 4.303), (4, 2.776), (11, 2.228), (100, 2.000)])
-def test_t_quantile_rounds_down_to_a_conservative_value(dof, expected):
-    assert analysis.t975(dof) == expected

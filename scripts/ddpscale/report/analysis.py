@@ -9,6 +9,7 @@ import pandas as pd
 
 from ddpscale.report import accuracy, transport
 from ddpscale.report.records import check_device_kinds, check_identities, check_world_sizes, column, device_kinds, known
+from ddpscale.stats import mean_interval
 
 SUMMARY_COLUMNS = (
     "topology", "num_nodes", "devices_per_node", "world_size", "repeats",
@@ -45,10 +46,6 @@ CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscrib
 # of the mean (Student's t) once there are 3 or more repeats.
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
                        for stat in ("min", "max", "ci_low", "ci_high"))
-
-# Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the stack).
-_T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 60: 2.000}
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
     """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
@@ -103,19 +100,13 @@ def _facts_by_topology(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def t975(dof: int) -> float:
-    """Student's t 97.5% quantile, rounded down to the nearest tabulated dof (conservative)."""
-    below = [d for d in _T975 if d <= dof]
-    return _T975[max(below)] if below else float("nan")
-
-
 def spread(values: pd.Series) -> dict:
     """min, max and the 95% interval of the mean (NaN below 3 values: too few to trust)."""
     values = pd.to_numeric(values, errors="coerce").dropna()
     out = {"min": values.min(), "max": values.max(), "ci_low": float("nan"), "ci_high": float("nan")}
     if len(values) >= 3:
-        half = t975(len(values) - 1) * values.std(ddof=1) / len(values) ** 0.5
-        out.update(ci_low=values.mean() - half, ci_high=values.mean() + half)
+        mean, half = mean_interval([float(v) for v in values])
+        out.update(ci_low=mean - half, ci_high=mean + half)
     return out
 
 

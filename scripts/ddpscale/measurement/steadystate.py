@@ -1,0 +1,93 @@
+"""When a throughput measurement has seen enough: the stopping rule of throughput mode.
+
+Pure: the caller (a training callback) times windows of steps and hands this module the
+seconds of each window, the slowest rank's, since the group steps together; every rank gets
+the same numbers and so the same decision, and stops at the same step.
+
+- Warm-up (compilation, caches, the allocator) is found in the data, not assumed to be an
+  epoch: the windows before the truncation point that MSER chooses (White 1997, the Marginal
+  Standard Error Rule, as simulation output analysis truncates an initial transient) are left
+  out. A point in the later half of the windows means the level has not settled yet (or has
+  shifted, as when another job lands on the node): measuring goes on.
+- The run stops once the 95% interval of the mean window throughput, over the steady windows,
+  is within `precision` of the mean (Student's t; windows of many steps are close to normal),
+  or at a cap (steps or seconds), recording the interval it reached and why it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ddpscale.stats import mean_interval
+
+PRECISION = "precision reached"
+STEP_CAP = "step cap reached"
+TIME_CAP = "time cap reached"
+MEASURING = "measuring"
+
+
+@dataclass(frozen=True)
+class Rule:
+    window_steps: int = 20
+    precision: float = 0.02  # half-width of the 95% interval over the mean
+    min_windows: int = 5  # steady windows before an interval is believed
+    max_steps: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self):
+        if self.window_steps < 1 or self.min_windows < 2 or not 0 < self.precision < 1:
+            raise ValueError("the stopping rule needs window_steps >= 1, min_windows >= 2 and 0 < precision < 1")
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    reason: str
+    warmup_windows: int  # left out as warm-up
+    steady_windows: int  # the windows the figure is the mean of
+    throughput: float  # mean samples/s over the steady windows (NaN before any)
+    half_width: float  # of its 95% interval, samples/s (NaN below 2 steady windows)
+
+    @property
+    def relative(self) -> float:
+        return self.half_width / self.throughput if self.throughput > 0 else math.nan
+
+
+def mser_truncation(values: list[float], keep: int) -> int:
+    """The number of leading values MSER leaves out, keeping at least `keep`: the d minimising
+    sum((x_i - mean_d)^2, i > d) / (n - d)^2 (ties: the smallest d)."""
+    n = len(values)
+    best, best_d = None, 0
+    for d in range(0, max(0, n - keep) + 1):
+        rest = values[d:]
+        mean = sum(rest) / len(rest)
+        score = sum((x - mean) ** 2 for x in rest) / len(rest) ** 2
+        if best is None or score < best:
+            best, best_d = score, d
+    return best_d
+
+
+def decide(window_seconds: list[float], samples_per_window: int, rule: Rule,
+           elapsed_s: float | None = None) -> Decision:
+    """Whether to stop after these windows (in order), and the figure so far."""
+    rates = [samples_per_window / s for s in window_seconds if s > 0]
+    n = len(rates)
+    d = mser_truncation(rates, rule.min_windows) if n >= rule.min_windows else n
+    steady = rates[d:] if d <= n // 2 else []  # a truncation in the later half: not settled
+    throughput, half = mean_interval(steady)
+    reached = (len(steady) >= rule.min_windows and throughput > 0 and half <= rule.precision * throughput)
+    steps = n * rule.window_steps
+    if reached:
+        reason = PRECISION
+    elif rule.max_steps is not None and steps >= rule.max_steps:
+        reason = STEP_CAP
+    elif rule.max_seconds is not None and elapsed_s is not None and elapsed_s >= rule.max_seconds:
+        reason = TIME_CAP
+    else:
+        reason = MEASURING
+    if reason in (STEP_CAP, TIME_CAP) and not steady and n:
+        # stopped before the level settled: the figure is the later half's, and says so by its interval
+        steady = rates[n // 2:]
+        throughput, half = mean_interval(steady)
+    return Decision(reason != MEASURING, reason, n - len(steady) if steady else d, len(steady), throughput, half)
