@@ -85,11 +85,9 @@ def utilisation(flops_per_sample: float | None, throughput: float | None, world_
     achieved = (flops_per_sample * throughput / 1e12
                 if flops_per_sample and throughput else None)
     tf32 = peaks.tf32_in_effect(**(float32 or {}))
-    args = (device_name, precision, tf32["matmul"], tf32["conv"], conv_share)
-    peak = peaks.peak_tflops(*args)
+    peak, used = peaks.peak(device_name, precision, tf32["matmul"], tf32["conv"], conv_share)
     mfu = achieved / (peak * world_size) if achieved is not None and peak else None
-    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": peaks.peak_name(*args),
-            "mfu": mfu}
+    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": used, "mfu": mfu}
 
 
 def float32_record() -> dict:

@@ -91,9 +91,25 @@ def tf32_in_effect(float32_matmul_precision: str | None = None, cuda_matmul_allo
             "conv": bool(cudnn_allow_tf32)}
 
 
-def peak_tflops(device_name: str, precision: str, matmul_tf32: bool = False, conv_tf32: bool = False,
-                conv_share: float | None = None) -> float | None:
-    """A GPU's dense peak for this run's arithmetic, or None (CPU, unknown GPU or precision).
+def _columns(peaks: dict, family: str, matmul_tf32: bool, conv_tf32: bool,
+             conv_share: float | None) -> dict[str, float]:
+    """The table columns a run's FLOPs ran at, each with its share of them: the precision's own
+    column, or for float32 on a GPU with TF32 the matmuls' and the convolutions' (conv_share)."""
+    if family != "32" or "tf32" not in peaks:
+        return {family: 1.0}
+    share = conv_share or 0.0
+    shares: dict[str, float] = {}
+    for column, part in (("tf32" if matmul_tf32 else "32", 1.0 - share), ("tf32" if conv_tf32 else "32", share)):
+        if part > 0.0:
+            shares[column] = shares.get(column, 0.0) + part
+    return shares
+
+
+def peak(device_name: str, precision: str, matmul_tf32: bool = False, conv_tf32: bool = False,
+         conv_share: float | None = None) -> tuple[float | None, str | None]:
+    """A GPU's dense peak for this run's arithmetic and the column(s) it came from ('bf16', '16',
+    '64', '32', 'tf32', or 'tf32+32' for a mix); (None, None) for a CPU, an unknown GPU or a
+    precision its row lacks.
 
     For float32 on a GPU with TF32: matmuls at the TF32 peak when matmul_tf32, convolutions
     when conv_tf32; a model with both is held to the time its FLOPs would take at those peaks
@@ -101,27 +117,21 @@ def peak_tflops(device_name: str, precision: str, matmul_tf32: bool = False, con
     """
     peaks = device_peaks(device_name)
     if peaks is None:
-        return None
-    family = precision_family(precision)
-    if family != "32" or "tf32" not in peaks:
-        return peaks.get(family)
-    share = conv_share or 0.0
-    matmul = peaks["tf32"] if matmul_tf32 else peaks["32"]
-    conv = peaks["tf32"] if conv_tf32 else peaks["32"]
-    return 1.0 / ((1.0 - share) / matmul + share / conv)
+        return None, None
+    shares = _columns(peaks, precision_family(precision), matmul_tf32, conv_tf32, conv_share)
+    if any(peaks.get(column) is None for column in shares):
+        return None, None
+    if len(shares) == 1:
+        (column,) = shares
+        return peaks[column], column
+    return 1.0 / sum(part / peaks[column] for column, part in shares.items()), "+".join(sorted(shares, reverse=True))
 
 
-def peak_name(device_name: str, precision: str, matmul_tf32: bool = False, conv_tf32: bool = False,
-              conv_share: float | None = None) -> str | None:
-    """Which column peak_tflops used, for metrics.json: 'bf16', '16', '64', '32', 'tf32' or
-    'tf32+32' (a mix weighted by conv_share); None where there is no peak."""
-    peaks = device_peaks(device_name)
-    family = precision_family(precision)
-    if peaks is None or peaks.get(family) is None:
-        return None
-    if family != "32" or "tf32" not in peaks:
-        return family
-    share = conv_share or 0.0
-    used = {("tf32" if matmul_tf32 else "32") if share < 1.0 else None,
-            ("tf32" if conv_tf32 else "32") if share > 0.0 else None} - {None}
-    return "+".join(sorted(used, reverse=True))
+def peak_tflops(*args, **kwargs) -> float | None:
+    """peak()'s figure alone."""
+    return peak(*args, **kwargs)[0]
+
+
+def peak_name(*args, **kwargs) -> str | None:
+    """peak()'s column alone, as metrics.json records it (peak_precision)."""
+    return peak(*args, **kwargs)[1]
