@@ -1,0 +1,30 @@
+"""config measure and accuracy.epoch_metric, resolved as the workflow resolves them."""
+import pytest
+
+from ddpscale import measuremode
+
+
+def test_auto_measures_throughput_on_a_cluster_and_the_full_training_locally():
+    assert measuremode.resolve("auto", site_is_local=False)[0] == "throughput"
+    assert measuremode.resolve("auto", site_is_local=True)[0] == "full"
+    mode, why = measuremode.resolve("auto", site_is_local=False)
+    assert "measure: full" in why  # the one setting away is named
+
+
+@pytest.mark.parametrize("setting", ["throughput", "full"])
+def test_an_explicit_setting_wins_everywhere(setting):
+    assert measuremode.resolve(setting, site_is_local=True)[0] == setting
+    assert measuremode.resolve(setting, site_is_local=False)[0] == setting
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="auto, throughput or full"):
+        measuremode.resolve("fast", site_is_local=True)
+
+
+@pytest.mark.parametrize("metric,setting,expected", [
+    ("test_acc", "auto", "val_acc"), ("test/loss", "auto", "val/loss"), ("val_loss", "auto", "val_loss"),
+    ("test_acc", "valid/accuracy", "valid/accuracy"),
+])
+def test_the_epoch_metric(metric, setting, expected):
+    assert measuremode.epoch_metric(metric, setting) == expected
