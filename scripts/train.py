@@ -18,7 +18,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from ddpscale.cluster.topology import Topology
 from ddpscale.configcheck import ACCURACY_METRIC_ENV
 from ddpscale.io import write_json_atomic
-from ddpscale.measurement import held
+from ddpscale.measurement import held, windows
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
@@ -44,6 +44,17 @@ def parse_args(argv=None):
     p.add_argument("--held-from-job", action="store_true",
                    help="count the devices' hold from the SLURM job's start (the workflow sets it on a "
                         "cluster site; a 1-device job there runs without SLURM's process group)")
+    p.add_argument("--measure", choices=["throughput", "full"], default="full",
+                   help="throughput: stop once the steady-state throughput is known to --target-precision "
+                        "(or at a cap); full: train --max-epochs (config measure)")
+    p.add_argument("--target-precision", type=float, default=0.02,
+                   help="half-width of the 95%% interval of the mean window throughput, over the mean, at which "
+                        "throughput mode stops (config throughput.precision)")
+    p.add_argument("--window-steps", type=int, default=20, help="training batches per timed window")
+    p.add_argument("--measure-max-steps", type=int, default=None,
+                   help="throughput mode: the most training batches measured (config throughput.max_steps)")
+    p.add_argument("--measure-max-minutes", type=float, default=None,
+                   help="throughput mode: the most minutes measured (config throughput.max_minutes)")
     p.add_argument("--probe", action="store_true",
                    help="probe the topology (step breakdown, all-reduce) before training; in metrics.json 'probe'")
     p.add_argument("--probe-batch-sizes", type=batch_sizes, default=[],
@@ -89,7 +100,7 @@ def main(argv=None) -> int:
     effective = per_device * topo.world_size * args.accumulate_grad_batches
     model, datamodule = build_modules(args)
 
-    measured = callbacks.build(args, topo)
+    measured = callbacks.build(args, topo, per_device)
     # held devices count from the SLURM job's start where there is one (ddpscale.measurement.held)
     measured.timing.held_since, measured.timing.held_from = held.started(
         os.environ, measured.timing.held_since, args.held_from_job)
@@ -130,6 +141,8 @@ def main(argv=None) -> int:
         # wall time of this attempt's trainer.fit (set-up included, the probe not); fit_time_s
         # is the sum of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s - (measured.probe.seconds if measured.probe else 0.0)
+        # throughput mode's figure replaces the epochs' (ddpscale.measurement.windows)
+        record.update(windows.run_entries(args.measure, args.max_epochs, record, measured.windows.record()))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
         record["compile"] = args.compile

@@ -98,3 +98,21 @@ def test_a_rule_that_cannot_decide_is_refused(kwargs):
 @pytest.mark.parametrize("dof, expected", [(1, 12.706), (2, 4.303), (4, 2.776), (11, 2.228), (100, 2.000)])
 def test_t_quantile_rounds_down_to_a_conservative_value(dof, expected):
     assert t975(dof) == expected
+
+
+def test_each_window_counts_its_own_samples():
+    # an epoch's short last batch: a window of half the samples in half the time is the same rate
+    times, counts = [1.0] * 6 + [0.5], [SAMPLES] * 6 + [SAMPLES // 2]
+    decision = decide(times, counts, Rule(precision=0.02))
+    assert decision.throughput == pytest.approx(SAMPLES)
+    assert decision.half_width == pytest.approx(0.0)
+
+
+def test_the_warm_up_costs_what_its_windows_took_beyond_the_steady_rate():
+    times = [3.0, 2.0] + [1.0] * 8
+    decision = decide(times, SAMPLES, Rule(precision=0.02))
+    assert decision.warmup_windows == 2
+    # 5 s spent on two windows the steady rate trains in 2 s
+    assert steadystate.warmup_excess_s(times, SAMPLES, decision) == pytest.approx(3.0)
+    flat = [1.0] * 10
+    assert steadystate.warmup_excess_s(flat, SAMPLES, decide(flat, SAMPLES, Rule())) == 0.0

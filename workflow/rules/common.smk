@@ -39,6 +39,7 @@ from ddpscale.cluster.topology import (  # noqa: E402
     parse_topology,
     stage_topologies,
 )
+from ddpscale import measuremode  # noqa: E402
 from ddpscale.io import last_nonempty_line  # noqa: E402
 from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
@@ -156,6 +157,9 @@ plugin_reads_cancelled_jobs()
 # What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
 SITE = get_site()
+# What each run measures (config measure): auto is throughput on a cluster, full locally.
+MEASURE, MEASURE_WHY = measuremode.resolve(config["measure"], SITE.is_local)
+print(f"ddpscale: measure {MEASURE} ({MEASURE_WHY})", file=sys.stderr)
 try:
     TOPOLOGIES = check_topologies(
         config["topologies"],

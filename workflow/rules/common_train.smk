@@ -129,7 +129,15 @@ def run_flags(topology_name):
         "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
         "--data-class": config["data"]["class_path"],
         "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
+        # what the run measures, and in throughput mode when it stops (ddpscale.measurement.windows)
+        "--measure": MEASURE,
+        "--window-steps": config["throughput"]["window_steps"],
     }
+    if MEASURE == measuremode.THROUGHPUT:
+        flags["--target-precision"] = config["throughput"]["precision"]
+        for key, flag in (("max_steps", "--measure-max-steps"), ("max_minutes", "--measure-max-minutes")):
+            if config["throughput"][key] is not None:
+                flags[flag] = config["throughput"][key]
     if GENERATED:
         flags["--data-file"] = get_data_file()
     if config["data"]["files"]:  # checksummed into the run's identity

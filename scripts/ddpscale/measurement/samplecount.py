@@ -18,7 +18,7 @@ reads about 1/world^2 of the data. That is what sharded_twice() warns about.
 
 from __future__ import annotations
 
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DistributedSampler, Sampler
 
 
 def real_samples(n: int, rank: int, world: int) -> int:
@@ -68,3 +68,20 @@ def sharded_twice(loaders, world_size: int) -> str | None:
                     "Make it a subclass of torch.utils.data.DistributedSampler (Lightning keeps those), or "
                     "pass a plain sampler and let Lightning shard it")
     return None
+
+
+def epoch_samples_here(loader, batches: int, batch_size: int) -> int:
+    """Real samples this rank trains in one whole epoch of `batches` batches (Lightning's
+    num_training_batches, after limit_train_batches): what its sampler draws, where it says
+    (a short last batch is not a full one), without the padding repeat."""
+    full = batches * batch_size
+    drawn = None
+    if hasattr(loader, "samples_per_rank"):  # ddpscale.workloads.resident
+        drawn = loader.samples_per_rank()
+    else:
+        sampler = getattr(loader, "sampler", None)
+        try:
+            drawn = len(sampler) if isinstance(sampler, Sampler) else None
+        except TypeError:  # a sampler without a length
+            drawn = None
+    return counted(full if drawn is None else min(full, drawn), shard_of(loader))

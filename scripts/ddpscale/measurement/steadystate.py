@@ -9,9 +9,12 @@ the same numbers and so the same decision, and stops at the same step.
   Standard Error Rule, as simulation output analysis truncates an initial transient) are left
   out. A point in the later half of the windows means the level has not settled yet (or has
   shifted, as when another job lands on the node): measuring goes on.
-- The run stops once the 95% interval of the mean window throughput, over the steady windows,
-  is within `precision` of the mean (Student's t; windows of many steps are close to normal),
-  or at a cap (steps or seconds), recording the interval it reached and why it stopped.
+- The run stops once the 95% interval of the mean, over the steady windows, is within
+  `precision` of the mean (Student's t; windows of many steps are close to normal), or at a
+  cap (steps or seconds), recording the interval it reached and why it stopped. The mean is
+  of each window's seconds per sample, so the figure is the steady windows' samples over
+  their seconds (a mean of window rates overstates a throughput whose windows vary); its
+  interval is given in samples/s with the same relative half-width.
 """
 
 from __future__ import annotations
@@ -59,24 +62,34 @@ def mser_truncation(values: list[float], keep: int) -> int:
     sum((x_i - mean_d)^2, i > d) / (n - d)^2 (ties: the smallest d)."""
     n = len(values)
     best, best_d = None, 0
+    # rounding makes a flat series' scores differ in the last bits: closer than this is a tie
+    tie = 1e-9 * (sum(values) / n) ** 2 / n if n else 0.0
     for d in range(0, max(0, n - keep) + 1):
         rest = values[d:]
         mean = sum(rest) / len(rest)
         score = sum((x - mean) ** 2 for x in rest) / len(rest) ** 2
-        if best is None or score < best:
+        if best is None or score < best - tie:
             best, best_d = score, d
     return best_d
 
 
-def decide(window_seconds: list[float], samples_per_window: int, rule: Rule,
+def _samples(samples_per_window: int | list[int], n: int) -> list[int]:
+    return list(samples_per_window) if isinstance(samples_per_window, (list, tuple)) else [samples_per_window] * n
+
+
+def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
            elapsed_s: float | None = None) -> Decision:
-    """Whether to stop after these windows (in order), and the figure so far."""
-    rates = [samples_per_window / s for s in window_seconds if s > 0]
-    n = len(rates)
-    d = mser_truncation(rates, rule.min_windows) if n >= rule.min_windows else n
-    steady = rates[d:] if d <= n // 2 else []  # a truncation in the later half: not settled
-    throughput, half = mean_interval(steady)
-    reached = (len(steady) >= rule.min_windows and throughput > 0 and half <= rule.precision * throughput)
+    """Whether to stop after these windows (in order), and the figure so far. samples_per_window:
+    one count for every window, or each window's own (an epoch's last batch may be short)."""
+    counts = _samples(samples_per_window, len(window_seconds))
+    # seconds per sample, whose mean is total time over total samples: the throughput a run
+    # of these windows has (a mean of rates would overstate it when windows vary)
+    costs = [s / c for c, s in zip(counts, window_seconds) if c > 0 and s > 0]
+    n = len(costs)
+    d = mser_truncation(costs, rule.min_windows) if n >= rule.min_windows else n
+    steady = costs[d:] if d <= n // 2 else []  # a truncation in the later half: not settled
+    cost, half = mean_interval(steady)
+    reached = (len(steady) >= rule.min_windows and cost > 0 and half <= rule.precision * cost)
     steps = n * rule.window_steps
     if reached:
         reason = PRECISION
@@ -88,6 +101,20 @@ def decide(window_seconds: list[float], samples_per_window: int, rule: Rule,
         reason = MEASURING
     if reason in (STEP_CAP, TIME_CAP) and not steady and n:
         # stopped before the level settled: the figure is the later half's, and says so by its interval
-        steady = rates[n // 2:]
-        throughput, half = mean_interval(steady)
-    return Decision(reason != MEASURING, reason, n - len(steady) if steady else d, len(steady), throughput, half)
+        steady = costs[n // 2:]
+        cost, half = mean_interval(steady)
+    throughput = 1.0 / cost if cost > 0 else math.nan
+    # the interval's relative half-width carries over to the rate (to first order)
+    half_rate = throughput * half / cost if cost > 0 else math.nan
+    return Decision(reason != MEASURING, reason, n - len(steady) if steady else d, len(steady), throughput, half_rate)
+
+
+def warmup_excess_s(window_seconds: list[float], samples_per_window: int | list[int], decision: Decision) -> float:
+    """Seconds the warm-up windows took beyond what the steady rate gives their samples: the
+    one-off cost of a cold process that a projection of the full training adds once."""
+    if not decision.throughput > 0 or decision.warmup_windows == 0:
+        return 0.0
+    counts = _samples(samples_per_window, len(window_seconds))
+    cold = range(decision.warmup_windows)
+    spent = sum(window_seconds[i] for i in cold)
+    return max(0.0, spent - sum(counts[i] for i in cold) / decision.throughput)

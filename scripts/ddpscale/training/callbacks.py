@@ -22,9 +22,10 @@ import torch
 
 from ddpscale.cluster import ranks
 from ddpscale.cluster.topology import Topology
-from ddpscale.measurement import flops, gpufacts
+from ddpscale.measurement import flops, gpufacts, steadystate
 from ddpscale.measurement import probe as step_probe
 from ddpscale.measurement.timing import ScalingMetrics
+from ddpscale.measurement.windows import WindowedThroughput
 from ddpscale.training import compiling, probing, runinfo
 from ddpscale.training.checkpoint import epoch_checkpoint
 from ddpscale.training.placement_check import PlacementCheck
@@ -186,14 +187,17 @@ class RunCallbacks:
     flops: FlopsCount
     probe: ProbeBeforeTraining | None
     checkpoint: pl.callbacks.ModelCheckpoint
+    windows: WindowedThroughput
 
     def all(self) -> list[pl.Callback]:
-        ordered = [self.placement, self.timing, self.probe, self.stop, self.gpu, self.flops, self.checkpoint]
+        # windows after timing: a stop decided at a batch's end is seen by the loop after every hook
+        ordered = [self.placement, self.timing, self.windows, self.probe, self.stop, self.gpu, self.flops,
+                   self.checkpoint]
         return [c for c in ordered if c is not None]
 
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
         """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
-        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record}
+        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.checkpoint.record()}
         out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
                                      float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
         if self.probe is not None:
@@ -201,7 +205,7 @@ class RunCallbacks:
         return out
 
 
-def build(args, topo: Topology) -> RunCallbacks:
+def build(args, topo: Topology, per_device: int) -> RunCallbacks:
     timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placement = PlacementCheck(args.accelerator, args.devices)
@@ -214,4 +218,12 @@ def build(args, topo: Topology) -> RunCallbacks:
         flops=FlopsCount(args.model_args, args.precision),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
+        windows=WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device),
     )
+
+
+def rule(args) -> steadystate.Rule:
+    """Throughput mode's stopping rule from the run's flags (full mode times the same windows)."""
+    minutes = args.measure_max_minutes
+    return steadystate.Rule(window_steps=args.window_steps, precision=args.target_precision,
+                            max_steps=args.measure_max_steps, max_seconds=None if minutes is None else minutes * 60)

@@ -9,12 +9,20 @@ train_time_interval, which a per-epoch checkpoint does not use. On the spiral ML
 
 from __future__ import annotations
 
+import time
+
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from ddpscale.training.runinfo import LAST
 
 
 class EpochCheckpoint(ModelCheckpoint):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # the seconds of each save in this process, for the projection of the full training (a
+        # save per epoch is part of what it costs); every rank waits for rank 0's write
+        self.save_seconds: list[float] = []
+
     @property
     def state_key(self) -> str:
         # the settings it is made of are fixed at __init__
@@ -24,6 +32,14 @@ class EpochCheckpoint(ModelCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Nothing to do: saving happens at validation end or train epoch end."""
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        started = time.perf_counter()
+        super()._save_checkpoint(trainer, filepath)
+        self.save_seconds.append(time.perf_counter() - started)
+
+    def record(self) -> dict:
+        return {"checkpoint_s": sum(self.save_seconds), "checkpoint_saves": len(self.save_seconds)}
 
 
 def epoch_checkpoint(ckpt_dir: str) -> EpochCheckpoint:

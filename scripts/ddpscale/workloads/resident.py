@@ -69,10 +69,14 @@ class ResidentBatches:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         return shard_indices(n, self.rank, self.world, order, self.pad).to(self.tensors[0].device)
 
-    def __len__(self) -> int:
+    def samples_per_rank(self) -> int:
+        """Samples this rank draws in an epoch, the padding repeat included (as a sampler's len)."""
         n = len(self.tensors[0])
         per_rank = math.ceil(n / self.world) if self.pad else len(range(self.rank, n, self.world))
-        return per_rank // self.batch_size if self.drop_last else math.ceil(per_rank / self.batch_size)
+        return per_rank // self.batch_size * self.batch_size if self.drop_last else per_rank
+
+    def __len__(self) -> int:
+        return math.ceil(self.samples_per_rank() / self.batch_size)
 
     def __iter__(self):
         indices = self._indices()

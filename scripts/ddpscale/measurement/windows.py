@@ -1,0 +1,167 @@
+"""Throughput in windows of steps, inside an epoch, and throughput mode's stop.
+
+A real epoch can take an hour, so the measurement does not wait for epochs: every
+`window_steps` training batches the window's seconds (device synchronised) and samples are
+gathered from every rank in one collective, the slowest rank's seconds counted (the group
+steps together), and ddpscale.measurement.steadystate decides on those numbers. Every rank
+holds the same numbers, so every rank makes the same decision and stops after the same batch;
+Lightning then runs the epoch's validation and checkpoint as at an epoch's end, which the
+projection of the full training uses.
+
+Windows are contiguous within an epoch (the next starts where the last ended, the data fetch
+between steps included) and never span validation: a window open when training pauses is
+dropped. In full mode the same windows are timed but never stop the run: they are the check
+of a throughput-mode figure against the full training. A resumed attempt measures afresh (a
+new process has its own warm-up); the steps of earlier attempts are not reused.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+import torch
+
+from ddpscale.measurement import samplecount, steadystate
+from ddpscale.measurement.timing import _sync, batch_len
+
+FULL_TRAINING = "full training"
+EPOCHS_ENDED = "configured epochs ended"
+
+
+class WindowedThroughput(pl.Callback):
+    def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int):
+        self.rule = rule
+        self.stop = stop  # throughput mode: stop once decided; full mode: measure only
+        self.per_device_batch = per_device_batch
+        self.seconds: list[float] = []  # per window, the slowest rank's
+        self.samples: list[int] = []  # per window, over all ranks
+        self.decision: steadystate.Decision | None = None
+        self.samples_per_epoch: int | None = None
+        self._measuring_since: float | None = None
+        self.stop_steps: list[int] | None = None  # each rank's global step when training ended
+        # per epoch (this rank): the seconds from its start to the next epoch's start (or the
+        # end of training) that no training step took: loader start, validation, checkpoint
+        # save, hooks. What the projection adds per epoch to the steps the throughput gives.
+        self.epoch_overheads: list[float] = []
+        self._epoch_t0: float | None = None
+        self._steps_s = 0.0
+        self._drop()
+
+    def _drop(self) -> None:
+        self._t = None
+        self._steps = self._count = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.samples_per_epoch = epoch_samples(trainer, self.per_device_batch)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._end_epoch(pl_module)
+        self._epoch_t0 = time.perf_counter()
+
+    def _end_epoch(self, pl_module) -> None:
+        if self._epoch_t0 is not None:
+            _sync(pl_module.device)
+            self.epoch_overheads.append(max(0.0, time.perf_counter() - self._epoch_t0 - self._steps_s))
+        self._epoch_t0, self._steps_s = None, 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._t is None:  # the first window of the run, or of an epoch, or after validation
+            _sync(pl_module.device)
+            self._t = time.perf_counter()
+            if self._measuring_since is None:
+                self._measuring_since = self._t
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._steps += 1
+        self._count += batch_len(batch)
+        if self._steps >= self.rule.window_steps:
+            self._close(trainer, pl_module)
+
+    def _close(self, trainer, pl_module) -> None:
+        _sync(pl_module.device)
+        now = time.perf_counter()
+        mine = torch.tensor([now - self._t, now - self._measuring_since, float(self._count)],
+                            dtype=torch.float64, device=pl_module.device)
+        self._steps_s += now - self._t
+        every = trainer.strategy.all_gather(mine).reshape(-1, 3)  # one collective per window
+        self.seconds.append(float(every[:, 0].max()))
+        self.samples.append(int(every[:, 2].sum()))
+        self.decision = steadystate.decide(self.seconds, self.samples, self.rule, elapsed_s=float(every[:, 1].max()))
+        if self.stop and self.decision.stop:
+            trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
+        self._steps = self._count = 0
+        self._t = time.perf_counter()  # the gather is not part of training
+
+    def _pause(self, trainer, pl_module) -> None:
+        if self._t is not None:  # a partial window is not a window, but its steps are steps
+            _sync(pl_module.device)
+            self._steps_s += time.perf_counter() - self._t
+        self._drop()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._pause(trainer, pl_module)
+
+    on_train_epoch_end = _pause
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._end_epoch(pl_module)
+        # every rank's last step, read from the group: the evidence that all of them stopped together
+        step = torch.tensor([trainer.global_step], dtype=torch.int64, device=pl_module.device)
+        self.stop_steps = [int(s) for s in trainer.strategy.all_gather(step).reshape(-1)]
+
+    def record(self) -> dict:
+        """metrics.json entries (the same on every rank)."""
+        d = self.decision or steadystate.decide([], 0, self.rule)
+        if self.stop:
+            reason = d.reason if d.stop else EPOCHS_ENDED
+        else:
+            reason = FULL_TRAINING
+        return {
+            "window_throughput_samples_s": d.throughput if d.steady_windows else None,
+            "throughput_half_width": d.half_width if d.steady_windows >= 2 else None,
+            "window_steps": self.rule.window_steps,
+            "windows_warmup": d.warmup_windows,
+            "windows_steady": d.steady_windows,
+            "steps_measured": len(self.seconds) * self.rule.window_steps,
+            "stop_reason": reason,
+            "target_precision": self.rule.precision,
+            "max_steps": self.rule.max_steps,
+            "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
+            "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
+            "samples_per_epoch": self.samples_per_epoch,
+            "stop_steps_by_rank": self.stop_steps,
+            "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
+                                 if self.epoch_overheads else None),
+            "epochs_timed": len(self.epoch_overheads),
+        }
+
+
+def epoch_samples(trainer, per_device_batch: int) -> int | None:
+    """Training samples of one whole epoch over all ranks (padding repeats not counted), from
+    the loader each rank trains on; None where the epoch has no length (an iterable dataset)."""
+    batches = trainer.num_training_batches
+    if batches == float("inf"):
+        here = -1
+    else:
+        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), per_device_batch)
+    every = trainer.strategy.all_gather(torch.tensor([here], dtype=torch.int64, device=trainer.strategy.root_device))
+    every = every.reshape(-1)
+    return None if bool((every < 0).any()) else int(every.sum())
+
+
+def validation_s_per_epoch(epoch_times: list[float], train_times: list[float]) -> float | None:
+    """Mean seconds of an epoch beyond its training batches: its validation pass (0 without one)."""
+    extra = [max(0.0, e - t) for e, t in zip(epoch_times, train_times)]
+    return sum(extra) / len(extra) if extra else None
+
+
+def run_entries(measure: str, configured_epochs: int, record: dict, windows: dict) -> dict:
+    """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
+    the run's throughput and no whole epoch was timed, so there is no time per epoch."""
+    out = {**windows, "measure": measure, "configured_epochs": configured_epochs,
+           "validation_s_per_epoch": validation_s_per_epoch(record["epoch_times_s"], record["train_times_s"])}
+    if measure == "throughput":
+        out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None)
+    return out

@@ -1,0 +1,84 @@
+"""Throughput mode in real runs (ddpscale.measurement.windows): every rank stops at one step,
+at the cap that was hit, and full mode times the same windows without stopping.
+
+The data: 840 training samples, batch 32 per device, so 2 ranks take 14 steps an epoch (13
+full batches and a short one); windows of 5 steps close at steps 5 and 10 of each epoch and
+the 4 steps after are a partial window, dropped. The 5th window (the rule's minimum) closes
+at global step 14 + 14 + 5 = 33.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from test_train_ddp import train_command
+
+from ddpscale.measurement import windows
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: str) -> dict:
+    command = train_command(tmp_path, data_file, nodes, devices, "--window-steps", "5", *flags)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("nodes,devices", [(1, 2), (2, 1)])
+def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, nodes, devices):
+    # a precision any 5 windows reach: the rule stops at its 5th window, step 33, not at epoch 50
+    m = measured(tmp_path, data_file, nodes, devices, "--measure", "throughput", "--target-precision", "0.9",
+                 "--max-epochs", "50")
+    assert m["stop_reason"] == "precision reached"
+    assert m["stop_steps_by_rank"] == [33, 33], "the ranks stopped at different steps, or not where decided"
+    assert m["windows_steady"] + m["windows_warmup"] == 5 and m["steps_measured"] == 25
+    assert m["epochs_completed"] == 3  # two whole epochs and the one the stop cut short, validated
+    assert m["measure"] == "throughput" and m["time_per_epoch_s"] is None
+    # the figure is the windows' samples over their seconds, with its interval
+    assert m["throughput_samples_s"] == m["window_throughput_samples_s"] > 0
+    assert 0 < m["throughput_half_width"] <= 0.9 * m["throughput_samples_s"]
+    assert m["samples_per_epoch"] == 840 and m["configured_epochs"] == 50
+    assert m["checkpoint_saves"] == 3 and m["epochs_timed"] == 3 and m["epoch_overhead_s"] > 0
+
+
+def test_the_time_cap_stops_the_run_with_the_interval_it_reached(tmp_path, data_file):
+    m = measured(tmp_path, data_file, 1, 2, "--measure", "throughput", "--target-precision", "0.001",
+                 "--measure-max-minutes", "0.000001", "--max-epochs", "50")
+    assert m["stop_reason"] == "time cap reached"
+    assert m["stop_steps_by_rank"] == [5, 5]  # the first window is past a cap of 60 us
+    assert m["throughput_samples_s"] > 0 and m["throughput_half_width"] is None  # one window: no interval
+
+
+def test_the_step_cap_and_the_configured_epochs_end_a_run_that_never_reaches_its_precision(tmp_path, data_file):
+    capped = measured(tmp_path / "capped", data_file, 1, 1, "--measure", "throughput", "--target-precision",
+                      "0.000001", "--measure-max-steps", "30", "--max-epochs", "50")
+    assert capped["stop_reason"] == "step cap reached" and capped["steps_measured"] == 30
+    ended = measured(tmp_path / "ended", data_file, 1, 1, "--measure", "throughput", "--target-precision",
+                     "0.000001", "--max-epochs", "2")
+    assert ended["stop_reason"] == "configured epochs ended" and ended["epochs_completed"] == 2
+
+
+def test_full_mode_times_the_windows_and_never_stops_early(tmp_path, data_file):
+    m = measured(tmp_path, data_file, 1, 2, "--max-epochs", "3")
+    assert m["measure"] == "full" and m["stop_reason"] == "full training"
+    assert m["stop_steps_by_rank"] == [42, 42] and m["epochs_completed"] == 3
+    # one whole epoch's samples, as the run counted them epoch by epoch
+    assert m["samples_per_epoch"] == m["samples_trained"] / 3 == 840
+    assert m["throughput_samples_s"] != m["window_throughput_samples_s"]  # the epochs' figure stays
+    assert m["time_per_epoch_s"] > 0 and m["checkpoint_saves"] == 3 and m["checkpoint_s"] > 0
+
+
+def test_run_entries_replace_the_figure_only_in_throughput_mode():
+    record = {"epoch_times_s": [1.0, 1.5], "train_times_s": [0.8, 1.1], "throughput_samples_s": 10.0,
+              "time_per_epoch_s": 1.5}
+    window = {"window_throughput_samples_s": 12.0}
+    full = windows.run_entries("full", 4, record, window)
+    assert "throughput_samples_s" not in full and full["validation_s_per_epoch"] == pytest.approx(0.3)
+    fast = windows.run_entries("throughput", 4, record, window)
+    assert fast["throughput_samples_s"] == 12.0 and fast["time_per_epoch_s"] is None
+    assert fast["configured_epochs"] == 4 and fast["measure"] == "throughput"
