@@ -1,0 +1,75 @@
+"""A real dry run of a shipped cluster profile states what the benchmark reserves, per job and
+in total, before anything is submitted (the arithmetic: test_reservation.py). No SLURM needed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, SNAKEMAKE_CONSOLE, tiny_config
+from ddpscale.cluster.topology import parse_topology
+from ddpscale.workloads.spiral import write_dataset
+
+pytestmark = pytest.mark.timeout(240)
+
+PROFILE = "gilbreth"  # 2 GPUs per node; train_baseline's own runtime (240) over train's (120)
+TOPOLOGIES = {"1x1": "train_baseline", "1x2": "train_single_node", "2x2": "train_multi_node"}
+
+
+def profile_runtime(profile: dict, rule: str) -> int:
+    """The minutes the profile gives a stage, read from its YAML as a user reads it."""
+    entries = profile["set-resources"]
+    for entry in (entries.get(rule, {}), entries["train"], profile["default-resources"]):
+        if "runtime" in entry:
+            return int(entry["runtime"])
+    raise AssertionError(f"{PROFILE} sets no runtime for {rule}")
+
+
+def dry_run(workspace, finished: list[str] = ()):
+    """`snakemake --profile profiles/gilbreth -n` in a workspace, the account set as a user
+    sets it; `finished`: topologies whose first repeat has a metrics.json already."""
+    config = tiny_config(topologies=list(TOPOLOGIES), repeats=1)
+    workspace.write_config(config)
+    profile = yaml.safe_load((ROOT / f"profiles/{PROFILE}/config.yaml").read_text())
+    profile["default-resources"]["slurm_account"] = "test_account"
+    (workspace.path / f"profiles/{PROFILE}/config.yaml").write_text(yaml.safe_dump(profile))
+    if finished:  # a finished run needs the dataset it used (common_data.smk checks it)
+        data = workspace.results / "data/spiral"
+        data.mkdir(parents=True)
+        dataset = config["dataset"]
+        write_dataset(str(data / "data.npz"), str(data / "manifest.json"), dataset["samples"], dataset["noise"],
+                      dataset["seed"], dataset["split"])
+    for name in finished:
+        workspace.metrics(name).parent.mkdir(parents=True)
+        workspace.metrics(name).write_text(json.dumps({"topology": name}))
+    proc = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", f"profiles/{PROFILE}", "-n"], cwd=workspace.path,
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return profile, config, proc.stderr
+
+
+def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
+    profile, config, stderr = dry_run(workspace)
+    # seen by hand: the baseline's own runtime, 240 min on 1 GPU
+    assert "ddpscale: cost: 1x1 r0 (train_baseline): 1 GPU x 240 min = 4.0 GPU-hours reserved" in stderr
+    total = expected = 0.0
+    max_minutes = config["throughput"]["max_minutes"]
+    for name, rule in TOPOLOGIES.items():
+        devices, minutes = parse_topology(name).world_size, profile_runtime(profile, rule)
+        total += devices * minutes / 60
+        expected += devices * min(minutes, max_minutes) / 60
+        assert f"{name} r0 ({rule}): {devices} GPU" in stderr and f" x {minutes} min = " in stderr
+    assert f"ddpscale: this benchmark reserves at most {total:.1f} GPU-hours (3 jobs)" in stderr
+    # measure: auto is throughput on a cluster profile
+    assert f"ddpscale: expected use from the caps: {expected:.2f} GPU-hours" in stderr
+
+
+def test_a_finished_run_is_left_out_of_the_total(workspace):
+    profile, _, stderr = dry_run(workspace, finished=["2x2"])
+    assert "2x2 r0 (train_multi_node): finished (its metrics.json exists)" in stderr
+    rest = 1 * profile_runtime(profile, "train_baseline") / 60 + 2 * profile_runtime(profile, "train_single_node") / 60
+    assert f"reserves at most {rest:.1f} GPU-hours (2 jobs; 1 finished run not counted: 2x2/r0)" in stderr
