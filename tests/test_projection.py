@@ -105,6 +105,10 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
     s = data.summary.set_index("topology")
     assert s.loc["1x2", "stop_reason"] == "step cap reached" and s.loc["1x2", "throughput_half_width"] == 8.0
     assert (s["measure"] == "throughput").all()
+    # and the verdict says the precision asked for was not reached there, and what to change
+    assert ("The throughput of 1x2 (step cap reached: \u00b14.1%) did not reach the \u00b12% asked for" in
+            " ".join(data.notes)) and "throughput.max_steps" in " ".join(data.notes)
+    assert not any("did not reach" in n for n in build([windows_run("1x1")]).notes)
 
 
 def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():
