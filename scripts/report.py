@@ -11,7 +11,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.io import atomic_write  # noqa: E402
-from ddpscale.report import analysis, breakdown, earlier, measured, plots, records, reportdata, verdict  # noqa: E402
+from ddpscale.report import (analysis, breakdown, earlier, measured, plots, projection, records,  # noqa: E402
+                             reportdata, verdict)
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     tables = {"scaling.tsv": measured.with_columns(analysis.rounded(data.summary), data.description),
               "breakdown.tsv": data.steps,
-              "prediction.tsv": data.prediction}
+              "prediction.tsv": data.prediction,
+              "projection.tsv": projection.rounded(data.projection)}
     for name, table in tables.items():
         atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
     images = {}
@@ -87,6 +89,7 @@ def main(argv=None) -> int:
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
           f"{data.recommendation}")
+    print(f"ddpscale report: {projection.cost_sentence(data.projection, analysis.hours_label(data.summary))}")
     for note in data.notes:
         print(f"ddpscale report: note: {note}")
     return 0

@@ -53,7 +53,8 @@ def test_speedup_efficiency_hours_and_order():
     s = summarize(runs)
     assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
         "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(
-        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS)
+        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS)
+    assert s["measure"].eq("full").all() and s["stop_reason"].isna().all()  # records from before throughput mode
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
     t = by_topology(s)

@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]
-OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", *PNGS, "report.html"]
+OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", "projection.tsv", *PNGS, "report.html"]
 
 
 def run_report(metrics, out_dir, *extra):
@@ -66,7 +66,7 @@ def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == ["topology", *measured.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
         "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
-        analysis.CAVEAT_COLUMNS) + ["status", "caveats"]
+        analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + ["status", "caveats"]
     # what was measured, on every row (runs without the workflow's flags say unknown)
     assert set(tsv["model_class"]) == {"M"} and set(tsv["experiment"]) == {"unknown"}
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]

@@ -20,6 +20,7 @@ def report_outputs(folder, registered):
         "table": item("scaling.tsv", {"table": "scaling"}),
         "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
         "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"}),
+        "projection_table": item("projection.tsv", {"table": "full training, projected"}),
     }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})

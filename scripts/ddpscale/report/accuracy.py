@@ -19,6 +19,12 @@ LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "r
                    "xent", "wer", "cer", "bpc", "bpb", "kl")
 # The keys metrics files had before logged_metrics was recorded in every run.
 OLD_TOP_LEVEL = ("val_loss", "val_acc", "test_acc")
+# In throughput mode each run stops once its throughput is measured, long before the configured
+# training ends: whatever metric it logged is no final accuracy, so none is compared.
+THROUGHPUT_MODE = "not compared (throughput mode)"
+NOT_COMPARED_THROUGHPUT = (f"accuracy {THROUGHPUT_MODE}: each run stopped once its throughput was measured, "
+                           "before the configured training ended, so there is no final accuracy to compare; "
+                           "set measure: full to train in full and compare it")
 # 0.90 - 0.88 is -0.0200000000000000018 in binary floating point; without slack a drop of
 # exactly the tolerance would be reported as a failure.
 FLOAT_SLACK = 1e-9
@@ -80,3 +86,12 @@ def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it:
 def compared(summary: pd.DataFrame) -> bool:
     """Whether the baseline logged the accuracy metric, so held or not means something."""
     return not summary.attrs.get("accuracy_not_compared")
+
+
+def throughput_mode(summary: pd.DataFrame) -> bool:
+    return summary.attrs.get("measure") == "throughput"
+
+
+def why_not_compared(summary: pd.DataFrame) -> str:
+    """The short reason, in brackets after "accuracy not compared"."""
+    return "throughput mode" if throughput_mode(summary) else f"{summary.attrs.get('accuracy_metric')} not logged"

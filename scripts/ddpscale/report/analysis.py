@@ -8,7 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpscale.report import accuracy, transport
-from ddpscale.report.records import check_device_kinds, check_identities, check_world_sizes, column, device_kinds, known
+from ddpscale.measuremode import THROUGHPUT
+from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
+                                     column, device_kinds, known, measure_mode)
 from ddpscale.stats import mean_interval
 
 SUMMARY_COLUMNS = (
@@ -46,6 +48,13 @@ CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscrib
 # of the mean (Student's t) once there are 3 or more repeats.
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
                        for stat in ("min", "max", "ci_low", "ci_high"))
+
+# How the throughput was measured (records.measure_mode; "full" for older records): in
+# throughput mode the half-width of the 95% interval of the mean window throughput within a
+# run (median over repeats) and why the runs stopped ("precision reached", "step cap
+# reached", ...; the repeats' reasons joined).
+MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason")
+
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
     """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
@@ -137,17 +146,20 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     check_world_sizes(runs)
     check_device_kinds(runs)
     check_identities(runs)
+    check_measure_modes(runs)
     if baseline not in set(runs["topology"]):
         raise ValueError(
             f"baseline '{baseline}' has no finished run; add it to topologies "
             f"in config/config.yaml")
 
     runs = runs.copy()
+    measure = measure_mode(runs)
+    runs["stop_reason"] = column(runs, "stop_reason")
     logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
     median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s", "samples_trained", "held_s",
-                   accuracy_metric]
+                   "throughput_half_width", accuracy_metric]
     for col in median_cols:  # older metrics files lack samples_trained and held_s: NaN, n/a
         runs[col] = pd.to_numeric(column(runs, col), errors="coerce")
 
@@ -162,6 +174,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         scaling=("scaling", _join_unique),
         batch_per_device=("batch_per_device", "first"),
         effective_batch=("effective_batch", "first"),
+        stop_reason=("stop_reason", _join_known),
     )
     # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
     for col in COMPUTE_COLUMNS:
@@ -182,20 +195,25 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table["held_gpu_hours"] = table["held_s"] * table["world_size"] / 3600.0
     table["gpu_seconds_per_sample"] = table["world_size"] / table["throughput_samples_s"]
 
+    table["measure"] = measure
+    if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
+        table[accuracy_metric] = float("nan")
     delta = table[accuracy_metric] - base[accuracy_metric]
     way = accuracy.direction(accuracy_metric, mode)
     table["accuracy_delta"] = delta
     table["accuracy_held"] = accuracy.held(delta, tolerance, way)  # NA: not logged, not known
     not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
                                          bool(table[accuracy_metric].notna().any()))
+    if measure == THROUGHPUT:
+        not_compared = accuracy.NOT_COMPARED_THROUGHPUT
 
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
                                            "accuracy_held"] + list(SPREAD_COLUMNS)
-                  + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS)].reset_index(drop=True)
+                  + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
     table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric, tolerance=float(tolerance),
-                       accuracy_direction=way, accuracy_not_compared=not_compared)
+                       accuracy_direction=way, accuracy_not_compared=not_compared, measure=measure)
     return table
 
 
@@ -221,7 +239,7 @@ def hours_label(summary: pd.DataFrame) -> str:
 # smoke runs last seconds and would otherwise round to 0.
 _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
              "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6, "held_gpu_hours": 6,
-             "gpu_seconds_per_sample": 9,
+             "gpu_seconds_per_sample": 9, "throughput_half_width": 2,
              "accuracy_delta": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 

@@ -39,7 +39,7 @@ def headline(summary: pd.DataFrame) -> str:
     failed = summary.loc[held.fillna(True).eq(False), "topology"].tolist()
     missing = summary.loc[held.isna(), "topology"].tolist()
     if summary.attrs.get("accuracy_not_compared") or len(missing) == len(summary):
-        acc = f"accuracy not compared ({metric} not logged)"
+        acc = f"accuracy not compared ({accuracy.why_not_compared(summary)})"
     elif failed:
         acc = f"accuracy ({metric}) NOT held in {', '.join(failed)}"
     else:
@@ -105,6 +105,20 @@ def _fact(name: str, text: str) -> Markup:
     return Markup("<b>{}:</b> {}.").format(name, text)
 
 
+def _windows_method(runs: pd.DataFrame) -> Markup:
+    """What throughput mode measured, in the runs' own settings."""
+    def setting(key, unit=""):
+        return ", ".join(f"{v}{unit}" for v in _unique(runs, key)) or "none"
+    precision = ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"
+    return Markup("<b>Steady-state throughput (throughput mode)</b> = the mean samples/s over all ranks of "
+                  "windows of {} training steps; the warm-up windows (compilation, caches, the allocator) were "
+                  "found in the data by MSER truncation and left out. A run stopped once the 95% interval of the "
+                  "mean window throughput was within &plusmn;{} of the mean, or at a cap ({} steps, {} minutes), "
+                  "and says which; that interval is the &plusmn; within the run, the spread between repeats "
+                  "(separate allocations) is placement noise. Repeats are combined by the median."
+                  ).format(setting("window_steps"), precision, setting("max_steps"), setting("max_minutes"))
+
+
 def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
     base = str(summary.attrs.get("baseline"))
     hours = hours_label(summary)
@@ -122,6 +136,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
         items.append(Markup("<b>Scaling mode: {}</b> = {}.").format(mode, what))
     warm = ", ".join(_unique(runs, "warmup_epochs")) or "0"
     items += [
+        _windows_method(runs) if accuracy.throughput_mode(summary) else
         Markup("<b>Steady-state throughput</b> = training samples across all ranks / training "
                "time, over the epochs after the first {} warmup epoch(s); validation batches "
                "excluded. Repeats of a topology are combined by the median. <b>Time / steady "

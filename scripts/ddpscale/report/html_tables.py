@@ -16,16 +16,10 @@ from markupsafe import Markup, escape
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured
+from ddpscale.report.html_cells import held as held_cell, num, pct, throughput_cell, throughput_note, with_spread
+from ddpscale.report.html_projection import projection_table
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
-
-
-def num(value, places: int) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:,.{places}f}"
-
-
-def pct(value, places: int = 0) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.{places}%}"
 
 
 def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> Markup:
@@ -34,35 +28,12 @@ def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> 
     return render("table.html.j2", heads=heads, rows=rows, text_cols=text_cols)
 
 
-def _with_spread(row, col: str, places: int) -> Markup:
-    """Median, then [min-max] and the 95% interval when there are enough repeats."""
-    text = escape(num(row[col], places))
-    if row.get("repeats", 0) and row["repeats"] > 1:
-        text += Markup('<br><span class="spread">{}&ndash;{}</span>').format(
-            num(row[col + "_min"], places), num(row[col + "_max"], places))
-        if pd.notna(row.get(col + "_ci_low")):
-            text += Markup('<br><span class="spread">95% CI {}&ndash;{}</span>').format(
-                num(row[col + "_ci_low"], places), num(row[col + "_ci_high"], places))
-    return text
-
-
-def _held(row, tolerance: float, way: str) -> Markup | str:
-    held = row.get("accuracy_held")
-    if row.get("status") != "ok" and pd.isna(row.get("throughput_samples_s")):
-        return ""
-    if held is None or pd.isna(held):
-        return Markup('<span class="na">not logged</span>')
-    if bool(held):
-        return Markup('<span class="held">&#10003; held</span>')
-    change = "drop" if way == "max" else "rise"
-    return Markup('<span class="failed">&#10007; not held ({} &gt; {})</span>').format(change, f"{tolerance:g}")
-
-
 def scaling_table(data):
     s = data.summary
     metric = s.attrs.get("accuracy_metric", "accuracy")
     tol = s.attrs.get("tolerance", 0.0)
     way = s.attrs.get("accuracy_direction", "max")
+    windows = accuracy.throughput_mode(s)
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
              "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
              Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
@@ -89,17 +60,17 @@ def scaling_table(data):
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
             str(int(r["repeats"])), times(r["speedup"]), pct(r["efficiency"]),
-            _with_spread(r, "throughput_samples_s", 0), _with_spread(r, "fit_time_s", 1),
-            num(r["time_per_epoch_s"], 2), num(r.get(metric), 4),
+            throughput_cell(r, windows), with_spread(r, "fit_time_s", 1), num(r["time_per_epoch_s"], 2),
+            accuracy.THROUGHPUT_MODE if windows else num(r.get(metric), 4),
             "n/a" if pd.isna(r.get("accuracy_delta")) else f"{r['accuracy_delta']:+.4f}",
-            _held(r, tol, way)]))
+            held_cell(r, tol, way, windows)]))
     text_cols = (2, 11)
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
     note = Markup("Median over repeats; below it the range (min&ndash;max) and, with 3 or more "
                   "repeats, the 95% interval of the mean. Throughput and time per steady epoch (the "
                   "mean epoch, training + validation) leave out the first {} warm-up epoch(s). Rows "
                   "in red failed the accuracy check and are excluded from the recommendation; grey "
-                  "rows did not finish.").format(warm)
+                  "rows did not finish.").format(warm) if not windows else throughput_note()
     if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
         note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
                  "measured contention, not scaling, and are excluded from the recommendation.")
@@ -293,5 +264,5 @@ def comparison_table(data):
     return "Change since the earlier run", note, _table(heads, rows)
 
 
-TABLES = (scaling_table, cost_table, breakdown_table, prediction_table, allreduce_table,
+TABLES = (scaling_table, cost_table, projection_table, breakdown_table, prediction_table, allreduce_table,
           devices_table, comparison_table)

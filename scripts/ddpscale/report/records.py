@@ -13,6 +13,7 @@ import pandas as pd
 
 from ddpscale.cluster.topology import STAGE_RULES
 from ddpscale.layout import RESULTS
+from ddpscale.measuremode import FULL
 from ddpscale.training import identity
 
 SCHEMA_VERSION = 1
@@ -152,3 +153,27 @@ def identity_note(runs: pd.DataFrame) -> str | None:
         return None
     return ("identity unknown: these metrics files predate ddpscale's record of each run's data "
             "checksum, code and versions, so the report could not check that every run used the same")
+
+
+def measure_modes(runs: pd.DataFrame) -> pd.Series:
+    """"throughput" or "full" per run; a record from before throughput mode trained in full."""
+    return pd.Series([str(m) if known(m) else FULL for m in column(runs, "measure")], index=runs.index)
+
+
+def measure_mode(runs: pd.DataFrame) -> str:
+    """The one mode of the runs (check_measure_modes refuses a mix)."""
+    modes = measure_modes(runs)
+    return str(modes.iloc[0]) if len(modes) else FULL
+
+
+def check_measure_modes(runs: pd.DataFrame) -> None:
+    """A throughput figure (windows of steps) and a full one (whole epochs) of one topology are
+    not repeats of one measurement, and a speedup across them mixes two methods: refuse."""
+    modes = measure_modes(runs)
+    if modes.nunique() < 2:
+        return
+    listing = "; ".join(f"{mode}: {', '.join(_run_labels(runs[modes == mode]))}" for mode in dict.fromkeys(modes))
+    raise ValueError(f"the runs mix measure modes ({listing}), and a throughput figure and a full one are not "
+                     f"repeats of one measurement; set `measure` to one mode in the config and rerun the others, "
+                     f"e.g. `{RERUN_ALL}`, or delete the stale {runs_folder(runs)}/<topology>/r<k>/metrics.json "
+                     "of the mode you do not want and run the workflow again")

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, cost, measured, records, verdict
+from ddpscale.report import analysis, breakdown, cost, measured, precision, projection, records, verdict
 from ddpscale.report import earlier as earlier_runs
 
 
@@ -23,6 +23,7 @@ class ReportData:
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
     description: dict = field(default_factory=dict)  # measured.describe: what was measured
+    projection: pd.DataFrame | None = None  # projection.projection: the full training's cost, and the answer's
 
     @property
     def finished(self) -> pd.DataFrame:
@@ -53,6 +54,8 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         threshold=threshold,
         comparison=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
-        notes=verdict.caveats(summary, runs, steps, probes) + [n for n in [records.identity_note(runs)] if n],
+        notes=verdict.caveats(summary, runs, steps, probes)
+        + [n for n in [records.identity_note(runs), precision.precision_note(summary, runs)] if n],
         description=description or measured.describe(runs),
+        projection=projection.projection(runs),
     )

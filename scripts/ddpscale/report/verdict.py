@@ -105,8 +105,7 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     ok = usable(summary)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
     if not accuracy.compared(summary):
-        metric = summary.attrs.get("accuracy_metric")
-        where += f"by speed alone (accuracy not compared: {metric} not logged), "
+        where += f"by speed alone (accuracy not compared: {accuracy.why_not_compared(summary)}), "
     if ok.empty:
         held = " with accuracy held" if accuracy.compared(summary) else ""
         if len(flagged(summary, "oversubscribed")):

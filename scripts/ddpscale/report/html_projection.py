@@ -1,0 +1,44 @@
+"""The report's table of the full training, projected (report.projection), in the shape of
+html_tables' tables: (heading, note, table HTML), or None when nothing was projected."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ddpscale.report.analysis import hours_label
+from ddpscale.report.html_cells import num
+from ddpscale.report.projection import cost_sentence, duration, hours, sentence
+from ddpscale.report.templating import render
+
+
+def projection_table(data):
+    table = data.projection
+    if table is None or table.empty:
+        return None
+    label = hours_label(data.summary)
+    full = table.attrs.get("measure") != "throughput"
+    heads = ["Topology", "Devices", "Projected time", f"Projected {label}"]
+    heads += ["Measured time", "Projection off by"] if full else []
+    why = table["why_na"].notna().any()  # a column of its own only where a row needs it
+    heads += ["Not projected because"] if why else []
+    rows = []
+    for _, r in table.iterrows():
+        cells = [str(r["topology"]), str(int(r["world_size"])), duration(r["projected_s"]),
+                 hours(r["projected_device_hours"])]
+        if full:
+            cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
+        cells += [r["why_na"] or ""] if why else []
+        rows.append(("", cells))
+    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs.get("configured_epochs", []) if pd.notna(v)))
+    said = sentence(table, label)
+    note = (f"{cost_sentence(table, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
+            + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x (samples per "
+            "epoch / steady window throughput + validation seconds per epoch + seconds per checkpoint save) + the "
+            f"warm-up's excess over the steady rate; {label} = that x devices; median over repeats. "
+            f"This answer's cost is the time every run held its devices x devices, summed.")
+    if full:
+        note += (" Measured time = the run's fit time + its checkpoint writes; projection off by = projected / "
+                 "measured - 1, a check of the projection.")
+    else:
+        note += " Training every topology in full = one projected full training of each topology, summed."
+    return "The full training, projected", note, render("table.html.j2", heads=heads, rows=rows,
+                                                        text_cols=(len(heads) - 1,))

@@ -1,0 +1,138 @@
+"""The full training's cost projected from a run's measurements (report.projection), what the
+answer itself cost, and how the report shows throughput mode: the interval within a run, why
+it stopped, accuracy not compared, and a refusal to mix modes. Hand-made metrics records."""
+import math
+
+import pandas as pd
+import pytest
+
+from ddpscale.report import accuracy, html_tables, projection, reportdata, verdict
+from ddpscale.report import html as report_html
+from test_analysis import make_run
+from test_report_script import _assert_one_line_error, run_report, write_fixtures
+
+# 10 epochs x (36,000 samples / 100 samples/s + 4 s validation + 6 s / 3 saves) + 5 s warm-up excess
+KNOWN = {"configured_epochs": 10, "samples_per_epoch": 36000, "window_throughput_samples_s": 100.0,
+         "validation_s_per_epoch": 4.0, "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
+KNOWN_S = 10 * (360.0 + 4.0 + 2.0) + 5.0
+
+
+def windows_run(topology="1x1", **overrides):
+    """A throughput-mode record with the keys of issue 21's contract."""
+    return make_run(topology, **{**KNOWN, "measure": "throughput", "time_per_epoch_s": None,
+                                 "throughput_half_width": 1.0, "stop_reason": "precision reached",
+                                 "window_steps": 20, "target_precision": 0.02, "max_steps": 2000,
+                                 "max_minutes": 10, **overrides})
+
+
+def build(runs):
+    return reportdata.build(pd.DataFrame(runs), {}, baseline="1x1", metric="test_acc", tolerance=0.02,
+                            threshold=0.8, expected=[], repeats=1, log_tails={})
+
+
+def test_projection_arithmetic_on_known_numbers():
+    assert projection.project_run(pd.Series(KNOWN)) == (pytest.approx(KNOWN_S), None)
+    # no checkpoint saved: nothing per save (not a division by zero)
+    no_saves = pd.Series({**KNOWN, "checkpoint_s": 0.0, "checkpoint_saves": 0})
+    assert projection.project_run(no_saves)[0] == pytest.approx(10 * 364.0 + 5.0)
+
+
+def test_median_over_repeats_device_hours_and_the_answers_cost():
+    runs = pd.DataFrame([windows_run("1x1", held_s=60.0),
+                         windows_run("2x2", repeat=0, window_throughput_samples_s=400.0, held_s=30.0),
+                         windows_run("2x2", repeat=1, window_throughput_samples_s=360.0, held_s=30.0),
+                         windows_run("2x2", repeat=2, window_throughput_samples_s=300.0, held_s=30.0)])
+    table = projection.projection(runs).set_index("topology")
+    median = 10 * (36000 / 360.0 + 6.0) + 5.0  # the middle repeat
+    assert table.loc["2x2", "projected_s"] == pytest.approx(median)
+    assert table.loc["2x2", "projected_device_hours"] == pytest.approx(median * 4 / 3600)
+    assert table.loc["1x1", "projected_device_hours"] == pytest.approx(KNOWN_S / 3600)
+    assert table["measured_s"].isna().all()  # throughput mode trained no full run
+    assert table.attrs["answer_device_hours"] == pytest.approx((60.0 * 1 + 3 * 30.0 * 4) / 3600)
+    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + median * 4) / 3600)
+
+
+def test_full_mode_shows_the_projections_error_against_the_measured_training():
+    runs = pd.DataFrame([make_run("1x1", **KNOWN, measure="full", fit_time_s=3500.0)])
+    row = projection.projection(runs).iloc[0]
+    assert row["measured_s"] == pytest.approx(3506.0)  # fit time + checkpoint writes
+    assert row["error"] == pytest.approx(KNOWN_S / 3506.0 - 1)
+    assert math.isnan(projection.projection(runs).attrs["full_device_hours"])  # the answer was full training
+
+
+def test_an_old_record_is_not_projected_and_says_why():
+    table = projection.projection(pd.DataFrame([make_run("1x1"), make_run("1x2", held_s=None)]))
+    assert table["projected_s"].isna().all()
+    assert table.loc[0, "why_na"].startswith("not recorded: configured_epochs, samples_per_epoch")
+    assert math.isnan(table.attrs["answer_device_hours"])
+    assert "1x2/r0 recorded no held time" in table.attrs["answer_why_na"]
+    _, note, html = html_tables.projection_table(build([make_run("1x1"), make_run("1x2")]))
+    assert "n/a" in html and "not recorded: configured_epochs" in html
+
+
+def test_the_sentences_read_like_the_issue():
+    table = pd.DataFrame({"topology": ["1x4", "2x4"], "world_size": [4, 8], "projected_s": [18000.0, 11160.0],
+                          "projected_device_hours": [20.0, 24.8]})
+    assert projection.sentence(table, "GPU-hours") == \
+        "full training on 1x4: 5.0 h, 20.0 GPU-hours; on 2x4: 3.1 h, 24.8 GPU-hours"
+    table.attrs.update(measure="throughput", answer_device_hours=0.75, full_device_hours=44.8)
+    assert projection.cost_sentence(table, "GPU-hours") == \
+        "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours."
+    assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
+
+
+def test_throughput_mode_does_not_compare_accuracy_anywhere():
+    data = build([windows_run("1x1", test_acc=0.9), windows_run("1x2", test_acc=0.5, throughput_samples_s=190.0)])
+    assert data.summary.attrs["accuracy_not_compared"] == accuracy.NOT_COMPARED_THROUGHPUT
+    assert data.summary["accuracy_held"].isna().all()  # 0.5 vs 0.9 mid-training is no failure
+    assert "by speed alone (accuracy not compared: throughput mode)" in data.recommendation
+    assert report_html.headline(data.finished).endswith("accuracy not compared (throughput mode)")
+    _, _, table = html_tables.scaling_table(data)
+    assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
+    assert "held" not in verdict.recommendation(data.summary, 0.8)
+
+
+def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
+    runs = [windows_run("1x1"),
+            *(windows_run("1x2", repeat=k, throughput_samples_s=t, throughput_half_width=8.0,
+                          stop_reason="step cap reached") for k, t in enumerate((190.0, 200.0, 195.0)))]
+    data = build(runs)
+    _, note, table = html_tables.scaling_table(data)
+    assert "\u00b11.0% within run" in table  # 1 of 100 samples/s
+    assert '<span class="caveat">step cap reached: \u00b14.1%</span>' in table  # 8 of 195
+    assert "placement noise 190&ndash;200" in table
+    assert "<i>within run</i>" in note and "<i>placement noise</i>" in note
+    s = data.summary.set_index("topology")
+    assert s.loc["1x2", "stop_reason"] == "step cap reached" and s.loc["1x2", "throughput_half_width"] == 8.0
+    assert (s["measure"] == "throughput").all()
+    # and the verdict says the precision asked for was not reached there, and what to change
+    assert ("The throughput of 1x2 (step cap reached: \u00b14.1%) did not reach the \u00b12% asked for" in
+            " ".join(data.notes)) and "throughput.max_steps" in " ".join(data.notes)
+    assert not any("did not reach" in n for n in build([windows_run("1x1")]).notes)
+
+
+def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():
+    windows = "".join(report_html._methods(build([windows_run("1x1")]).summary, pd.DataFrame([windows_run("1x1")])))
+    assert "windows of 20 training steps" in windows and "MSER truncation" in windows
+    assert "&plusmn;2%" in windows and "(2000 steps, 10 minutes)" in windows
+    full = "".join(report_html._methods(build([make_run("1x1")]).summary, pd.DataFrame([make_run("1x1")])))
+    assert "MSER" not in full
+
+
+def test_mixed_modes_are_refused_in_one_line(tmp_path):
+    paths = write_fixtures(tmp_path, [make_run("1x1"), windows_run("1x2")])
+    proc = run_report(paths, tmp_path / "out")
+    _assert_one_line_error(proc, "mix measure modes (full: 1x1/r0; throughput: 1x2/r0)", "set `measure` to one mode")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_writes_the_projection_and_says_the_answers_cost(tmp_path):
+    paths = write_fixtures(tmp_path, [windows_run("1x1"), windows_run("1x2", window_throughput_samples_s=200.0)])
+    proc = run_report(paths, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / "out/projection.tsv", sep="\t").set_index("topology")
+    assert table.loc["1x2", "projected_s"] == pytest.approx(10 * (180.0 + 6.0) + 5.0)
+    assert "This answer cost 0.0333 device-hours (held); training every topology in full" in proc.stdout
+    scaling = pd.read_csv(tmp_path / "out/scaling.tsv", sep="\t")
+    assert {"measure", "throughput_half_width", "stop_reason"} <= set(scaling.columns)
+    assert "The full training, projected" in (tmp_path / "out/report.html").read_text()
