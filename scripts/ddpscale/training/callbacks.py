@@ -14,7 +14,7 @@ import os
 import random
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytorch_lightning as pl
@@ -25,6 +25,7 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.measurement import flops, gpufacts
 from ddpscale.measurement import probe as step_probe
 from ddpscale.measurement.timing import ScalingMetrics
+from ddpscale.measurement.valhistory import ValHistory
 from ddpscale.training import compiling, probing, runinfo
 from ddpscale.training.checkpoint import epoch_checkpoint
 from ddpscale.training.placement_check import PlacementCheck
@@ -186,14 +187,17 @@ class RunCallbacks:
     flops: FlopsCount
     probe: ProbeBeforeTraining | None
     checkpoint: pl.callbacks.ModelCheckpoint
+    history: ValHistory = field(default_factory=lambda: ValHistory(None))
 
     def all(self) -> list[pl.Callback]:
-        ordered = [self.placement, self.timing, self.probe, self.stop, self.gpu, self.flops, self.checkpoint]
+        # history before checkpoint: the epoch's checkpoint, saved at validation end, holds its value
+        ordered = [self.placement, self.timing, self.probe, self.stop, self.gpu, self.flops, self.history,
+                   self.checkpoint]
         return [c for c in ordered if c is not None]
 
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
         """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
-        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record}
+        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.history.record()}
         out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
                                      float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
         if self.probe is not None:
@@ -214,4 +218,5 @@ def build(args, topo: Topology) -> RunCallbacks:
         flops=FlopsCount(args.model_args, args.precision),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
+        history=ValHistory(args.epoch_metric),
     )
