@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.io import atomic_write  # noqa: E402
 from ddpscale.report import analysis, breakdown, earlier, measured, plots, records, reportdata, verdict  # noqa: E402
+from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     tables = {"scaling.tsv": measured.with_columns(analysis.rounded(data.summary), data.description),
               "breakdown.tsv": data.steps,
-              "prediction.tsv": data.prediction}
+              "prediction.tsv": data.prediction,
+              "timetoacc.tsv": timetoacc.rounded(data.timetoacc)}
     for name, table in tables.items():
         atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
     images = {}

@@ -20,6 +20,7 @@ def report_outputs(folder, registered):
         "table": item("scaling.tsv", {"table": "scaling"}),
         "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
         "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"}),
+        "tta_table": item("timetoacc.tsv", {"table": "time to accuracy"}),
     }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})

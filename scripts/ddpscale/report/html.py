@@ -12,7 +12,7 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, measured
+from ddpscale.report import accuracy, boundness, html_tta, measured
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.templating import render
@@ -105,7 +105,8 @@ def _fact(name: str, text: str) -> Markup:
     return Markup("<b>{}:</b> {}.").format(name, text)
 
 
-def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
+def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> list[Markup]:
+    """rules: further definitions (a table's own module words them), None where not shown."""
     base = str(summary.attrs.get("baseline"))
     hours = hours_label(summary)
     items = []
@@ -139,6 +140,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
                "start, else the training process's, to the metrics record) &times; world size / "
                "3600.").format(hours),
         _accuracy_rule(summary),
+        *[rule for rule in rules if rule is not None],
         _caveat_rules(summary),
     ]
     hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})
@@ -199,7 +201,7 @@ def _verdict(data) -> dict:
 
 def _tables(data) -> list:
     """(heading, note, table) of every table that applies."""
-    return [made for made in (make(data) for make in TABLES) if made is not None]
+    return [made for made in (make(data) for make in (*TABLES, html_tta.tta_table)) if made is not None]
 
 
 def _figures(images: dict[str, bytes]) -> list:
@@ -214,4 +216,4 @@ def build_report(data, images: dict[str, bytes]) -> str:
     facts = [(measured.LABELS[k], str(v)) for k, v in data.description.items()]
     return str(render("report.html.j2", title=measured.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data.summary, data.runs))) + "\n"
+                      methods=_methods(data.summary, data.runs, (html_tta.method(data),)))) + "\n"

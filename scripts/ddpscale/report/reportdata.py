@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, cost, measured, records, verdict
+from ddpscale.report import analysis, breakdown, cost, measured, records, timetoacc, verdict
 from ddpscale.report import earlier as earlier_runs
 
 
@@ -23,6 +23,7 @@ class ReportData:
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
     description: dict = field(default_factory=dict)  # measured.describe: what was measured
+    timetoacc: pd.DataFrame | None = None  # timetoacc.table: time to the baseline's accuracy
 
     @property
     def finished(self) -> pd.DataFrame:
@@ -55,4 +56,5 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         compared_with=compared_with,
         notes=verdict.caveats(summary, runs, steps, probes) + [n for n in [records.identity_note(runs)] if n],
         description=description or measured.describe(runs),
+        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode),
     )
