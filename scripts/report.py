@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddpscale.io import atomic_write  # noqa: E402
 from ddpscale.report import (analysis, breakdown, earlier, measured, plots, projection, records,  # noqa: E402
                              reportdata, verdict)
+from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
@@ -78,7 +79,8 @@ def main(argv=None) -> int:
     tables = {"scaling.tsv": measured.with_columns(analysis.rounded(data.summary), data.description),
               "breakdown.tsv": data.steps,
               "prediction.tsv": data.prediction,
-              "projection.tsv": projection.rounded(data.projection)}
+              "projection.tsv": projection.rounded(data.projection),
+              "timetoacc.tsv": timetoacc.rounded(data.timetoacc)}
     for name, table in tables.items():
         atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
     images = {}

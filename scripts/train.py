@@ -16,9 +16,9 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale.cluster.topology import Topology
-from ddpscale.configcheck import ACCURACY_METRIC_ENV
+from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
 from ddpscale.io import write_json_atomic
-from ddpscale.measurement import held, windows
+from ddpscale.measurement import held, valhistory, windows
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
@@ -39,6 +39,9 @@ def parse_args(argv=None):
     p.add_argument("--accuracy-metric", default=os.environ.get(ACCURACY_METRIC_ENV),
                    help="the metric the report compares (config accuracy.metric; default: $"
                         f"{ACCURACY_METRIC_ENV}, as the workflow sets it): the log says whether it is logged")
+    p.add_argument("--epoch-metric", default=os.environ.get(EPOCH_METRIC_ENV),
+                   help="the metric recorded after every epoch's validation, for time to accuracy (config "
+                        f"accuracy.epoch_metric; default: ${EPOCH_METRIC_ENV}, as the workflow sets it)")
     p.add_argument("--site-interconnect", default="unknown",
                    help="the network between nodes as the profile states it (site_interconnect), for the report")
     p.add_argument("--held-from-job", action="store_true",
@@ -83,7 +86,7 @@ def run_settings(args) -> dict:
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
             if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "probe_batch_sizes", "held_from_job",
-                         "accuracy_metric", "site_interconnect", *NOT_IDENTITY)}
+                         "accuracy_metric", "epoch_metric", "site_interconnect", *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:
@@ -145,6 +148,7 @@ def main(argv=None) -> int:
         record.update(windows.run_entries(args.measure, args.max_epochs, record, measured.windows.record()))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
+        record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])
         record["compile"] = args.compile
         record["transport"] = transport  # per rank: backend, transport, interface
         record["site_interconnect"] = args.site_interconnect

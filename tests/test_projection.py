@@ -11,10 +11,11 @@ from ddpscale.report import html as report_html
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 
-# 10 epochs x (36,000 samples / 100 samples/s + 4 s validation + 6 s / 3 saves) + 5 s warm-up excess
+# 10 epochs x (36,000 samples / 100 samples/s + 6 s per epoch outside the steps: loader start,
+# validation, checkpoint save) + 5 s warm-up excess
 KNOWN = {"configured_epochs": 10, "samples_per_epoch": 36000, "window_throughput_samples_s": 100.0,
-         "validation_s_per_epoch": 4.0, "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
-KNOWN_S = 10 * (360.0 + 4.0 + 2.0) + 5.0
+         "epoch_overhead_s": 6.0, "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
+KNOWN_S = 10 * (360.0 + 6.0) + 5.0
 
 
 def windows_run(topology="1x1", **overrides):
@@ -32,9 +33,9 @@ def build(runs):
 
 def test_projection_arithmetic_on_known_numbers():
     assert projection.project_run(pd.Series(KNOWN)) == (pytest.approx(KNOWN_S), None)
-    # no checkpoint saved: nothing per save (not a division by zero)
-    no_saves = pd.Series({**KNOWN, "checkpoint_s": 0.0, "checkpoint_saves": 0})
-    assert projection.project_run(no_saves)[0] == pytest.approx(10 * 364.0 + 5.0)
+    # every epoch pays what no step took, once per epoch
+    no_overhead = pd.Series({**KNOWN, "epoch_overhead_s": 0.0})
+    assert projection.project_run(no_overhead)[0] == pytest.approx(10 * 360.0 + 5.0)
 
 
 def test_median_over_repeats_device_hours_and_the_answers_cost():

@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]
-OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", "projection.tsv", *PNGS, "report.html"]
+OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", "projection.tsv", "timetoacc.tsv", *PNGS, "report.html"]
 
 
 def run_report(metrics, out_dir, *extra):

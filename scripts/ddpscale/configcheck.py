@@ -21,6 +21,8 @@ from ddpscale.workloads.spiral import split_sizes
 
 # config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.training.metriccheck)
 ACCURACY_METRIC_ENV = "DDPSCALE_ACCURACY_METRIC"
+# config accuracy.epoch_metric resolved (ddpscale.measuremode.epoch_metric), for time to accuracy
+EPOCH_METRIC_ENV = "DDPSCALE_EPOCH_METRIC"
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
               "number": "a number", "boolean": "true or false", "null": "null"}

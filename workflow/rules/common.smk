@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config); the
 # config itself is read and checked in common_config.smk, included first.
-from ddpscale.configcheck import ACCURACY_METRIC_ENV, file_problems, setting_problems  # noqa: E402
+from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV, file_problems, setting_problems  # noqa: E402
 
 from ddpscale.cluster.hostdevices import (  # noqa: E402
     AcceleratorError,

@@ -21,6 +21,7 @@ def report_outputs(folder, registered):
         "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
         "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"}),
         "projection_table": item("projection.tsv", {"table": "full training, projected"}),
+        "tta_table": item("timetoacc.tsv", {"table": "time to accuracy"}),
     }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})

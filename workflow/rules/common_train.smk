@@ -2,6 +2,7 @@
 # and flags.
 import functools
 
+from ddpscale import measuremode  # noqa: E402
 from ddpscale.cluster.resources import run_accelerator  # noqa: E402
 from ddpscale.cluster.topology import batch_per_device  # noqa: E402
 from ddpscale.report.status_sources import live_training_job, query_squeue  # noqa: E402
@@ -202,3 +203,7 @@ def get_probe_batch_sizes():
 # --accuracy-metric defaults to it). In the jobs' environment, not their flags: a flag is a
 # param, whose change reruns the job, and choosing another metric must not retrain anything.
 os.environ[ACCURACY_METRIC_ENV] = config["accuracy"]["metric"]
+# The metric recorded after every epoch for time to accuracy (train.py --epoch-metric), the same way
+os.environ[EPOCH_METRIC_ENV] = measuremode.epoch_metric(
+    config["accuracy"]["metric"], config["accuracy"]["epoch_metric"]
+)

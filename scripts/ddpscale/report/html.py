@@ -12,7 +12,7 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, measured
+from ddpscale.report import accuracy, boundness, html_tta, measured
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.templating import render
@@ -110,16 +110,18 @@ def _windows_method(runs: pd.DataFrame) -> Markup:
     def setting(key, unit=""):
         return ", ".join(f"{v}{unit}" for v in _unique(runs, key)) or "none"
     precision = ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"
-    return Markup("<b>Steady-state throughput (throughput mode)</b> = the mean samples/s over all ranks of "
-                  "windows of {} training steps; the warm-up windows (compilation, caches, the allocator) were "
-                  "found in the data by MSER truncation and left out. A run stopped once the 95% interval of the "
-                  "mean window throughput was within &plusmn;{} of the mean, or at a cap ({} steps, {} minutes), "
+    return Markup("<b>Steady-state throughput (throughput mode)</b> = training samples over all ranks / "
+                  "seconds, over steady windows of {} training steps (each window's seconds are the slowest "
+                  "rank's); the warm-up windows (compilation, caches, the allocator) were found in the data by "
+                  "MSER truncation and left out. A run stopped once the 95% interval of the mean was within "
+                  "&plusmn;{} of the mean, or at a cap ({} steps, {} minutes), "
                   "and says which; that interval is the &plusmn; within the run, the spread between repeats "
                   "(separate allocations) is placement noise. Repeats are combined by the median."
                   ).format(setting("window_steps"), precision, setting("max_steps"), setting("max_minutes"))
 
 
-def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
+def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> list[Markup]:
+    """rules: further definitions (a table's own module words them), None where not shown."""
     base = str(summary.attrs.get("baseline"))
     hours = hours_label(summary)
     items = []
@@ -154,6 +156,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame) -> list[Markup]:
                "start, else the training process's, to the metrics record) &times; world size / "
                "3600.").format(hours),
         _accuracy_rule(summary),
+        *[rule for rule in rules if rule is not None],
         _caveat_rules(summary),
     ]
     hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})
@@ -214,7 +217,7 @@ def _verdict(data) -> dict:
 
 def _tables(data) -> list:
     """(heading, note, table) of every table that applies."""
-    return [made for made in (make(data) for make in TABLES) if made is not None]
+    return [made for made in (make(data) for make in (*TABLES, html_tta.tta_table)) if made is not None]
 
 
 def _figures(images: dict[str, bytes]) -> list:
@@ -229,4 +232,4 @@ def build_report(data, images: dict[str, bytes]) -> str:
     facts = [(measured.LABELS[k], str(v)) for k, v in data.description.items()]
     return str(render("report.html.j2", title=measured.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data.summary, data.runs))) + "\n"
+                      methods=_methods(data.summary, data.runs, (html_tta.method(data),)))) + "\n"

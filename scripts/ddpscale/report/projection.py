@@ -4,8 +4,12 @@ A throughput run stops after a few hundred steps; the user still wants to know w
 configured training would take on each topology before paying for it. Per run:
 
     projected seconds = configured_epochs x (samples_per_epoch / window throughput
-                        + validation seconds per epoch + checkpoint seconds per save)
+                        + the seconds per epoch no training step took)
                         + the warm-up's excess over the steady rate
+
+where the seconds no step took are measured per epoch the run trained in: the loader's start,
+validation, the checkpoint save and the hooks between epochs (a throughput run ends its last
+epoch with a validation and a save, so it measures them too).
 
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
 checkpoint writes), so there the projection is checked against it. A key a record lacks
@@ -22,8 +26,8 @@ from ddpscale.measuremode import THROUGHPUT
 from ddpscale.report.records import column, known, measure_mode
 
 # What one projection needs from a metrics record (the lead's contract for issue 21).
-INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "validation_s_per_epoch",
-          "checkpoint_s", "checkpoint_saves", "warmup_excess_s")
+INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
+          "warmup_excess_s")
 
 PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "projected_s", "projected_device_hours",
                       "measured_s", "error", "why_na")
@@ -44,10 +48,7 @@ def project_run(record) -> tuple[float, str | None]:
         return math.nan, f"not recorded: {', '.join(missing)}"
     if values["window_throughput_samples_s"] <= 0:
         return math.nan, "no steady window throughput measured"
-    saves = values["checkpoint_saves"]
-    per_save = values["checkpoint_s"] / saves if saves > 0 else 0.0
-    per_epoch = (values["samples_per_epoch"] / values["window_throughput_samples_s"]
-                 + values["validation_s_per_epoch"] + per_save)
+    per_epoch = values["samples_per_epoch"] / values["window_throughput_samples_s"] + values["epoch_overhead_s"]
     return values["configured_epochs"] * per_epoch + values["warmup_excess_s"], None
 
 

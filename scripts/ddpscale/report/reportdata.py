@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddpscale.report import analysis, breakdown, cost, measured, precision, projection, records, verdict
+from ddpscale.report import (analysis, breakdown, cost, measured, precision, projection, records, timetoacc,
+                             verdict)
 from ddpscale.report import earlier as earlier_runs
 
 
@@ -24,6 +25,7 @@ class ReportData:
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
     description: dict = field(default_factory=dict)  # measured.describe: what was measured
     projection: pd.DataFrame | None = None  # projection.projection: the full training's cost, and the answer's
+    timetoacc: pd.DataFrame | None = None  # timetoacc.table: time to the baseline's accuracy
 
     @property
     def finished(self) -> pd.DataFrame:
@@ -58,4 +60,5 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         + [n for n in [records.identity_note(runs), precision.precision_note(summary, runs)] if n],
         description=description or measured.describe(runs),
         projection=projection.projection(runs),
+        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode),
     )

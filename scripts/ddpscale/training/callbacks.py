@@ -14,7 +14,7 @@ import os
 import random
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytorch_lightning as pl
@@ -26,6 +26,7 @@ from ddpscale.measurement import flops, gpufacts, steadystate
 from ddpscale.measurement import probe as step_probe
 from ddpscale.measurement.timing import ScalingMetrics
 from ddpscale.measurement.windows import WindowedThroughput
+from ddpscale.measurement.valhistory import ValHistory
 from ddpscale.training import compiling, probing, runinfo
 from ddpscale.training.checkpoint import epoch_checkpoint
 from ddpscale.training.placement_check import PlacementCheck
@@ -188,16 +189,19 @@ class RunCallbacks:
     probe: ProbeBeforeTraining | None
     checkpoint: pl.callbacks.ModelCheckpoint
     windows: WindowedThroughput
+    history: ValHistory = field(default_factory=lambda: ValHistory(None))
 
     def all(self) -> list[pl.Callback]:
-        # windows after timing: a stop decided at a batch's end is seen by the loop after every hook
+        # windows after timing: a stop decided at a batch's end is seen by the loop after every hook;
+        # history before checkpoint: the epoch's checkpoint, saved at validation end, holds its value
         ordered = [self.placement, self.timing, self.windows, self.probe, self.stop, self.gpu, self.flops,
-                   self.checkpoint]
+                   self.history, self.checkpoint]
         return [c for c in ordered if c is not None]
 
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
         """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
-        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.checkpoint.record()}
+        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.checkpoint.record(),
+               **self.history.record()}
         out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
                                      float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
         if self.probe is not None:
@@ -219,6 +223,7 @@ def build(args, topo: Topology, per_device: int) -> RunCallbacks:
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
         windows=WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device),
+        history=ValHistory(args.epoch_metric),
     )
 
 

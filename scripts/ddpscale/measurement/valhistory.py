@@ -1,0 +1,74 @@
+"""The epoch metric after every epoch's validation, for time to accuracy (report/timetoacc.py).
+
+A larger global batch can need more epochs to reach the same accuracy, so throughput alone can
+promise a speedup the training never delivers. The callback records the metric (config
+accuracy.epoch_metric, e.g. val_acc) once per epoch on rank 0; with_elapsed then pairs each
+value with the time trained so far. Its state is saved in every checkpoint, like
+ScalingMetrics', so a run resumed after a kill keeps the epochs it already validated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytorch_lightning as pl
+import torch
+
+
+def _scalars(trainer) -> dict[str, float]:
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+
+
+class ValHistory(pl.Callback):
+    def __init__(self, metric: str | None):
+        self.metric = metric
+        self.history: list[dict] = []  # {"epoch", "value"}, one per validated epoch
+        self.logged: list[str] | None = None  # what the last validation logged, for the reason
+
+    def state_dict(self) -> dict:
+        return {"history": self.history, "logged": self.logged}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [dict(entry) for entry in state.get("history", [])]
+        self.logged = state.get("logged")
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or not self.metric:
+            return
+        logged = _scalars(trainer)
+        self.logged = sorted(logged)
+        if self.metric not in logged:
+            return
+        value = logged[self.metric]
+        entry = {"epoch": int(trainer.current_epoch), "value": value if math.isfinite(value) else None}
+        # val_check_interval < 1 validates several times an epoch: the epoch's last one counts,
+        # the value the epoch ended with
+        self.history = [e for e in self.history if e["epoch"] != entry["epoch"]] + [entry]
+
+    def reason(self) -> str | None:
+        """Why the history is empty, or None when it is not."""
+        if self.history:
+            return None
+        if not self.metric:
+            return "no epoch metric was named (train.py --epoch-metric, config accuracy.epoch_metric)"
+        if self.logged is None:
+            return "no validation ran"
+        names = ", ".join(self.logged) or "nothing"
+        return f"{self.metric} was not logged at validation; logged: {names}"
+
+    def record(self) -> dict:
+        """metrics.json's keys (rank 0, after fit); train.py adds elapsed_s with with_elapsed."""
+        return {"val_history": [dict(e) for e in self.history], "val_history_metric": self.metric,
+                "val_history_reason": self.reason()}
+
+
+def with_elapsed(history: list[dict], epoch_times: list[float]) -> list[dict]:
+    """Each entry with elapsed_s: the summed time (train + validation) of the finished epochs up
+    to and including its own, i.e. what training took to reach that value. epoch_times holds one
+    entry per finished epoch, in order (metrics.json epoch_times_s); an entry whose epoch did not
+    finish (stopped after its validation) gets None, not a guess."""
+    running, total = [], 0.0
+    for seconds in epoch_times:
+        total += seconds
+        running.append(total)
+    return [{**e, "elapsed_s": running[e["epoch"]] if 0 <= e["epoch"] < len(running) else None} for e in history]

@@ -1,0 +1,60 @@
+"""The report's "Time to accuracy" table and its sentence in the methods (report/timetoacc.py).
+
+Shown where any run recorded a val_history (full mode, or a throughput run saying it was not
+measured); a report of older metrics files, which predate it, looks as it did.
+"""
+from __future__ import annotations
+
+import pandas as pd
+from markupsafe import Markup, escape
+
+from ddpscale.report.html_tables import _table, num
+from ddpscale.report.verdict import times
+
+
+def recorded(runs: pd.DataFrame) -> bool:
+    return "val_history_metric" in runs.columns or "measure" in runs.columns
+
+
+def _way(tta: pd.DataFrame) -> tuple[str, str]:
+    """(comparison, sign of the tolerance) for the target's wording."""
+    return (Markup("&ge;"), Markup("&minus;")) if tta.attrs.get("direction") != "min" else (Markup("&le;"), "+")
+
+
+def tta_table(data):
+    tta = getattr(data, "timetoacc", None)
+    if tta is None or tta.empty or not recorded(data.runs):
+        return None
+    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
+             "Throughput speedup", "Status"]
+    rows = []
+    for _, r in tta.iterrows():
+        status = escape(str(r["status"]))
+        if not str(r["status"]).startswith("reached"):
+            status = Markup('<span class="na">{}</span>').format(status)
+        rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
+                          num(r["time_to_accuracy_s"], 1), times(r["tta_speedup"]), times(r["speedup"]), status]))
+    if pd.notna(tta.attrs.get("target")):
+        compare, sign = _way(tta)
+        note = Markup("Target: {} {} {} (the baseline {}'s final value {} {}). Time to accuracy = the "
+                      "training time (training + validation of the epochs so far) until the first "
+                      "epoch that reaches it, median over repeats; the speedup is the baseline's time / "
+                      "this one. A larger global batch can need more epochs, so it can fall short of "
+                      "the throughput speedup.").format(
+            tta.attrs["metric"], compare, f"{tta.attrs['target']:.4g}", tta.attrs["baseline"], sign,
+            f"{tta.attrs['tolerance']:g}")
+    else:
+        note = "No target: the baseline recorded no epoch metric (see its status)."
+    return "Time to accuracy", note, _table(heads, rows, text_cols=(6,))
+
+
+def method(data) -> Markup | None:
+    """The methods' sentence, where the table is shown."""
+    if tta_table(data) is None:
+        return None
+    return Markup("<b>Time to accuracy</b> = the training time (the running sum of the epoch times, "
+                  "training + validation) until the epoch metric (config <code>accuracy.epoch_metric</code>, "
+                  "logged at every validation) first reaches the target: the baseline's final value "
+                  "minus the tolerance (plus, where lower is better). MLPerf scores training this way: a "
+                  "larger global batch can need more epochs, so the time-to-accuracy speedup can be lower "
+                  "than the throughput speedup. Not measured in throughput mode, which trains no whole run.")

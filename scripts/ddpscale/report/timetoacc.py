@@ -1,0 +1,144 @@
+"""Time to accuracy: how long each topology trained before its epoch metric reached the target.
+
+A larger global batch can need more epochs to reach the same accuracy, so a throughput speedup
+may not be a speedup of the training; MLPerf scores training this way (time to a quality
+target). The target is the baseline's final value of the epoch metric (metrics.json val_history,
+median over the baseline's repeats) minus the tolerance, plus it where lower is better. A run's
+time to accuracy is elapsed_s (training + validation of the epochs so far) of the first epoch
+whose value reaches the target; a topology's is the median over its repeats, a repeat that never
+reached it counting as slower than any that did. Pure pandas, no torch.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ddpscale.report import accuracy
+
+THROUGHPUT_MODE = "not measured (throughput mode)"
+PREDATES = "not recorded (metrics.json predates val_history)"
+COLUMNS = ("topology", "world_size", "metric", "target", "repeats", "reached", "epochs_to_target",
+           "time_to_accuracy_s", "tta_speedup", "speedup", "status")
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def history(run) -> tuple[list[dict] | None, str | None]:
+    """A run's val_history sorted by epoch, or None and why there is none."""
+    if run.get("measure") == "throughput":
+        return None, THROUGHPUT_MODE
+    entries = run.get("val_history")
+    if not isinstance(entries, list):  # NaN in the frame: a record from before val_history
+        return None, PREDATES
+    if not entries:
+        return None, f"not measured ({_text(run.get('val_history_reason')) or 'no validation value recorded'})"
+    return sorted(entries, key=lambda e: e["epoch"]), None
+
+
+def _known(value) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def reaches(value, target: float, way: str) -> bool:
+    if not _known(value):
+        return False
+    if way == "max":
+        return value >= target - accuracy.FLOAT_SLACK
+    return value <= target + accuracy.FLOAT_SLACK
+
+
+def target_value(final: float, tolerance: float, way: str) -> float:
+    return final - tolerance if way == "max" else final + tolerance
+
+
+def outcome(entries: list[dict], target: float, way: str) -> dict:
+    """One run: time (inf when never reached), 1-based epochs to the target, epochs recorded,
+    best value. An epoch validated but not finished has no elapsed_s and is not timed."""
+    values = [e["value"] for e in entries if _known(e["value"])]
+    best = (max(values) if way == "max" else min(values)) if values else float("nan")
+    for e in entries:
+        if reaches(e["value"], target, way) and _known(e.get("elapsed_s")):
+            return {"time_s": float(e["elapsed_s"]), "epochs": e["epoch"] + 1, "recorded": len(entries), "best": best}
+    return {"time_s": math.inf, "epochs": math.inf, "recorded": len(entries), "best": best}
+
+
+def _median(values: list[float]) -> float:
+    """Median with inf for never: more than half never reached it -> inf."""
+    return float(np.median(values)) if values else float("nan")
+
+
+def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str):
+    """(metric, direction, target, None) or (metric, None, NaN, why not)."""
+    finals, reasons, metric = [], [], None
+    for _, run in base_runs.iterrows():
+        entries, why = history(run)
+        if entries is None:
+            reasons.append(why)
+            continue
+        metric = metric or _text(run.get("val_history_metric"))
+        if _known(entries[-1]["value"]):
+            finals.append(float(entries[-1]["value"]))
+    if not finals or metric is None:
+        return metric, None, float("nan"), reasons[0] if reasons else "not measured (no final value)"
+    way = accuracy.direction(metric, mode)
+    return metric, way, target_value(float(np.median(finals)), tolerance, way), None
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: float,
+          mode: str = "auto") -> pd.DataFrame:
+    """One row per topology of summary that has runs (COLUMNS); status says reached, not
+    reached (with the best value against the target) or why it is not measured."""
+    metric, way, target, base_why = _baseline_target(runs[runs["topology"] == baseline], tolerance, mode)
+    rows = []
+    for _, top in summary.iterrows():
+        mine = runs[runs["topology"] == top["topology"]]
+        if mine.empty:
+            continue
+        outcomes, reasons = [], []
+        for _, run in mine.iterrows():
+            entries, why = history(run)
+            if entries is not None and metric is not None and _text(run.get("val_history_metric")) != metric:
+                entries, why = None, f"not measured (recorded {run.get('val_history_metric')}, the baseline {metric})"
+            if entries is None:
+                reasons.append(why)
+            elif way is not None:
+                outcomes.append(outcome(entries, target, way))
+        row = {"topology": top["topology"], "world_size": top["world_size"], "metric": metric, "target": target,
+               "repeats": len(mine), "reached": sum(math.isfinite(o["time_s"]) for o in outcomes),
+               "epochs_to_target": float("nan"), "time_to_accuracy_s": float("nan"), "tta_speedup": float("nan"),
+               "speedup": top.get("speedup", float("nan"))}
+        if base_why is not None and not reasons:
+            row["status"] = f"no target: baseline {baseline} {base_why}"
+        elif not outcomes:
+            row["status"] = "; ".join(dict.fromkeys(reasons))
+        else:
+            time_s = _median([o["time_s"] for o in outcomes])
+            if math.isinf(time_s):
+                best = [o["best"] for o in outcomes if _known(o["best"])]
+                shown = _fmt((max(best) if way == "max" else min(best)) if best else float("nan"))
+                row["status"] = (f"not reached in {max(o['recorded'] for o in outcomes)} epochs "
+                                 f"(best {shown} vs target {_fmt(target)})")
+            else:
+                row.update(time_to_accuracy_s=time_s, epochs_to_target=_median([o["epochs"] for o in outcomes]))
+                row["status"] = "reached" + (f" in {row['reached']} of {len(outcomes)} repeats"
+                                             if row["reached"] < len(outcomes) else "")
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    base = out.loc[out["topology"] == baseline, "time_to_accuracy_s"]
+    if len(base):
+        out["tta_speedup"] = float(base.iloc[0]) / out["time_to_accuracy_s"]
+    out.attrs.update(metric=metric, direction=way, target=target, tolerance=float(tolerance), baseline=baseline)
+    return out
+
+
+def rounded(tta: pd.DataFrame) -> pd.DataFrame:
+    """For timetoacc.tsv: seconds to the millisecond, speedups as scaling.tsv rounds them."""
+    return tta.round({"target": 6, "time_to_accuracy_s": 3, "tta_speedup": 3, "speedup": 3})

@@ -1,0 +1,134 @@
+"""Time to accuracy from hand-made metrics records (ddpscale.report.timetoacc): the target, the
+first epoch that reaches it, the median over repeats, and every way it is not measured."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from ddpscale.report import reportdata, timetoacc
+from ddpscale.report import html as report_html
+from test_analysis import make_run
+
+
+def run(topology: str, values: list[float] | None, epoch_s: float, repeat: int = 0, metric: str = "val_acc",
+        **extra) -> dict:
+    """A full-mode record whose epochs each took epoch_s; values None: no val_history key."""
+    record = {"topology": topology, "repeat": repeat, "world_size": int(topology.split("x")[1]),
+              "measure": "full", "val_history_metric": metric, **extra}
+    if values is not None:
+        record["val_history"] = [{"epoch": i, "value": v, "elapsed_s": epoch_s * (i + 1)}
+                                 for i, v in enumerate(values)]
+    return record
+
+
+def summary(*rows: tuple[str, float]) -> pd.DataFrame:
+    return pd.DataFrame([{"topology": t, "world_size": int(t.split("x")[1]), "speedup": s} for t, s in rows])
+
+
+def tta(records: list[dict], tops=(("1x1", 1.0), ("1x4", 3.5)), tolerance: float = 0.02, mode: str = "auto"):
+    return timetoacc.table(pd.DataFrame(records), summary(*tops), "1x1", tolerance, mode).set_index("topology")
+
+
+def test_the_first_epoch_at_the_baseline_final_minus_tolerance_is_timed_and_compared():
+    # target 0.90 - 0.02 = 0.88: the baseline reaches it at epoch 3 (30 s), 1x4 at epoch 4 (4 x 4 s)
+    out = tta([run("1x1", [0.5, 0.8, 0.89, 0.90], 10.0), run("1x4", [0.4, 0.7, 0.85, 0.88, 0.9], 4.0)])
+    assert out.loc["1x1", "target"] == pytest.approx(0.88)
+    assert out.loc["1x1", "time_to_accuracy_s"] == 30.0 and out.loc["1x1", "epochs_to_target"] == 3
+    # 0.88 exactly is reached despite 0.90 - 0.02 != 0.88 in binary floating point
+    assert out.loc["1x4", "time_to_accuracy_s"] == 16.0 and out.loc["1x4", "epochs_to_target"] == 4
+    assert out.loc["1x4", "tta_speedup"] == pytest.approx(30.0 / 16.0)
+    assert out.loc["1x4", "speedup"] == 3.5  # the throughput speedup, beside it
+    assert out.loc["1x4", "status"] == "reached"
+
+
+def test_a_topology_that_never_reaches_the_target_says_so_with_its_best():
+    out = tta([run("1x1", [0.8, 0.9], 10.0), run("1x4", [0.5, 0.7, 0.8], 4.0)])
+    assert math.isnan(out.loc["1x4", "time_to_accuracy_s"]) and math.isnan(out.loc["1x4", "tta_speedup"])
+    assert out.loc["1x4", "status"] == "not reached in 3 epochs (best 0.8 vs target 0.88)"
+
+
+def test_lower_is_better_adds_the_tolerance():
+    # val_loss: target 0.30 + 0.05; 1x4 reaches 0.34 at its 2nd epoch
+    records = [run("1x1", [1.0, 0.5, 0.3], 10.0, metric="val_loss"),
+               run("1x4", [0.9, 0.34, 0.2], 4.0, metric="val_loss")]
+    out = tta(records, tolerance=0.05)
+    assert out.loc["1x1", "target"] == pytest.approx(0.35) and out.attrs["direction"] == "min"
+    assert out.loc["1x4", "time_to_accuracy_s"] == 8.0 and out.loc["1x1", "time_to_accuracy_s"] == 30.0
+    # accuracy.mode max overrides the name: the target is then 0.30 - 0.05
+    forced = tta(records, tolerance=0.05, mode="max")
+    assert forced.attrs["direction"] == "max" and forced.loc["1x1", "target"] == pytest.approx(0.25)
+
+
+def test_the_median_over_repeats_counts_a_repeat_that_never_reached_as_slowest():
+    base = run("1x1", [0.9], 10.0)
+    three = [run("1x4", [0.88], 5.0, 0), run("1x4", [0.1, 0.88], 6.0, 1), run("1x4", [0.1, 0.2], 4.0, 2)]
+    out = tta([base, *three])
+    # times 5, 12, never -> median 12
+    assert out.loc["1x4", "time_to_accuracy_s"] == 12.0 and out.loc["1x4", "reached"] == 2
+    assert out.loc["1x4", "status"] == "reached in 2 of 3 repeats"
+    # two of three never: the median is never
+    out = tta([base, three[0], three[2], run("1x4", [0.5], 4.0, 3)])
+    assert out.loc["1x4", "status"].startswith("not reached in 2 epochs (best 0.88")
+
+
+def test_the_target_is_the_median_of_the_baseline_repeats_final_values():
+    out = tta([run("1x1", [0.80], 10.0, 0), run("1x1", [0.90], 10.0, 1), run("1x1", [0.86], 10.0, 2)])
+    assert out.loc["1x1", "target"] == pytest.approx(0.84)
+
+
+def test_throughput_mode_and_missing_histories_say_why_not():
+    records = [run("1x1", [0.9], 10.0), run("1x4", None, 4.0, measure="throughput")]
+    assert tta(records).loc["1x4", "status"] == "not measured (throughput mode)"
+    records[1] = run("1x4", [], 4.0, val_history_reason="val_acc was not logged at validation; logged: val_loss")
+    assert tta(records).loc["1x4", "status"] == "not measured (val_acc was not logged at validation; logged: val_loss)"
+    old = {k: v for k, v in run("1x4", None, 4.0).items() if k not in ("measure", "val_history_metric")}
+    assert tta([records[0], old]).loc["1x4", "status"] == timetoacc.PREDATES
+    # without the baseline's there is no target for anyone
+    out = tta([run("1x1", None, 1.0, measure="throughput"), run("1x4", [0.9], 4.0)])
+    assert out.loc["1x4", "status"] == "no target: baseline 1x1 not measured (throughput mode)"
+    assert math.isnan(out.loc["1x4", "target"])
+
+
+def test_another_metric_than_the_baseline_s_is_not_compared():
+    out = tta([run("1x1", [0.9], 10.0), run("1x4", [0.95], 4.0, metric="val_f1")])
+    assert out.loc["1x4", "status"] == "not measured (recorded val_f1, the baseline val_acc)"
+
+
+# -- in the report ------------------------------------------------------------------------------
+
+def history(values: list[float], epoch_times: list[float]) -> list[dict]:
+    return [{"epoch": i, "value": v, "elapsed_s": sum(epoch_times[:i + 1])} for i, v in enumerate(values)]
+
+
+def report(runs: list[dict]):
+    data = reportdata.build(pd.DataFrame(runs), {}, baseline="1x1", metric="test_acc", tolerance=0.02,
+                            threshold=0.8, expected=[], repeats=1, log_tails={})
+    return data, report_html.build_report(data, {})
+
+
+def test_the_report_shows_the_table_and_the_method_beside_the_throughput_speedup():
+    times = [12.0, 10.0, 10.0]
+    runs = [make_run("1x1", measure="full", val_history_metric="val_acc",
+                     val_history=history([0.7, 0.89, 0.9], times)),
+            make_run("1x2", throughput_samples_s=190.0, measure="full", val_history_metric="val_acc",
+                     val_history=history([0.6, 0.8, 0.85], [6.0, 5.0, 5.0])),
+            make_run("2x2", throughput_samples_s=300.0, measure="full", val_history_metric="val_acc",
+                     val_history=history([0.88, 0.9, 0.9], [4.0, 3.0, 3.0]))]
+    data, page = report(runs)
+    tta = data.timetoacc.set_index("topology")
+    assert tta.loc["1x1", "time_to_accuracy_s"] == 22.0 and tta.loc["2x2", "time_to_accuracy_s"] == 4.0
+    assert tta.loc["2x2", "speedup"] == pytest.approx(3.0)
+    section = page.split("<h2>Time to accuracy</h2>")[1].split("<h2>")[0]
+    assert "val_acc &ge; 0.88 (the baseline 1x1's final value &minus; 0.02)" in section
+    assert "5.50x" in section and "3.00x" in section  # time to accuracy 22 / 4, throughput 300 / 100
+    assert "not reached in 3 epochs (best 0.85 vs target 0.88)" in section
+    assert "<b>Time to accuracy</b>" in page and "MLPerf" in page
+
+
+def test_a_report_of_records_from_before_shows_no_time_to_accuracy():
+    data, page = report([make_run("1x1"), make_run("1x2", throughput_samples_s=190.0)])
+    assert set(data.timetoacc["status"]) == {timetoacc.PREDATES}  # timetoacc.tsv says so
+    assert "Time to accuracy" not in page
