@@ -8,9 +8,11 @@ holds the same numbers, so every rank makes the same decision and stops after th
 Lightning then runs the epoch's validation and checkpoint as at an epoch's end, which the
 projection of the full training uses.
 
-Windows are contiguous within an epoch (the next starts where the last ended, the data fetch
-between steps included) and never span validation: a window open when training pauses is
-dropped. In full mode the same windows are timed but never stop the run: they are the check
+A window's clock runs while training runs: contiguous from step to step (the data fetch
+between steps included), paused from the last step before validation or an epoch's end to
+the next step, so a window may span epochs (a small dataset's epoch can be shorter than a
+window) but never holds their validation, loader start or checkpoint, which are timed per
+epoch instead (epoch_overhead_s). A partial window when training ends is dropped. In full mode the same windows are timed but never stop the run: they are the check
 of a throughput-mode figure against the full training. A resumed attempt measures afresh (a
 new process has its own warm-up); the steps of earlier attempts are not reused.
 """
@@ -49,7 +51,8 @@ class WindowedThroughput(pl.Callback):
         self._drop()
 
     def _drop(self) -> None:
-        self._t = None
+        self._t = None  # the clock of the open window, while training runs
+        self._held = 0.0  # its seconds before the last pause
         self._steps = self._count = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -66,7 +69,7 @@ class WindowedThroughput(pl.Callback):
         self._epoch_t0, self._steps_s = None, 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self._t is None:  # the first window of the run, or of an epoch, or after validation
+        if self._t is None:  # the first step of the run, or after a pause (validation, an epoch's end)
             _sync(pl_module.device)
             self._t = time.perf_counter()
             if self._measuring_since is None:
@@ -81,7 +84,7 @@ class WindowedThroughput(pl.Callback):
     def _close(self, trainer, pl_module) -> None:
         _sync(pl_module.device)
         now = time.perf_counter()
-        mine = torch.tensor([now - self._t, now - self._measuring_since, float(self._count)],
+        mine = torch.tensor([self._held + now - self._t, now - self._measuring_since, float(self._count)],
                             dtype=torch.float64, device=pl_module.device)
         self._steps_s += now - self._t
         every = trainer.strategy.all_gather(mine).reshape(-1, 3)  # one collective per window
@@ -90,14 +93,16 @@ class WindowedThroughput(pl.Callback):
         self.decision = steadystate.decide(self.seconds, self.samples, self.rule, elapsed_s=float(every[:, 1].max()))
         if self.stop and self.decision.stop:
             trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
-        self._steps = self._count = 0
+        self._drop()
         self._t = time.perf_counter()  # the gather is not part of training
 
     def _pause(self, trainer, pl_module) -> None:
-        if self._t is not None:  # a partial window is not a window, but its steps are steps
+        if self._t is not None:  # the window goes on at the next step; the pause is not in it
             _sync(pl_module.device)
-            self._steps_s += time.perf_counter() - self._t
-        self._drop()
+            elapsed = time.perf_counter() - self._t
+            self._steps_s += elapsed
+            self._held += elapsed
+            self._t = None
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
@@ -159,9 +164,12 @@ def validation_s_per_epoch(epoch_times: list[float], train_times: list[float]) -
 
 def run_entries(measure: str, configured_epochs: int, record: dict, windows: dict) -> dict:
     """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
-    the run's throughput and no whole epoch was timed, so there is no time per epoch."""
-    out = {**windows, "measure": measure, "configured_epochs": configured_epochs,
+    the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
+    configured training ended before a window did (a tiny run), the run was a full one and its
+    steady epochs' figure stands (throughput_from says which)."""
+    out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs",
            "validation_s_per_epoch": validation_s_per_epoch(record["epoch_times_s"], record["train_times_s"])}
-    if measure == "throughput":
-        out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None)
+    if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
+        out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,
+                   throughput_from="windows")
     return out
