@@ -116,3 +116,13 @@ def test_the_warm_up_costs_what_its_windows_took_beyond_the_steady_rate():
     assert steadystate.warmup_excess_s(times, SAMPLES, decision) == pytest.approx(3.0)
     flat = [1.0] * 10
     assert steadystate.warmup_excess_s(flat, SAMPLES, decide(flat, SAMPLES, Rule())) == 0.0
+
+
+def test_windows_that_never_settled_before_training_ended_give_the_later_half():
+    rng = random.Random(3)
+    times = [1.0] * 10 + noisy(2.0, 0.01, 6, rng)  # the level halved late: not settled
+    assert decide(times, SAMPLES, Rule()).steady_windows == 0
+    final = decide(times, SAMPLES, Rule(), ended=True)
+    assert final.reason == steadystate.ENDED and final.steady_windows == 8
+    # a figure between the levels, whose interval says it is not one level
+    assert SAMPLES / 2.0 < final.throughput < SAMPLES / 1.0 and final.relative > 0.1

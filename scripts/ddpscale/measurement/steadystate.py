@@ -28,6 +28,7 @@ PRECISION = "precision reached"
 STEP_CAP = "step cap reached"
 TIME_CAP = "time cap reached"
 MEASURING = "measuring"
+ENDED = "training ended"
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ def _samples(samples_per_window: int | list[int], n: int) -> list[int]:
 
 
 def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
-           elapsed_s: float | None = None) -> Decision:
+           elapsed_s: float | None = None, ended: bool = False) -> Decision:
     """Whether to stop after these windows (in order), and the figure so far. samples_per_window:
-    one count for every window, or each window's own (an epoch's last batch may be short)."""
+    one count for every window, or each window's own (an epoch's last batch may be short).
+    ended: training ended on its own (the configured epochs), so these windows are all there is."""
     counts = _samples(samples_per_window, len(window_seconds))
     # seconds per sample, whose mean is total time over total samples: the throughput a run
     # of these windows has (a mean of rates would overstate it when windows vary)
@@ -98,8 +100,8 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     elif rule.max_seconds is not None and elapsed_s is not None and elapsed_s >= rule.max_seconds:
         reason = TIME_CAP
     else:
-        reason = MEASURING
-    if reason in (STEP_CAP, TIME_CAP) and not steady and n:
+        reason = ENDED if ended else MEASURING
+    if reason in (STEP_CAP, TIME_CAP, ENDED) and not steady and n:
         # stopped before the level settled: the figure is the later half's, and says so by its interval
         steady = costs[n // 2:]
         cost, half = mean_interval(steady)

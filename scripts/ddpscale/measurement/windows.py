@@ -118,11 +118,10 @@ class WindowedThroughput(pl.Callback):
 
     def record(self) -> dict:
         """metrics.json entries (the same on every rank)."""
-        d = self.decision or steadystate.decide([], 0, self.rule)
-        if self.stop:
-            reason = d.reason if d.stop else EPOCHS_ENDED
-        else:
-            reason = FULL_TRAINING
+        d = self.decision
+        if d is None or not d.stop:  # the configured epochs ended first: these windows are all there is
+            d = steadystate.decide(self.seconds, self.samples, self.rule, ended=True)
+        reason = (EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop else FULL_TRAINING
         return {
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
             "throughput_half_width": d.half_width if d.steady_windows >= 2 else None,
