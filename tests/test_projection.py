@@ -110,6 +110,10 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
     assert ("The throughput of 1x2 (step cap reached: \u00b14.1%) did not reach the \u00b12% asked for" in
             " ".join(data.notes)) and "throughput.max_steps" in " ".join(data.notes)
     assert not any("did not reach" in n for n in build([windows_run("1x1")]).notes)
+    # the configured epochs ended first: more epochs, not a higher cap, is the fix
+    ended = build([windows_run("1x1"), windows_run("1x2", stop_reason="configured epochs ended",
+                                                   throughput_half_width=8.0)]).notes
+    assert "raise max_epochs" in " ".join(ended) and "throughput.max_steps" not in " ".join(ended)
 
 
 def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():

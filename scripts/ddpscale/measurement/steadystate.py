@@ -29,6 +29,9 @@ STEP_CAP = "step cap reached"
 TIME_CAP = "time cap reached"
 MEASURING = "measuring"
 ENDED = "training ended"
+# the stop reasons metrics.json records (ddpscale.measurement.windows), read by the report
+EPOCHS_ENDED = "configured epochs ended"  # throughput mode, training ended first
+FULL_TRAINING = "full training"  # full mode: the windows never stop the run
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,7 @@ import torch
 from ddpscale.measurement import samplecount, steadystate
 from ddpscale.measurement.timing import _sync, batch_len
 
-FULL_TRAINING = "full training"
-EPOCHS_ENDED = "configured epochs ended"
+FULL_TRAINING, EPOCHS_ENDED = steadystate.FULL_TRAINING, steadystate.EPOCHS_ENDED
 
 
 class WindowedThroughput(pl.Callback):

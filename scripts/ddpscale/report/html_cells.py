@@ -9,10 +9,11 @@ from __future__ import annotations
 import pandas as pd
 from markupsafe import Markup, escape
 
+from ddpscale.measurement import steadystate
 from ddpscale.report import accuracy
 
 # Why a throughput run stopped when its interval met the precision asked for: not shown.
-PRECISION_REACHED = "precision reached"
+PRECISION_REACHED = steadystate.PRECISION
 
 
 def num(value, places: int) -> str:

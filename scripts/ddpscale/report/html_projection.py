@@ -32,7 +32,8 @@ def projection_table(data):
     said = sentence(table, label)
     note = (f"{cost_sentence(table, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
             + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x (samples per "
-            "epoch / steady window throughput + validation seconds per epoch + seconds per checkpoint save) + the "
+            "epoch / steady window throughput + the seconds per epoch no training step took: loader start, "
+            "validation, checkpoint save) + the "
             f"warm-up's excess over the steady rate; {label} = that x devices; median over repeats. "
             f"This answer's cost is the time every run held its devices x devices, summed.")
     if full:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddpscale.measurement.steadystate import EPOCHS_ENDED
 from ddpscale.report.accuracy import throughput_mode
 from ddpscale.report.html_cells import PRECISION_REACHED, within_run
 from ddpscale.report.records import column
@@ -21,5 +22,9 @@ def precision_note(summary: pd.DataFrame, runs: pd.DataFrame) -> str | None:
                                     if p is not None and pd.notna(p))) or "the precision"
     each = topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
                                                      for _, r in short.iterrows()]}))
+    # the configured epochs ending first is cured by more epochs, a cap by a higher cap
+    ended = all(r == EPOCHS_ENDED for r in short["stop_reason"])
+    fix = ("raise max_epochs (the configured training ended before the interval closed)" if ended
+           else "raise throughput.max_steps or throughput.max_minutes")
     return (f"The throughput of {each} did not reach the {asked} asked for: read it with the interval it "
-            "reached, or raise throughput.max_steps or throughput.max_minutes in the config and rerun it.")
+            f"reached, or {fix} in the config and rerun it.")
