@@ -35,7 +35,11 @@ def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
 
 
 def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
-    slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2", "2x1", "2x2"]))
+    # a cluster profile measures throughput (measure: auto); windows of 2 steps and a precision
+    # any few windows reach, so each run stops in its first epoch (14 steps) at a step we know
+    throughput = {"precision": 0.9, "window_steps": 2, "max_steps": 2000, "max_minutes": 10}
+    slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2", "2x1", "2x2"],
+                                                        throughput=throughput))
     start = time.monotonic()
     code, log = run_slurm(workspace)
     print(f"\nworkflow with 4 topologies through SLURM: {time.monotonic() - start:.1f} s")
@@ -71,6 +75,11 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         assert not metrics["simulated_nodes_on_one_host"]
         # held from the job's start (Slurm 22.05 sets no SLURM_JOB_START_TIME: scontrol's StartTime)
         assert metrics["held_from"] == "slurm job start" and metrics["held_s"] > metrics["fit_wall_s"]
+        # throughput mode: every rank, on every node, stopped after the window the rule decided on
+        windows_used = metrics["windows_warmup"] + metrics["windows_steady"]
+        assert metrics["measure"] == "throughput" and metrics["stop_reason"] == "precision reached"
+        assert 5 <= windows_used <= 8 and metrics["stop_steps_by_rank"] == [2 * windows_used] * len(node_ranks)
+        assert metrics["epochs_completed"] == 1 and metrics["throughput_from"] == "windows"
     assert len(job_ids) == 4
     assert (workspace.results / "report/report.html").exists()
 
