@@ -12,7 +12,9 @@
    rotating order, and the per-step cost of ddpscale's own callbacks, timed directly;
 3. the local default pipeline end to end from empty results, and dry runs (the first one
    imports the user's modules once; the next finds their facts cached);
-4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work (median of rounds).
+4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work (median of rounds);
+5. throughput mode against the full training per topology: its figure and interval, its cost
+   as a share of the full run's, and the full training's time projected (throughput_mode.py).
 """
 
 import argparse
@@ -167,8 +169,8 @@ def fmt(value, target=None, higher_is_better=True) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3, help="rounds per comparison (each variant once per round; the median is shown)")
-    p.add_argument("--only", nargs="*", default=["loops", "fastpaths", "pipeline", "resume"],
-                   choices=["loops", "fastpaths", "pipeline", "resume"])
+    p.add_argument("--only", nargs="*", default=["loops", "fastpaths", "pipeline", "resume", "throughput"],
+                   choices=["loops", "fastpaths", "pipeline", "resume", "throughput"])
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ddpscale-bench-") as tmp_name:
@@ -230,6 +232,10 @@ def main(argv=None) -> int:
                          f"resumed at epoch {res['resumed_from_epoch']}",
                          f"{res['rerun_s']:.1f} | {res['remaining_s']:.1f} = {res['startup_s']:.1f} + "
                          f"{res['epochs_left']} x {res['epoch_s']:.2f}"))
+        if "throughput" in args.only:
+            import throughput_mode
+
+            rows += throughput_mode.rows(tmp, data_file, fmt)
     width = max(len(r[0]) for r in rows)
     print(f"\nddpscale benchmark on {os.cpu_count()} CPU core(s), torch threads 1 per rank")
     for name, value in rows:

@@ -1,0 +1,88 @@
+"""Issue 21's targets, measured: throughput mode against the full training it stands for.
+
+Per topology, on one config (the spiral MLP, strong batch 64, `EPOCHS` epochs, CPU-simulated
+devices, one thread per rank as the local profile runs them), train.py runs twice, as the
+workflow starts it but without the probe: `--measure full` (the whole training) and
+`--measure throughput` (stop once the steady throughput is known to 2%, or at a cap). Printed:
+
+- the throughput-mode figure and its 95% interval against the full run's steady-state
+  throughput (its steady epochs), and whether the full figure lies within that interval;
+- what the throughput run cost as a share of the full run's: training device-hours (the
+  epochs' time x devices) and held device-hours (from process start: start-up included);
+- the full training's time projected from the throughput run (ddpscale.report.projection)
+  against the full run's measured time (its epochs + checkpoint writes).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from ddpscale.report import projection  # noqa: E402
+
+EPOCHS = 40
+TOPOLOGIES = ((1, 1), (1, 2))
+TARGETS = {"cost_share": 0.10, "projection_error": 0.05}
+
+
+def train(tmp: Path, data_file: str, nodes: int, devices: int, measure: str) -> dict:
+    out = tmp / f"tp-{measure}-{nodes}x{devices}"
+    cmd = [sys.executable, "scripts/train.py", "--topology", f"{nodes}x{devices}", "--nodes", str(nodes),
+           "--devices", str(devices), "--accelerator", "cpu", "--threads", "1", "--scaling", "strong",
+           "--batch-size", "64", "--max-epochs", str(EPOCHS), "--measure", measure,
+           "--model-class", "ddpscale.workloads.models.SpiralMLP",
+           "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
+           "--data-args", '{"resident": true}', "--data-file", data_file,
+           # the config's defaults (config/config.yaml throughput)
+           "--target-precision", "0.02", "--window-steps", "20", "--measure-max-steps", "2000",
+           "--measure-max-minutes", "10",
+           "--ckpt-dir", str(out / "ckpt"), "--metrics", str(out / "metrics.json")]
+    if nodes * devices > 1:
+        cmd = [sys.executable, "scripts/launch_local.py", "--nodes", str(nodes), "--procs-per-node", str(devices),
+               "--", *cmd]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    return json.loads((out / "metrics.json").read_text())
+
+
+def compare(full: dict, fast: dict) -> dict:
+    """The figures of one topology (pure: the benchmark's test feeds it records)."""
+    devices = full["world_size"]
+    tp, half, steady = fast["throughput_samples_s"], fast["throughput_half_width"], full["throughput_samples_s"]
+    projected, why = projection.project_run(pd.Series(fast))
+    measured = projection.measured_run(pd.Series(full))
+    return {
+        "throughput": tp, "half_width": half, "stop_reason": fast["stop_reason"], "steps": fast["steps_measured"],
+        "full_throughput": steady, "difference": tp / steady - 1,
+        "within_interval": half is not None and abs(tp - steady) <= half,
+        "training_share": fast["fit_time_s"] * devices / (full["fit_time_s"] * devices),
+        "held_share": fast["held_s"] / full["held_s"],
+        "projected_s": projected, "projection_why_na": why, "measured_s": measured,
+        "projection_error": projected / measured - 1,
+    }
+
+
+def rows(tmp: Path, data_file: str, fmt) -> list[tuple[str, str]]:
+    out = [(f"throughput mode vs full training (spiral MLP, strong batch 64, {EPOCHS} epochs, CPU-simulated)", "")]
+    for nodes, devices in TOPOLOGIES:
+        name = f"{nodes}x{devices}"
+        full = train(tmp, data_file, nodes, devices, "full")
+        r = compare(full, train(tmp, data_file, nodes, devices, "throughput"))
+        half = "n/a" if r["half_width"] is None else f"{r['half_width']:,.0f} ({r['half_width'] / r['throughput']:.1%})"
+        out += [
+            (f"  {name}: throughput mode samples/s +- 95% half-width; stop after steps",
+             f"{r['throughput']:,.0f} +- {half}; {r['stop_reason']} after {r['steps']}"),
+            (f"  {name}: full run's steady-state samples/s; difference; within the interval",
+             f"{r['full_throughput']:,.0f}; {r['difference']:+.1%}; {'yes' if r['within_interval'] else 'no'}"),
+            (f"  {name}: throughput run's device-hours / full run's, training (held, start-up included)",
+             f"{fmt(r['training_share'], TARGETS['cost_share'], higher_is_better=False)} ({r['held_share']:.2f})"),
+            (f"  {name}: full training projected from the throughput run | measured (s); error",
+             f"{r['projected_s']:.2f} | {r['measured_s']:.2f}; "
+             + fmt(abs(r["projection_error"]), TARGETS["projection_error"], higher_is_better=False)
+             + f" ({r['projection_error']:+.1%})"),
+        ]
+    return out
