@@ -92,3 +92,18 @@ def test_callback_costs_are_timed_for_each_callback_of_ours_and_the_stock_checkp
     costs = load_benchmark("callbacks").per_step_us(number=100, repeat=2)
     assert set(costs) == {"ScalingMetrics", "EpochCheckpoint", "ModelCheckpoint"}
     assert all(abs(us) < float("inf") for us in costs.values())  # measured, not judged
+
+
+def test_the_throughput_mode_comparison_runs_as_make_bench_runs_it(tmp_path, data_file, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import throughput_mode
+
+    monkeypatch.setattr(throughput_mode, "EPOCHS", 3)
+    full = throughput_mode.train(tmp_path, data_file, 1, 1, "full")
+    fast = throughput_mode.train(tmp_path, data_file, 1, 1, "throughput")
+    assert full["measure"] == "full" and fast["measure"] == "throughput"
+    r = throughput_mode.compare(full, fast)
+    # every figure the bench prints is measured: the projection from the throughput run's own record
+    assert r["projection_why_na"] is None and r["projected_s"] > 0 and r["measured_s"] > 0
+    assert r["full_throughput"] == full["throughput_samples_s"] and r["throughput"] == fast["throughput_samples_s"]
+    assert 0 < r["training_share"] and 0 < r["held_share"]
