@@ -88,8 +88,13 @@ def test_number_in_quotes_says_to_drop_them():
 
 
 def test_a_fraction_where_a_whole_number_goes_is_not_told_to_lose_its_quotes():
-    [message] = schema_problems(shipped(repeats="2.5"), SCHEMA)
-    assert "without quotes" not in message and "repeats is '2.5'" in message
+    [message] = schema_problems(shipped(seed="2.5"), SCHEMA)
+    assert "without quotes" not in message and "seed is '2.5'" in message
+
+
+def test_a_word_where_a_number_or_auto_goes_names_both():
+    [message] = schema_problems(shipped(repeats="three"), SCHEMA)
+    assert "repeats is 'three'; it must be a whole number or auto" in message and "^" not in message
 
 
 def test_boolean_where_a_word_goes_is_one_message():

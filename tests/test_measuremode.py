@@ -28,3 +28,9 @@ def test_an_unknown_mode_is_refused():
 ])
 def test_the_epoch_metric(metric, setting, expected):
     assert measuremode.epoch_metric(metric, setting) == expected
+
+
+def test_auto_repeats_show_placement_noise_where_runs_are_cheap():
+    assert measuremode.repeats("auto", "throughput") == 3
+    assert measuremode.repeats("auto", "full") == 1
+    assert measuremode.repeats(2, "throughput") == 2 == measuremode.repeats(2, "full")

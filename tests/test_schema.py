@@ -29,7 +29,7 @@ def test_empty_config_gets_every_default():
     validate(config, SCHEMA)
     assert config["topologies"] == ["1x1", "1x2", "2x2"]
     assert config["baseline"] == "1x1"
-    assert config["repeats"] == 1
+    assert config["repeats"] == "auto"
     assert config["compile"] == "none"
     assert config["max_epochs"] == 4
     assert config["batch"] == {"scaling": "weak", "size": 32}
@@ -38,7 +38,7 @@ def test_empty_config_gets_every_default():
     }
     assert config["dataset"]["split"] == [0.7, 0.15, 0.15]
     assert config["model"] == {"class_path": "ddpscale.workloads.models.SpiralMLP", "init_args": {}}
-    assert config["accuracy"] == {"metric": "test_acc", "mode": "auto", "tolerance": 0.02}
+    assert config["accuracy"] == {"metric": "test_acc", "mode": "auto", "tolerance": 0.02, "epoch_metric": "auto"}
     assert config["experiment"] is None
 
 

@@ -126,6 +126,9 @@ def schema_error_message(error, where) -> str:
     elif rule == "pattern" and key.startswith("topologies["):
         text = (f"{key} is '{value}', which is not a topology; write NODESxDEVICES, e.g. '1x4' "
                 "for one node with 4 devices or '2x4' for two such nodes")
+    elif rule == "pattern" and limit.startswith("^") and limit.endswith("$") and limit[1:-1].isalpha():
+        # a number or one word (repeats: auto): name both, not the regular expression
+        text = f"{key} is '{value}'; it must be a whole number or {limit[1:-1]} (without quotes for a number)"
     elif rule == "pattern":
         text = f"{key} is '{value}', which does not have the form {limit}; fix it"
     elif rule in ("minItems", "maxItems"):

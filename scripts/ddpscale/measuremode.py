@@ -33,3 +33,14 @@ def epoch_metric(metric: str, setting: str = "auto") -> str:
     if setting != "auto":
         return setting
     return "val" + metric[len("test"):] if metric.startswith("test") else metric
+
+
+THROUGHPUT_REPEATS = 3
+
+
+def repeats(setting: int | str, mode: str) -> int:
+    """config repeats: a number, or auto: 3 in throughput mode, where a run costs minutes and
+    the spread between allocations (placement noise) is worth showing, 1 in full mode."""
+    if setting == "auto":
+        return THROUGHPUT_REPEATS if mode == THROUGHPUT else 1
+    return int(setting)

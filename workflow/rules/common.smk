@@ -238,7 +238,8 @@ except AcceleratorError as err:
 GENERATED = config["dataset"]["generator"] != "none"
 
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
-REPEATS = list(range(config["repeats"]))
+# config repeats, auto resolved by what the runs measure (3 in throughput mode, 1 in full)
+REPEATS = list(range(measuremode.repeats(config["repeats"], MEASURE)))
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
 STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
 STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}

@@ -70,7 +70,7 @@ def get_report_flags(wildcards):
         "--accuracy-mode": config["accuracy"]["mode"],
         "--accuracy-tolerance": config["accuracy"]["tolerance"],
         "--efficiency-threshold": config["report"]["efficiency_threshold"],
-        "--repeats": config["repeats"],
+        "--repeats": len(REPEATS),
         "--log-dir": LAYOUT.train_logs,
         # what the report says it measured, beside what the runs recorded
         "--experiment": EXPERIMENT,
