@@ -47,6 +47,8 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     assert 0 < m["throughput_half_width"] <= 0.9 * m["throughput_samples_s"]
     assert m["samples_per_epoch"] == 840 and m["configured_epochs"] == 50
     assert m["checkpoint_saves"] == m["epochs_timed"] == m["epochs_completed"] and m["epoch_overhead_s"] > 0
+    # no test pass: throughput mode compares no accuracy (validation ran, at the stop)
+    assert m["test_acc"] is None and m["val_acc"] is not None
 
 
 def test_the_time_cap_stops_the_run_with_the_interval_it_reached(tmp_path, data_file):
