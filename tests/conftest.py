@@ -76,7 +76,8 @@ def profile_site(name: str):
 def tiny_config(**overrides) -> dict:
     """The shipped config, shrunk so a whole workflow runs in seconds."""
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    # one run per topology (repeats: auto is 3 on a cluster, where runs measure throughput)
+    # one run per topology (repeats: auto is 3 on a cluster, where runs measure throughput);
+    # a test that needs a run to last (a kill, a time limit, a status while running) sets measure: full
     config.update(topologies=["1x1", "1x2"], max_epochs=2, repeats=1)
     config["dataset"]["samples"] = 1200
     config.update(overrides)

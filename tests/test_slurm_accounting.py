@@ -56,7 +56,8 @@ def test_a_node_failure_is_node_fail_and_the_plugin_names_it(slurm_cluster, work
     """The node under a running 2-rank job is set DOWN (as slurmctld does to a node that stops
     answering): SLURM ends the job as NODE_FAIL (JobRequeue=0, so it is not requeued) and the
     plugin, reading sacct, reports a node failure and excludes the node from later jobs."""
-    slurm_workspace(workspace, retries=0).write_config(tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=200))
+    slurm_workspace(workspace, retries=0).write_config(tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=200,
+                                                                                 measure="full"))
     downed = []
 
     def down_its_node():

@@ -35,7 +35,7 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     the limit struck, whatever their number, so no count of epochs made the kill land in time.
     """
     slurm_workspace(workspace, retries=1)
-    config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS)
+    config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS, measure="full")
     config["dataset"]["samples"] = TIMEOUT_SAMPLES
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/1x1/r0/last.ckpt"
@@ -82,7 +82,7 @@ TIMEOUT_SAMPLES = 20000
 
 def test_local_run_killed_mid_epoch_resumes(workspace):
     """The same resume without SLURM: SIGKILL a local training run, run the command again."""
-    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=8)
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=8, measure="full")
     config["dataset"]["samples"] = 6000
     workspace.write_config(config)
     assert workspace.snakemake("baseline").returncode == 0
@@ -125,7 +125,7 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
     before the limit; without it SLURM kills them at the limit. The retry resumes either way.
     Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
     slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s})
-    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs)
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs, measure="full")
     config["dataset"]["samples"] = 200000
     workspace.write_config(config)
     checkpoint = workspace.results / f"checkpoints/{topology}/r0/last.ckpt"
@@ -204,7 +204,8 @@ def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm
     --kill-on-bad-exit ends the step at once, well within the collective timeout; the job
     fails and says which task died, the other topology finishes, and a rerun resumes."""
     slurm_workspace(workspace, retries=0)
-    config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60)
+    config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60,
+                         measure="full")
     config["dataset"]["samples"] = 60000
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/2x1/r0/last.ckpt"

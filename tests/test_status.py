@@ -273,3 +273,11 @@ def test_command_never_imports_torch(tmp_path):
                 if line.startswith("import time:")}
     assert "ddpscale" in imported and "yaml" in imported, "importtime lists the modules"
     assert not imported & {"torch", "lightning", "pytorch_lightning", "pandas", "numpy", "matplotlib"}
+
+
+def test_auto_repeats_are_the_ones_the_workflow_resolved_for_its_site():
+    config = {"topologies": ["1x1", "1x2"], "repeats": "auto", "measure": "auto"}
+    assert status.plan(config, {"measure": "throughput", "repeats": 3})[1] == 3  # a cluster's run
+    assert status.plan(config)[1] == 1  # nothing ran yet, the site unknown: one
+    assert status.plan({**config, "measure": "throughput"})[1] == 3
+    assert status.plan({**config, "repeats": 2}, {"repeats": 3})[1] == 2  # a number is the number

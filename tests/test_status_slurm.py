@@ -45,7 +45,7 @@ def held_job(path, topology: str) -> str | None:
 
 def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, workspace):
     slurm_workspace(workspace, retries=0, site={"site_slurm_extra": "--hold"})
-    config = tiny_config(topologies=["1x1", "1x2", "2x1"], max_epochs=EPOCHS)
+    config = tiny_config(topologies=["1x1", "1x2", "2x1"], max_epochs=EPOCHS, measure="full")
     config["dataset"]["samples"] = SAMPLES
     workspace.write_config(config)
     log_1x2 = workspace.results / "logs/train/1x2/r0.log"

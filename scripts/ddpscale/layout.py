@@ -60,6 +60,11 @@ class Layout:
     def report(self) -> str:
         return f"{self.root}/report"
 
+    @property
+    def plan(self) -> str:
+        """What the workflow resolved for this site (measure, repeats), for `make status`."""
+        return f"{self.root}/plan.json"
+
     def metrics(self, topology: str, repeat) -> str:
         return f"{self.runs}/{topology}/r{repeat}/metrics.json"
 

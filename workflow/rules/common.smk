@@ -40,7 +40,7 @@ from ddpscale.cluster.topology import (  # noqa: E402
     stage_topologies,
 )
 from ddpscale import measuremode  # noqa: E402
-from ddpscale.io import last_nonempty_line  # noqa: E402
+from ddpscale.io import last_nonempty_line, write_json_atomic  # noqa: E402
 from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
 from ddpscale.training import contractfacts  # noqa: E402
@@ -240,6 +240,10 @@ GENERATED = config["dataset"]["generator"] != "none"
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
 # config repeats, auto resolved by what the runs measure (3 in throughput mode, 1 in full)
 REPEATS = list(range(measuremode.repeats(config["repeats"], MEASURE)))
+if workflow.is_main_process:
+    # make status reads it: repeats auto depends on the site this ran on, which status cannot see
+    Path(LAYOUT.root).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(LAYOUT.plan, {"measure": MEASURE, "repeats": len(REPEATS)})
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
 STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
 STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.io import cause_line
+from ddpscale import measuremode
 from ddpscale.measurement import progress
 
 # squeue's fields: job id, state, reason, comment, working directory, elapsed
@@ -79,11 +80,18 @@ def merge_configs(base: dict, overlays: list[dict]) -> dict:
     return merged
 
 
-def plan(config: dict) -> tuple[list[str], int, str]:
-    """(topology names sorted as the workflow sorts them, repeats, baseline name)."""
+def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, str]:
+    """(topology names sorted as the workflow sorts them, repeats, baseline name). repeats: auto
+    depends on the site the workflow ran on: `resolved` is what its last run wrote (layout's
+    plan.json); before any run, an explicit measure decides, else one."""
     topologies = sorted({parse_topology(t, where="topologies") for t in config.get("topologies") or []})
     baseline = parse_topology(config.get("baseline", "1x1"), where="baseline").name
-    return [t.name for t in topologies], int(config.get("repeats", 1)), baseline
+    repeats = config.get("repeats", 1)
+    if repeats == "auto":
+        measure = config.get("measure", "auto")
+        repeats = (resolved or {}).get("repeats") or measuremode.repeats("auto", measure if measure != "auto" else
+                                                                             measuremode.FULL)
+    return [t.name for t in topologies], int(repeats), baseline
 
 
 def parse_elapsed(text: str) -> float | None:

@@ -108,10 +108,19 @@ def profile_names(workdir: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if (p / "config.yaml").exists()) if folder.is_dir() else []
 
 
+def read_plan(path: Path) -> dict | None:
+    """The workflow's resolved plan (ddpscale.layout plan), None before any run or if unreadable."""
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
 def report(config: dict, results: Path, workdir: Path) -> str:
     """The whole status text for the directory snakemake runs in."""
     now = time.time()
-    topologies, repeats, baseline = status.plan(config)
+    topologies, repeats, baseline = status.plan(config, read_plan(results / "plan.json"))
     here = str(workdir.resolve())
     runs = read_runs(results, sorted({*topologies, baseline}), repeats)
     jobs, source = query_squeue()
