@@ -99,3 +99,17 @@ def test_a_training_shorter_than_a_window_keeps_its_epochs_figure(tmp_path, data
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["stop_reason"] == "configured epochs ended" and m["windows_steady"] == 0
     assert m["throughput_from"] == "steady epochs" and m["throughput_samples_s"] > 0 and m["time_per_epoch_s"] > 0
+
+
+def test_the_projection_of_a_full_run_lands_near_its_measured_time(tmp_path, data_file):
+    """The projection's parts against a real full run on CPU. Timings on this shared host vary
+    by tens of percent, so the bound is loose; what it catches is a wrong part: samples per epoch
+    of one rank instead of all (2x), epochs counted wrong (6x), windows' time taken as the
+    epochs' (their validation and saves left out)."""
+    from ddpscale.report import projection
+
+    m = measured(tmp_path, data_file, 1, 2, "--max-epochs", "6")
+    projected, why = projection.project_run(m)
+    assert why is None and m["samples_per_epoch"] == 840 and m["configured_epochs"] == 6
+    measured_s = projection.measured_run(m)
+    assert abs(projected / measured_s - 1) < 0.35, (projected, measured_s)
