@@ -66,8 +66,8 @@ def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
     assert f"ddpscale: this benchmark reserves at most {total:.1f} GPU-hours (3 jobs)" in stderr
     # measure: auto is throughput on a cluster profile
     assert f"ddpscale: expected use from the caps: {expected:.2f} GPU-hours" in stderr
-    # and what it resolved is kept for make status (repeats: auto depends on the site)
-    assert json.loads((workspace.results / "plan.json").read_text()) == {"measure": "throughput", "repeats": 1}
+    # a dry run writes nothing: what the site resolved is kept for make status once jobs start
+    assert not (workspace.results / "plan.json").exists()
 
 
 def test_a_finished_run_is_left_out_of_the_total(workspace):

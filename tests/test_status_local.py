@@ -3,6 +3,7 @@ its killed snakemake leaves behind (tests/test_status.py has the rest)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -54,6 +55,8 @@ def test_local_run_while_it_trains_then_killed(workspace):
         kill_everything_in(workspace.path)
     other = ({"1x1", "1x2"} - {first}).pop()
     assert live.returncode == 0, live.stderr
+    # what the local site resolved, written when the jobs started, read by status for repeats: auto
+    assert json.loads((workspace.results / "plan.json").read_text()) == {"measure": "full", "repeats": 1}
     assert f"snakemake: running here (pid {proc.pid})" in live.stdout
     running = re.search(rf"^{first} +r0 +running +epoch (\d+)/(\d+), elapsed (\d+):(\d\d), ~\d+:\d\d left, "
                         r"([\d.]+) samples/s last epoch$", live.stdout, re.M)

@@ -240,10 +240,21 @@ GENERATED = config["dataset"]["generator"] != "none"
 TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
 # config repeats, auto resolved by what the runs measure (3 in throughput mode, 1 in full)
 REPEATS = list(range(measuremode.repeats(config["repeats"], MEASURE)))
-if workflow.is_main_process:
-    # make status reads it: repeats auto depends on the site this ran on, which status cannot see
-    Path(LAYOUT.root).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(LAYOUT.plan, {"measure": MEASURE, "repeats": len(REPEATS)})
+
+
+def write_plan():
+    """What this site resolved (measure, repeats), for make status, which cannot see the site
+    and so cannot resolve repeats: auto. Written when jobs start (onstart), never by a dry run or
+    a refused config, and only when it changes, so nothing in results/ is touched for nothing."""
+    plan = {"measure": MEASURE, "repeats": len(REPEATS)}
+    path = Path(LAYOUT.plan)
+    try:
+        if json.loads(path.read_text()) == plan:
+            return
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, plan)
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
 STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
 STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}
