@@ -255,6 +255,8 @@ def write_plan():
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, plan)
+
+
 # {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
 STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
 STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}
