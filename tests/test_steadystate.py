@@ -126,3 +126,21 @@ def test_windows_that_never_settled_before_training_ended_give_the_later_half():
     assert final.reason == steadystate.ENDED and final.steady_windows == 8
     # a figure between the levels, whose interval says it is not one level
     assert SAMPLES / 2.0 < final.throughput < SAMPLES / 1.0 and final.relative > 0.1
+
+
+def test_mser_agrees_with_its_definition_and_is_linear():
+    rng = random.Random(5)
+    values = [3.0, 2.0, 1.5] + noisy(1.0, 0.05, 40, rng)
+
+    def by_definition(keep):
+        scores = []
+        for d in range(len(values) - keep + 1):
+            rest = values[d:]
+            mean = sum(rest) / len(rest)
+            scores.append(sum((x - mean) ** 2 for x in rest) / len(rest) ** 2)
+        return scores.index(min(scores))
+
+    assert steadystate.mser_truncation(values, 5) == by_definition(5)
+    # a full run's thousands of windows: one call stays cheap (the quadratic rule took seconds)
+    many = noisy(1.0, 0.05, 20000, rng)
+    assert 0 <= steadystate.mser_truncation(many, 5) <= 20000

@@ -89,9 +89,11 @@ class WindowedThroughput(pl.Callback):
         every = trainer.strategy.all_gather(mine).reshape(-1, 3)  # one collective per window
         self.seconds.append(float(every[:, 0].max()))
         self.samples.append(int(every[:, 2].sum()))
-        self.decision = steadystate.decide(self.seconds, self.samples, self.rule, elapsed_s=float(every[:, 1].max()))
-        if self.stop and self.decision.stop:
-            trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
+        if self.stop:  # full mode decides once, at the end (record)
+            self.decision = steadystate.decide(self.seconds, self.samples, self.rule,
+                                               elapsed_s=float(every[:, 1].max()))
+            if self.decision.stop:
+                trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
         self._drop()
         self._t = time.perf_counter()  # the gather is not part of training
 
