@@ -162,18 +162,25 @@ def main(argv=None) -> int:
     return 0
 
 
+def say(line: str) -> None:
+    """One line to stderr in one write: print writes the text and its newline apart, and the
+    ranks of a failing run write at once, so two ranks' lines ran together on one line."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 if __name__ == "__main__":
     try:
         code = main()
         close_process_group()
         sys.exit(code)
     except StopRequested as stopped:
-        print(f"ddpscale train: {stopped}", file=sys.stderr, flush=True)
+        say(f"ddpscale train: {stopped}")
         sys.exit(exit_code(stopped.signum))
     except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
-        print(f"ddpscale train: {stop_message(signal.SIGTERM, None)}", file=sys.stderr, flush=True)
+        say(f"ddpscale train: {stop_message(signal.SIGTERM, None)}")
         sys.exit(exit_code(signal.SIGTERM))
     except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, FileNotFoundError,
             ValueError) as err:
-        print(f"ddpscale train: {err}", file=sys.stderr)
+        say(f"ddpscale train: {err}")
         sys.exit(3)
