@@ -27,9 +27,6 @@ import torch
 from ddpscale.measurement import samplecount, steadystate
 from ddpscale.measurement.timing import _sync, batch_len
 
-FULL_TRAINING, EPOCHS_ENDED = steadystate.FULL_TRAINING, steadystate.EPOCHS_ENDED
-
-
 class WindowedThroughput(pl.Callback):
     def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int):
         self.rule = rule
@@ -122,7 +119,8 @@ class WindowedThroughput(pl.Callback):
         d = self.decision
         if d is None or not d.stop:  # the configured epochs ended first: these windows are all there is
             d = steadystate.decide(self.seconds, self.samples, self.rule, ended=True)
-        reason = (EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop else FULL_TRAINING
+        reason = ((steadystate.EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop
+                  else steadystate.FULL_TRAINING)
         return {
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
             "throughput_half_width": d.half_width if d.steady_windows >= 2 else None,
