@@ -16,6 +16,8 @@ import math
 import statistics
 import time
 
+from ddpscale.measurement.devicesync import sync_device
+
 GB = 1e9
 MIB = 1024 * 1024
 # torch.nn.parallel.DistributedDataParallel's defaults (torch 2.13: _DEFAULT_BUCKET_CAP_MB,
@@ -66,13 +68,6 @@ def bandwidths(nbytes: int, seconds: float, world_size: int) -> tuple[float | No
     return algbw, busbw
 
 
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _initialized() -> bool:
     import torch.distributed as dist
 
@@ -86,7 +81,7 @@ def align(device) -> None:
 
     if _initialized():
         dist.all_reduce(torch.zeros(1, device=device))
-    _sync(device)
+    sync_device(device)
 
 
 def slowest(value: float, device) -> float:
@@ -125,7 +120,7 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
         for _ in range(iters):
             start = time.perf_counter()
             dist.all_reduce(tensor)
-            _sync(device)
+            sync_device(device)
             calls.append(time.perf_counter() - start)
         seconds = slowest(statistics.median(calls), device)
         algbw, busbw = bandwidths(nbytes, seconds, world)
@@ -151,7 +146,7 @@ def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, it
     def sync_once() -> None:
         for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
             work.wait()
-        _sync(device)
+        sync_device(device)
 
     for _ in range(warmup):
         sync_once()

@@ -34,6 +34,7 @@ from torch import nn
 
 from ddpscale.measurement import loopsync
 from ddpscale.measurement.commbench import align, slowest
+from ddpscale.measurement.devicesync import sync_device
 
 
 def loss_of(output, batch_idx: int | None = None) -> torch.Tensor:
@@ -62,11 +63,6 @@ class _TrainingStep(nn.Module):
         return out
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def blocks(steps: int, accumulate: int) -> tuple[int, int]:
     """(optimizer steps, micro-batches) per block: whole optimizer steps of `accumulate` batches."""
     if steps < 1 or accumulate < 1:
@@ -81,7 +77,7 @@ def draw_batches(next_batch, count: int, device: torch.device) -> tuple[list, li
     for _ in range(count):
         start = time.perf_counter()
         batch = next_batch()
-        _sync(device)
+        sync_device(device)
         waits.append(time.perf_counter() - start)
         batches.append(batch)
     return batches, waits
@@ -182,7 +178,7 @@ class Runner:
         opt_steps, _ = blocks(steps, accumulate)
         for i in range(opt_steps):
             self.step(batches, i, synced=False, accumulate=accumulate)
-        _sync(self.device)
+        sync_device(self.device)
 
 
 def time_block(runner: Runner, batches: list, count: int, synced: bool, accumulate: int = 1,
@@ -192,7 +188,7 @@ def time_block(runner: Runner, batches: list, count: int, synced: bool, accumula
     start = time.perf_counter()
     for i in range(count):
         runner.step(batches, i, synced, accumulate, before_batch)
-    _sync(runner.device)
+    sync_device(runner.device)
     return (time.perf_counter() - start) / (count * accumulate)
 
 

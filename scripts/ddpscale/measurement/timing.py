@@ -18,6 +18,7 @@ import torch.distributed as dist
 from ddpscale.cluster import ranks
 from ddpscale.measurement import held, progress
 from ddpscale.measurement import samplecount
+from ddpscale.measurement.devicesync import sync_device
 
 
 class NonFiniteLossError(RuntimeError):
@@ -34,11 +35,6 @@ def check_world_size(formed: int, expected: int) -> None:
     if formed != expected:
         raise WorldSizeError(f"the process group has {formed} rank(s) but the topology asks for "
                              f"{expected}: the launcher did not start every rank")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # else the clock stops before the GPU has finished
 
 
 def batch_len(batch) -> int:
@@ -131,14 +127,14 @@ class ScalingMetrics(pl.Callback):
         self._reset_epoch()
         # a padded shard's repeats are not counted (ddpscale.measurement.samplecount)
         self._shard = samplecount.shard_of(trainer.train_dataloader)
-        _sync(pl_module.device)
+        sync_device(pl_module.device)
         self._t0 = time.perf_counter()
         self._epoch_open = True
 
     def pause(self, trainer, pl_module) -> None:
         """Keep the open epoch's part so far for the checkpoint about to be written (a stop
         on a signal, on every rank at the same training step, so the all-reduce matches)."""
-        _sync(pl_module.device)
+        sync_device(pl_module.device)
         elapsed = time.perf_counter() - self._t0
         count = torch.tensor([self._count], dtype=torch.int64, device=pl_module.device)
         count = trainer.strategy.reduce(count, reduce_op="sum")
@@ -157,7 +153,7 @@ class ScalingMetrics(pl.Callback):
 
     def _end_training_phase(self, pl_module) -> None:
         if self._t_train is None and self._t0 is not None:
-            _sync(pl_module.device)
+            sync_device(pl_module.device)
             self._t_train = time.perf_counter() - self._t0
 
     def on_validation_start(self, trainer, pl_module) -> None:

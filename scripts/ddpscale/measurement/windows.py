@@ -25,7 +25,8 @@ import pytorch_lightning as pl
 import torch
 
 from ddpscale.measurement import samplecount, steadystate
-from ddpscale.measurement.timing import _sync, batch_len
+from ddpscale.measurement.devicesync import sync_device
+from ddpscale.measurement.timing import batch_len
 
 class WindowedThroughput(pl.Callback):
     def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int):
@@ -60,13 +61,13 @@ class WindowedThroughput(pl.Callback):
 
     def _end_epoch(self, pl_module) -> None:
         if self._epoch_t0 is not None:
-            _sync(pl_module.device)
+            sync_device(pl_module.device)
             self.epoch_overheads.append(max(0.0, time.perf_counter() - self._epoch_t0 - self._steps_s))
         self._epoch_t0, self._steps_s = None, 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._t is None:  # the first step of the run, or after a pause (validation, an epoch's end)
-            _sync(pl_module.device)
+            sync_device(pl_module.device)
             self._t = time.perf_counter()
             if self._measuring_since is None:
                 self._measuring_since = self._t
@@ -78,7 +79,7 @@ class WindowedThroughput(pl.Callback):
             self._close(trainer, pl_module)
 
     def _close(self, trainer, pl_module) -> None:
-        _sync(pl_module.device)
+        sync_device(pl_module.device)
         now = time.perf_counter()
         mine = torch.tensor([self._held + now - self._t, now - self._measuring_since, float(self._count)],
                             dtype=torch.float64, device=pl_module.device)
@@ -96,7 +97,7 @@ class WindowedThroughput(pl.Callback):
 
     def _pause(self, trainer, pl_module) -> None:
         if self._t is not None:  # the window goes on at the next step; the pause is not in it
-            _sync(pl_module.device)
+            sync_device(pl_module.device)
             elapsed = time.perf_counter() - self._t
             self._steps_s += elapsed
             self._held += elapsed
