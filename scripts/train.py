@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         # is the sum of finished epochs over all attempts, the figure the report compares
         record["fit_wall_s"] = fit_wall_s - (measured.probe.seconds if measured.probe else 0.0)
         # throughput mode's figure replaces the epochs' (ddpscale.measurement.windows)
-        record.update(windows.run_entries(args.measure, args.max_epochs, record, measured.windows.record()))
+        record.update(windows.run_entries(args.measure, args.max_epochs, measured.windows.record()))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
         record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])

@@ -81,12 +81,10 @@ def test_full_mode_times_the_windows_and_never_stops_early(tmp_path, data_file):
 
 
 def test_run_entries_replace_the_figure_only_in_throughput_mode():
-    record = {"epoch_times_s": [1.0, 1.5], "train_times_s": [0.8, 1.1], "throughput_samples_s": 10.0,
-              "time_per_epoch_s": 1.5}
     window = {"window_throughput_samples_s": 12.0}
-    full = windows.run_entries("full", 4, record, window)
-    assert "throughput_samples_s" not in full and full["validation_s_per_epoch"] == pytest.approx(0.3)
-    fast = windows.run_entries("throughput", 4, record, window)
+    full = windows.run_entries("full", 4, window)
+    assert "throughput_samples_s" not in full and full["throughput_from"] == "steady epochs"
+    fast = windows.run_entries("throughput", 4, window)
     assert fast["throughput_samples_s"] == 12.0 and fast["time_per_epoch_s"] is None
     assert fast["configured_epochs"] == 4 and fast["measure"] == "throughput"
 

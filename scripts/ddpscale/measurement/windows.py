@@ -155,19 +155,12 @@ def epoch_samples(trainer, per_device_batch: int) -> int | None:
     return None if bool((every < 0).any()) else int(every.sum())
 
 
-def validation_s_per_epoch(epoch_times: list[float], train_times: list[float]) -> float | None:
-    """Mean seconds of an epoch beyond its training batches: its validation pass (0 without one)."""
-    extra = [max(0.0, e - t) for e, t in zip(epoch_times, train_times)]
-    return sum(extra) / len(extra) if extra else None
-
-
-def run_entries(measure: str, configured_epochs: int, record: dict, windows: dict) -> dict:
+def run_entries(measure: str, configured_epochs: int, windows: dict) -> dict:
     """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
     the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
     configured training ended before a window did (a tiny run), the run was a full one and its
     steady epochs' figure stands (throughput_from says which)."""
-    out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs",
-           "validation_s_per_epoch": validation_s_per_epoch(record["epoch_times_s"], record["train_times_s"])}
+    out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
     if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
         out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,
                    throughput_from="windows")
