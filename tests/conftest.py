@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -51,6 +52,12 @@ def load_profile(name: str) -> dict:
     return yaml.safe_load((folder / "config.yaml").read_text())
 
 
+_PROFILE_COPIES = Path(tempfile.mkdtemp(prefix="ddpscale-profiles-"))
+# the copies are read by snakemake subprocesses until the session ends; without this, each
+# suite run left a score of folders in /tmp
+atexit.register(shutil.rmtree, _PROFILE_COPIES, True)
+
+
 def with_account(folder: str, account: str) -> str:
     """The profile folder with its placeholder account replaced, as a user edits it before the
     first run: a copy in a temporary folder, or the folder itself when it names no placeholder."""
@@ -61,7 +68,7 @@ def with_account(folder: str, account: str) -> str:
     if str(defaults.get("slurm_account")) not in PLACEHOLDERS["slurm_account"]:
         return folder
     defaults["slurm_account"] = account
-    copy = Path(tempfile.mkdtemp(prefix="ddpscale-profile-")) / Path(folder).name
+    copy = Path(tempfile.mkdtemp(dir=_PROFILE_COPIES)) / Path(folder).name
     copy.mkdir()
     (copy / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     return str(copy)
