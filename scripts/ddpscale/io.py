@@ -38,6 +38,16 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
     atomic_write(path, dump)
 
 
+def read_json_dict(path: str | os.PathLike) -> dict | None:
+    """A JSON object the workflow wrote (a cache, a plan), or None where there is none: the
+    file missing or unreadable, cut short, or not an object. Its writer makes it again."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def last_nonempty_line(text: str) -> str:
     """The last non-empty line of a log, stripped (usually the error); "" when it has none."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]

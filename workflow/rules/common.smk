@@ -40,7 +40,7 @@ from ddpscale.cluster.topology import (  # noqa: E402
     stage_topologies,
 )
 from ddpscale import measuremode  # noqa: E402
-from ddpscale.io import last_nonempty_line, write_json_atomic  # noqa: E402
+from ddpscale.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
 from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
 from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
 from ddpscale.training import contractfacts  # noqa: E402
@@ -248,11 +248,8 @@ def write_plan():
     a refused config, and only when it changes, so nothing in results/ is touched for nothing."""
     plan = {"measure": MEASURE, "repeats": len(REPEATS)}
     path = Path(LAYOUT.plan)
-    try:
-        if json.loads(path.read_text()) == plan:
-            return
-    except (OSError, ValueError):
-        pass
+    if read_json_dict(path) == plan:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, plan)
 

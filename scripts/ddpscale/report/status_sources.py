@@ -14,6 +14,8 @@ from pathlib import Path
 import yaml
 
 from ddpscale.configsource import set_beyond_default
+from ddpscale.io import read_json_dict
+from ddpscale.layout import Layout
 from ddpscale.report import status
 
 
@@ -108,19 +110,10 @@ def profile_names(workdir: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if (p / "config.yaml").exists()) if folder.is_dir() else []
 
 
-def read_plan(path: Path) -> dict | None:
-    """The workflow's resolved plan (ddpscale.layout plan), None before any run or if unreadable."""
-    try:
-        plan = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return plan if isinstance(plan, dict) else None
-
-
 def report(config: dict, results: Path, workdir: Path) -> str:
     """The whole status text for the directory snakemake runs in."""
     now = time.time()
-    topologies, repeats, baseline = status.plan(config, read_plan(results / "plan.json"))
+    topologies, repeats, baseline = status.plan(config, read_json_dict(Layout(str(results)).plan))
     here = str(workdir.resolve())
     runs = read_runs(results, sorted({*topologies, baseline}), repeats)
     jobs, source = query_squeue()

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpscale.io import write_json_atomic
+from ddpscale.io import read_json_dict, write_json_atomic
 from ddpscale.training import contract
 from ddpscale.training.plugins import sha256_of
 
@@ -36,11 +36,8 @@ def start(python: str, script: str, model_class: str, data_class: str, root: str
     key = contract.cache_key(model_class, data_class, str(Path(root).resolve()), python, versions)
     cache = Path(root) / CACHE_DIR / f"contract-{key}.json"
     what = f"{model_class} and {data_class}"
-    try:
-        cached = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        cached = None
-    if isinstance(cached, dict) and contract.still_valid(cached, sha256_of):
+    cached = read_json_dict(cache)
+    if cached is not None and contract.still_valid(cached, sha256_of):
         return Pending(cached, None, cache, what)
     process = subprocess.Popen([python, script, "--model-class", model_class, "--data-class", data_class,
                                 "--root", root], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
