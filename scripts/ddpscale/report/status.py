@@ -86,12 +86,11 @@ def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, st
     plan.json); before any run, an explicit measure decides, else one."""
     topologies = sorted({parse_topology(t, where="topologies") for t in config.get("topologies") or []})
     baseline = parse_topology(config.get("baseline", "1x1"), where="baseline").name
-    repeats = config.get("repeats", 1)
-    if repeats == "auto":
-        measure = config.get("measure", "auto")
-        repeats = (resolved or {}).get("repeats") or measuremode.repeats("auto", measure if measure != "auto" else
-                                                                             measuremode.FULL)
-    return [t.name for t in topologies], int(repeats), baseline
+    names, setting = [t.name for t in topologies], config.get("repeats", 1)
+    if setting == "auto" and (resolved or {}).get("repeats"):
+        return names, int(resolved["repeats"]), baseline
+    # measure auto or unset counts as full here (measuremode.repeats: 3 only in throughput mode)
+    return names, measuremode.repeats(setting, config.get("measure", "auto")), baseline
 
 
 def parse_elapsed(text: str) -> float | None:
