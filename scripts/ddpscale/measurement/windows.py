@@ -28,6 +28,7 @@ from ddpscale.measurement import samplecount, steadystate
 from ddpscale.measurement.devicesync import sync_device
 from ddpscale.measurement.timing import batch_len
 
+
 class WindowedThroughput(pl.Callback):
     def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int):
         self.rule = rule
