@@ -1,7 +1,8 @@
 # make run: set up and run the whole benchmark on this machine (CPU-simulated devices).
 # make test: set up and run the whole test suite (.ci/run calls exactly this).
 # make bench: set up and print the performance figures (benchmarks/run.py).
-# make gpu-check: on a machine with a CUDA GPU, the GPU tests and the pipeline on its GPUs.
+# make gpu-check: on a machine with a CUDA GPU, the GPU tests and the pipeline on its GPUs
+#   (GPU_CHECK_PYTHON=python3: with that interpreter, no venv).
 # make status: per topology and repeat, not started, queued, running, done or failed (scripts/status.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -37,8 +38,15 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py
 
 # GPU tests, then the reference and transformer workloads on this machine's GPUs, with figures.
+# GPU_CHECK_PYTHON=python3 runs it with that interpreter and no venv: a GPU node's own Python
+# with torch, Lightning and snakemake importable, where no package index can fill a venv.
+ifeq ($(GPU_CHECK_PYTHON),)
 gpu-check: $(STAMP)
 	$(VENV)/bin/python benchmarks/gpu_check.py
+else
+gpu-check:
+	'$(GPU_CHECK_PYTHON)' benchmarks/gpu_check.py
+endif
 
 # What the benchmark is doing now, from results/, the logs and squeue; never imports torch.
 status: $(STAMP)

@@ -15,21 +15,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # pytest.ini's pythonpath comes after conftest imports
+from ddpscale.snakemakecli import snakemake_command, workflow_python  # noqa: E402
+
 # The console script, as README and `make run` start the workflow. `python -m snakemake` puts
 # the working directory on sys.path and so hid that the console script did not find a user
-# module at the repository root (issue 11, item 11): every test runs the console script.
-SNAKEMAKE_CONSOLE = [str(Path(sys.executable).parent / "snakemake")]
-SNAKEMAKE = SNAKEMAKE_CONSOLE
-
-
-def console_python() -> str:
-    """The interpreter the console script runs, which becomes the workflow's PYTHON: its
-    shebang, which may name python3 where this test process runs python."""
-    first = Path(SNAKEMAKE_CONSOLE[0]).read_text().splitlines()[0]
-    return first[2:].strip() if first.startswith("#!") and " " not in first[2:].strip() else sys.executable
-
-
-WORKFLOW_PYTHON = console_python()
+# module at the repository root (issue 11, item 11): every test runs the console script where
+# there is one. A GPU node's shared Python has none, and its GPU tests must still collect.
+SNAKEMAKE = snakemake_command() or [sys.executable, "-m", "snakemake"]
+WORKFLOW_PYTHON = workflow_python(SNAKEMAKE)
 
 
 def clean_distributed_env(monkeypatch) -> None:

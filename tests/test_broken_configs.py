@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SNAKEMAKE_CONSOLE, Workspace, tiny_config
+from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -109,7 +109,7 @@ def test_corpus_is_complete():
 
 
 def console(workspace: Workspace, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", *args], cwd=workspace.path,
+    return subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", *args], cwd=workspace.path,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
 
 

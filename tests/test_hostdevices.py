@@ -104,6 +104,13 @@ def test_auto_uses_gpus_when_every_topology_fits():
     assert decision.accelerator == "gpu" and decision.note is None and decision.oversubscribed == []
 
 
+@pytest.mark.parametrize("requested, gpus, cores, threads", [
+    ("auto", 4, 16, 4), ("gpu", 1, 16, 16), ("gpu", 8, 4, 1), ("auto", 0, 16, 1), ("cpu", 4, 16, 1)])
+def test_a_gpu_rank_gets_its_gpus_share_of_the_cores_and_a_simulated_device_one(requested, gpus, cores, threads):
+    # gpu-check's first H100 run: 1 thread per GPU rank against a plain loop on all 16 cores
+    assert choose_accelerator(requested, topologies("1x1"), gpus=gpus, cores=cores).threads == threads
+
+
 def test_auto_falls_back_to_cpu_for_every_topology_when_one_does_not_fit():
     decision = choose_accelerator("auto", topologies("1x1", "1x2"), gpus=1, cores=2)
     assert decision.accelerator == "cpu" and decision.oversubscribed == []

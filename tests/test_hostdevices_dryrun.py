@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SNAKEMAKE_CONSOLE, tiny_config
+from conftest import SNAKEMAKE, tiny_config
 from test_hostdevices import SMI_ONE, fake_nvidia_smi
 
 pytestmark = pytest.mark.timeout(180)
@@ -27,7 +27,7 @@ def dry_run(workspace, config: dict, cuda_visible_devices: str | None = None, sm
     env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
     if cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    proc = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
+    proc = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
                           capture_output=True, text=True, timeout=120, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -66,6 +66,8 @@ def test_dry_run_four_gpus_gives_each_topology_its_gpus(workspace):
     assert said == ["ddpscale: experiment spiralmlp: results in results/spiralmlp/"], said
     commands = train_commands(output)
     assert all("--accelerator gpu " in c for c in commands.values()), commands
+    cores = len(os.sched_getaffinity(0))  # each GPU rank: its GPU's share of this host's cores
+    assert all(f" --threads {max(1, cores // 4)} " in c for c in commands.values()), commands
     assert re.match(r"env CUDA_VISIBLE_DEVICES=0 \S+ scripts/train\.py ", commands["1x1"]), commands["1x1"]
     assert "--nodes 1 --procs-per-node 2 --gpu-ids 0,1 -- " in commands["1x2"]
     assert "--nodes 2 --procs-per-node 1 --gpu-ids 0,1 -- " in commands["2x1"]

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT, SNAKEMAKE_CONSOLE, tiny_config
+from conftest import ROOT, SNAKEMAKE, tiny_config
 from ddpscale.cluster.topology import parse_topology
 from ddpscale.workloads.spiral import write_dataset
 
@@ -45,7 +45,7 @@ def dry_run(workspace, finished: list[str] = ()):
     for name in finished:
         workspace.metrics(name).parent.mkdir(parents=True)
         workspace.metrics(name).write_text(json.dumps({"topology": name}))
-    proc = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", f"profiles/{PROFILE}", "-n"], cwd=workspace.path,
+    proc = subprocess.run([*SNAKEMAKE, "--profile", f"profiles/{PROFILE}", "-n"], cwd=workspace.path,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -18,7 +18,7 @@ from snakemake.utils import validate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import ROOT, SNAKEMAKE_CONSOLE, Workspace, launched
+from conftest import ROOT, SNAKEMAKE, Workspace, launched
 from ddpscale.measurement import flops
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
@@ -174,7 +174,7 @@ def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
     # Snakemake merges --configfile into config/config.yaml key by key: the SpiralMLP's `hidden`
     # and the spiral data's `resident` must not leak into the preset's model and data.
     workspace = Workspace(tmp_path / "ws")
-    result = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "--configfile",
+    result = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", "--configfile",
                              "config/transformer_tiny.yaml", "-n", "-p"],
                             cwd=workspace.path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -188,7 +188,7 @@ def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
 @pytest.mark.timeout(400)
 def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_accuracy(tmp_path):
     workspace = Workspace(tmp_path / "ws")
-    result = subprocess.run([*SNAKEMAKE_CONSOLE, "--profile", "profiles/local", "--configfile",
+    result = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", "--configfile",
                              "config/transformer_tiny.yaml", "--config", "topologies=[\"1x1\",\"1x2\"]"],
                             cwd=workspace.path, capture_output=True, text=True, timeout=380,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})

@@ -13,7 +13,6 @@ import difflib
 import math
 
 import yaml
-from jsonschema import Draft202012Validator
 
 from ddpscale.cluster.topology import Topology
 from ddpscale.configsource import DEFAULT_CONFIG
@@ -141,6 +140,10 @@ def schema_error_message(error, where) -> str:
 
 def schema_problems(config: dict, schema: dict, where: str = DEFAULT_CONFIG) -> list[str]:
     """Every violation of the schema, one line each, outermost key first."""
+    # imported here: train.py imports this module's constants, and a GPU node's shared Python
+    # may have the training stack without jsonschema, which only the workflow's parse needs
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     # A value of the wrong type fails its enum or bounds too: the type says it best, once.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}

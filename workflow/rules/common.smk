@@ -212,7 +212,8 @@ check_experiment_folder()
 
 
 def resolve_accelerator():
-    """The accelerator every run uses, and the GPU ids the local launcher hands out (or None).
+    """The accelerator every run uses, the GPU ids the local launcher hands out (or None) and
+    each local rank's CPU threads (or None: a cluster rank gets its cpus-per-task).
 
     Local profile: decided once, here, from this host (ddpscale.cluster.hostdevices): `auto` is GPU
     only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
@@ -221,18 +222,19 @@ def resolve_accelerator():
     for the GPU where that is `auto` (run_accelerator, common_train.smk).
     """
     if not SITE.is_local:
-        return config["accelerator"], None
+        return config["accelerator"], None, None
     gpus, cores = visible_gpus(), usable_cores()
     decision = choose_accelerator(config["accelerator"], TOPOLOGIES, gpus.count, cores, source=gpus.source)
     if decision.note:
         print(f"ddpscale: {decision.note}", file=sys.stderr)
     if decision.oversubscribed:
         print(f"ddpscale: warning: {oversubscription_warning(decision.oversubscribed, cores)}", file=sys.stderr)
-    return decision.accelerator, (list(gpus.ids) if decision.accelerator == "gpu" else None)
+    gpu_ids = list(gpus.ids) if decision.accelerator == "gpu" else None
+    return decision.accelerator, gpu_ids, decision.threads
 
 
 try:
-    ACCELERATOR, GPU_IDS = resolve_accelerator()
+    ACCELERATOR, GPU_IDS, LOCAL_THREADS = resolve_accelerator()
 except AcceleratorError as err:
     raise WorkflowError(str(err))
 GENERATED = config["dataset"]["generator"] != "none"

@@ -114,9 +114,9 @@ def run_flags(topology_name):
         # fingerprint, says what the run used; a cluster's runs ask for the GPU (run_accelerator)
         "--accelerator": run_accelerator(ACCELERATOR, SITE),
         "--cluster-env": cluster_env(topo, SITE),
-        # Locally one simulated device is one core: a 1-device run must not get every core, or
-        # adding devices would add no hardware and speedup would mean nothing.
-        "--threads": 1 if SITE.is_local else SITE.cpus_per_gpu,
+        # Locally one simulated device is one core (a 1-device run must not get every core, or
+        # adding devices would add no hardware) and a GPU its share of the cores (hostdevices)
+        "--threads": LOCAL_THREADS if SITE.is_local else SITE.cpus_per_gpu,
         "--seed": config["seed"],
         "--scaling": config["batch"]["scaling"],
         "--batch-size": config["batch"]["size"],

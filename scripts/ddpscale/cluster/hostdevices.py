@@ -107,6 +107,10 @@ class Decision:
     accelerator: str  # "gpu" or "cpu": every topology of the workflow runs on it
     note: str | None = None  # one line for the user: why every topology is CPU-simulated
     oversubscribed: list[str] = field(default_factory=list)  # topologies with more ranks than cores
+    # CPU threads of one rank. A simulated device is one core, so adding devices adds hardware.
+    # A GPU rank gets its GPU's share of the cores, the same in every topology, as a cluster's
+    # cpus-per-gpu: one thread starved the GPU's feeding against a plain loop using every core.
+    threads: int = 1
 
 
 def _gpus(count: int) -> str:
@@ -146,7 +150,7 @@ def choose_accelerator(requested: str, topologies: Sequence[Topology], gpus: int
         )
     note = None
     if requested == "gpu" or (requested == "auto" and gpus and not too_large):
-        return Decision("gpu")
+        return Decision("gpu", threads=max(1, cores // gpus))
     if requested == "auto":
         if not gpus:
             note = f"no GPU found ({source}): every device is simulated by one CPU process"
