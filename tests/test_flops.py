@@ -1,9 +1,16 @@
 """FLOPs per sample, peaks and MFU (ddpscale.measurement.flops), checked against hand-counted MLPs."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from ddpscale.measurement import flops, peaks
 from ddpscale.workloads.models import SpiralMLP
+
+from conftest import ROOT
 
 
 def test_training_flops_of_an_mlp_match_the_matmuls():
@@ -152,6 +159,32 @@ def test_the_float32_settings_are_read_from_torch():
         assert flops.float32_record()["cudnn_allow_tf32"] == torch.backends.cudnn.allow_tf32
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+FP32_SETTINGS = [
+    # (what a module sets, torch's fp32_precision API or the legacy one, and what is in effect)
+    ('torch.backends.fp32_precision = "tf32"', "high", True, True),
+    ('torch.backends.fp32_precision = "ieee"', "highest", False, False),
+    ('torch.backends.cuda.matmul.fp32_precision = "tf32"', "high", True, True),
+    ('torch.backends.cudnn.conv.fp32_precision = "ieee"', "highest", False, False),
+    ('torch.backends.cuda.matmul.fp32_precision = "tf32"; torch.backends.cudnn.conv.fp32_precision = "ieee"',
+     "high", True, False),
+    ('torch.set_float32_matmul_precision("high")', "high", True, True),
+    ("pass", "highest", False, True),
+]
+
+
+@pytest.mark.parametrize("setting, matmul_precision, matmul_tf32, conv_tf32", FP32_SETTINGS)
+def test_the_float32_record_reads_torchs_fp32_precision_api_too(setting, matmul_precision, matmul_tf32, conv_tf32):
+    # In a fresh process: torch keeps these settings process-wide, and once the new API is
+    # used the legacy getters raise (rank 0 died in FlopsCount, the others hung in a collective)
+    script = (f"import json, torch; {setting}\n"
+              "from ddpscale.measurement import flops; print(json.dumps(flops.float32_record()))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"float32_matmul_precision": matmul_precision,
+                                       "cuda_matmul_allow_tf32": matmul_tf32, "cudnn_allow_tf32": conv_tf32}
 
 
 def test_the_flops_callback_records_the_float32_settings_training_ran_under():

@@ -90,12 +90,38 @@ def utilisation(flops_per_sample: float | None, throughput: float | None, world_
     return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": used, "mfu": mfu}
 
 
+# torch.backends.*.fp32_precision values (torch >= 2.9) as the legacy getters name them: "none"
+# defers to the parent setting (generic > cuda.matmul; generic > cudnn > cudnn.conv)
+_LEGACY_MATMUL = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def _fp32_setting(*chain) -> str:
+    """The first setting of a fp32_precision chain (child first) that is not 'none'; 'ieee' if all are."""
+    return next((value for value in chain if value != "none"), "ieee")
+
+
 def float32_record() -> dict:
     """The float32 arithmetic settings in effect now (read at fit time, after the user's module
-    and callbacks have set theirs), as metrics.json entries."""
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
+    and callbacks have set theirs), as metrics.json entries.
+
+    Once anything sets torch's fp32_precision API (torch.backends.fp32_precision or a backend's),
+    the legacy getters raise RuntimeError ("mix of the legacy and new APIs"); the new API reads
+    every setting, legacy ones included, so a getter that refuses is answered from it."""
+    def legacy_or(getter, new_value):
+        try:
+            return getter()
+        except RuntimeError:
+            return new_value()
+
+    backends = torch.backends
+    matmul = lambda: _fp32_setting(backends.cuda.matmul.fp32_precision, backends.fp32_precision)  # noqa: E731
+    conv = lambda: _fp32_setting(backends.cudnn.conv.fp32_precision, backends.cudnn.fp32_precision,  # noqa: E731
+                                 backends.fp32_precision)
+    return {"float32_matmul_precision": legacy_or(torch.get_float32_matmul_precision,
+                                                  lambda: _LEGACY_MATMUL.get(matmul(), "highest")),
+            "cuda_matmul_allow_tf32": bool(legacy_or(lambda: backends.cuda.matmul.allow_tf32,
+                                                     lambda: matmul() == "tf32")),
+            "cudnn_allow_tf32": bool(legacy_or(lambda: backends.cudnn.allow_tf32, lambda: conv() == "tf32"))}
 
 
 def count_split(model_cls, model_args: dict, batch, precision: str, trained=None) -> tuple[float, float] | None:
