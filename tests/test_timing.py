@@ -56,6 +56,20 @@ def test_a_manual_optimisation_step_that_returns_nothing_is_counted():
     assert metrics._count == 12 and float(metrics._loss_sum) == 0.5
 
 
+def test_a_loss_in_a_buffer_the_next_step_overwrites_is_summed_as_it_was():
+    """Under CUDA graphs (compile: reduce-overhead) a step's output is a static buffer that the
+    next replay overwrites; Lightning's manual loop hands it on uncloned. A float32 loss's
+    .detach().float() is that same storage, so keeping it as the sum aliased the buffer."""
+    import torch
+
+    metrics, buffer, batch = ScalingMetrics(), torch.zeros(()), (torch.zeros(4, 2), torch.zeros(4))
+    for step, loss in enumerate((1.0, 2.0, 4.0)):
+        buffer.fill_(loss)  # the replay writes this step's loss into the same buffer
+        metrics.on_train_batch_end(None, None, {"loss": buffer}, batch, step)
+    buffer.fill_(100.0)
+    assert float(metrics._loss_sum) == 7.0
+
+
 def test_samples_trained_counts_every_epoch_warm_up_included():
     metrics = ScalingMetrics(warmup_epochs=1)
     metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 1.0, 1.0], [1.5, 0.8, 0.8], [64, 64, 32]

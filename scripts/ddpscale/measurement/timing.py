@@ -147,9 +147,12 @@ class ScalingMetrics(pl.Callback):
         # a manual-optimisation step that returns nothing reaches here as {}
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
-            # summed on the device; checked once per epoch, so no host sync per step
+            # summed on the device; checked once per epoch, so no host sync per step. A copy
+            # starts the sum: a float32 loss's detach().float() is its own storage, and under
+            # CUDA graphs (reduce-overhead) that is a buffer the next replay overwrites
+            # (Lightning's manual-optimisation loop hands it on uncloned)
             loss = loss.detach().float()
-            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+            self._loss_sum = loss.clone() if self._loss_sum is None else self._loss_sum + loss
 
     def _end_training_phase(self, pl_module) -> None:
         if self._t_train is None and self._t0 is not None:
