@@ -20,7 +20,31 @@ def test_a_missing_cpu_compiler_names_the_fix(monkeypatch):
     with pytest.raises(ValueError, match=r"needs a C\+\+ compiler \(/nonexistent/g\+\+\).*set compile: none"):
         compiling.check_compiler("default", on_cpu=True)
     compiling.check_compiler("none", on_cpu=True)  # nothing to compile
-    compiling.check_compiler("default", on_cpu=False)  # CUDA kernels come from Triton
+
+
+def test_on_a_gpu_triton_needs_a_c_compiler_and_pythons_headers(tmp_path):
+    """Triton builds its launcher with $CC, gcc or clang against Python.h: a GPU node without
+    them failed at the first compiled step, after the queue and the probe."""
+    headers = tmp_path / "include"
+    headers.mkdir()
+    (headers / "Python.h").write_text("")
+    gcc_only = {"gcc": "/usr/bin/gcc"}.get
+    compiling.check_compiler("default", on_cpu=False, environ={}, which=gcc_only, include_dir=str(headers))
+    compiling.check_compiler("none", on_cpu=False, environ={}, which=lambda name: None, include_dir="/nowhere")
+    with pytest.raises(ValueError, match=r"on a GPU needs a C compiler .* gcc or clang is not on PATH.*compile: none"):
+        compiling.check_compiler("max-autotune", on_cpu=False, environ={}, which=lambda name: None,
+                                 include_dir=str(headers))
+    with pytest.raises(ValueError, match=r"\$CC \(/opt/cc\) is not on PATH"):
+        compiling.check_compiler("default", on_cpu=False, environ={"CC": "/opt/cc"}, which=gcc_only,
+                                 include_dir=str(headers))
+    with pytest.raises(ValueError, match=r"needs Python's headers .*/nowhere/Python.h is missing.*-dev"):
+        compiling.check_compiler("default", on_cpu=False, environ={}, which=gcc_only, include_dir="/nowhere")
+
+
+def test_the_header_check_looks_where_this_python_keeps_them():
+    import sysconfig
+
+    assert compiling.python_include_dir() == sysconfig.get_paths()["include"]
 
 
 def test_wrap_compiles_the_steps_in_place_and_unwrap_restores_them():

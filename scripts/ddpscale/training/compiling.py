@@ -9,16 +9,43 @@ from __future__ import annotations
 
 import os
 import shutil
+import sysconfig
 
 MODES = ("none", "default", "reduce-overhead", "max-autotune")
 
 
-def check_compiler(mode: str, on_cpu: bool) -> None:
-    """Inductor writes C++ for CPU kernels; without a compiler it fails mid-run, so stop first."""
-    compiler = os.environ.get("CXX", "g++")
-    if mode != "none" and on_cpu and shutil.which(compiler) is None:
-        raise ValueError(f"compile: {mode} on CPU needs a C++ compiler ({compiler}) and none is on PATH; "
-                         "install one (Debian: apt-get install g++) or set compile: none")
+def python_include_dir() -> str:
+    """Where Triton looks for Python.h: this interpreter's include folder, by its install scheme."""
+    scheme = sysconfig.get_default_scheme()
+    return sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"]
+
+
+def check_compiler(mode: str, on_cpu: bool, environ=os.environ, which=shutil.which,
+                   include_dir: str | None = None) -> None:
+    """What torch.compile builds with, present before any group forms: without it the run
+    fails at its first compiled step, after the queue and the probe. On CPU, Inductor writes
+    C++ kernels (a C++ compiler). On a GPU, Triton builds its kernel launcher as a C extension:
+    a C compiler ($CC, else gcc, else clang, as Triton looks) and Python's headers (Python.h)."""
+    if mode == "none":
+        return
+    if on_cpu:
+        compiler = environ.get("CXX", "g++")
+        if which(compiler) is None:
+            raise ValueError(f"compile: {mode} on CPU needs a C++ compiler ({compiler}) and none is on PATH; "
+                             "install one (Debian: apt-get install g++) or set compile: none")
+        return
+    cc = environ.get("CC")
+    if (which(cc) if cc else which("gcc") or which("clang")) is None:
+        named = f"$CC ({cc})" if cc else "gcc or clang"
+        raise ValueError(f"compile: {mode} on a GPU needs a C compiler for Triton's kernel launcher and {named} "
+                         "is not on PATH on this node; put one on the jobs' PATH (site_env: PATH=..., or a "
+                         "module loaded before snakemake starts), set CC, or set compile: none")
+    include_dir = include_dir or python_include_dir()
+    if not os.path.isfile(os.path.join(include_dir, "Python.h")):
+        raise ValueError(f"compile: {mode} on a GPU needs Python's headers for Triton's kernel launcher and "
+                         f"{include_dir}/Python.h is missing on this node; install them (Debian: apt-get "
+                         f"install python{sysconfig.get_python_version()}-dev) or use a Python that has them, "
+                         "or set compile: none")
 
 
 def wrap(model, mode: str):
