@@ -11,6 +11,7 @@ item 3). What is checked is what the cluster accepted, not the training.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Workspace, tiny_config, with_account
+from conftest import ROOT, Workspace, load_profile, tiny_config, with_account
 from slurmtools import SUBMITTED, run_slurm, sacct_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -78,6 +79,18 @@ def submitted_jobs(name: str, log: str) -> dict[str, str]:
         assert f"gres/gpu={int(nodes) * int(gpus)}" in job["ReqTRES"], (name, job)
     assert sorted(seen) == sorted(topologies), name
     return seen
+
+
+@pytest.mark.parametrize("name", ["gilbreth", "gilbreth-training"])
+def test_gilbreth_leaves_hca_and_gpudirect_to_nccl(name):
+    # RCAC's Gilbreth guide names no HCA and no NCCL setting, so NCCL's detection chooses: a
+    # pinned NCCL_IB_HCA=mlx5_0 would leave a node's other HCAs idle, NCCL_NET_GDR_LEVEL=5 (SYS)
+    # would force GPUDirect RDMA across CPU sockets (profiles/gilbreth/config.yaml says where)
+    train = load_profile(name)["set-resources"]["train"]
+    variables = {item.partition("=")[0] for item in shlex.split(train.get("site_env", ""))}
+    assert not variables & {"NCCL_IB_HCA", "NCCL_NET_GDR_LEVEL"}, (name, train["site_env"])
+    # what makes that safe: the report still flags a multi-node run that fell back to sockets
+    assert train["site_interconnect"] == "infiniband", name
 
 
 def test_shipped_profiles_are_accepted_by_their_sites(slurm_cluster, tmp_path):
