@@ -4,6 +4,7 @@ Lightning compiles are the ones restored for FLOP counting, and a compiled DDP r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -105,3 +106,82 @@ def test_compiled_runs_ask_the_data_module_for_one_batch_shape():
     assert compiling.static_shape_args("default", takes, {"drop_last": False}) == {}  # the user chose
     assert compiling.static_shape_args("default", {"batch_size"}, {}) == {}
     assert compiling.static_shape_args("default", None, {}) == {}  # **kwargs: do not guess
+
+
+SLOW_RANK = '''
+import time
+
+from ddpscale.workloads.models import SpiralMLP
+
+
+class SlowFirstStepOnRank1(SpiralMLP):
+    """Rank 1 starts its first step {delay} s after rank 0, as a rank whose compilation (max-autotune
+    tries many kernels) ends minutes after another's; rank 0 waits for it in DDP's all-reduce."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.trainer.global_rank == 1 and self.trainer.global_step == 0:
+            time.sleep({delay})
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rank_compiling_longer_than_the_collective_timeout_does_not_end_the_run(tmp_path, data_file):
+    system_tools.require(("g++",), "g++")
+    (tmp_path / "slowrank.py").write_text(SLOW_RANK.format(delay=12))
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
+             "--devices", "2", "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",
+             "--scaling", "weak", "--batch-size", "32", "--compile", "default",
+             "--collective-timeout-s", "5", "--compile-timeout-s", "240",
+             "--model-class", "slowrank.SlowFirstStepOnRank1",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--data-args", '{"resident": true}',
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
+    done = subprocess.run(launched(train, 1, 2), capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "metrics.json").read_text())["world_size"] == 2
+
+
+class FakeTrainer:
+    sanity_checking = False
+
+    def __init__(self):
+        self.current_epoch = 0
+
+
+def test_the_compile_wait_ends_once_every_graph_has_run(monkeypatch):
+    from ddpscale.training.callbacks import CompileGrace
+
+    timeouts = []
+    monkeypatch.setattr(CompileGrace, "_set", staticmethod(timeouts.append))
+    grace, trainer = CompileGrace("max-autotune", timeout_s=300, grace_s=1800), FakeTrainer()
+    grace.on_fit_start(trainer, None)
+    grace.on_train_epoch_start(trainer, None)
+    for step in range(5):  # the first validation is still to compile
+        grace.on_train_batch_end(trainer, None, None, None, step)
+    assert timeouts == [1800]
+    grace.on_validation_end(trainer, None)
+    assert timeouts == [1800, 300]
+    grace.on_test_start(trainer, None)  # test graphs compile anew
+    grace.on_test_end(trainer, None)
+    assert timeouts == [1800, 300, 1800, 300]
+
+
+def test_without_validation_the_wait_ends_when_the_second_epoch_starts(monkeypatch):
+    from ddpscale.training.callbacks import CompileGrace
+
+    timeouts = []
+    monkeypatch.setattr(CompileGrace, "_set", staticmethod(timeouts.append))
+    grace, trainer = CompileGrace("default", timeout_s=300, grace_s=1800), FakeTrainer()
+    grace.on_fit_start(trainer, None)
+    grace.on_train_epoch_start(trainer, None)
+    for step in range(3):
+        grace.on_train_batch_end(trainer, None, None, None, step)
+    trainer.current_epoch = 1
+    grace.on_train_epoch_start(trainer, None)
+    assert timeouts == [1800, 300]
+    eager = CompileGrace("none", timeout_s=300, grace_s=1800)
+    eager.on_fit_start(trainer, None)
+    eager.on_test_start(trainer, None)
+    assert timeouts == [1800, 300], "an eager run keeps the collective timeout throughout"

@@ -125,6 +125,7 @@ def run_flags(topology_name):
         "--accumulate-grad-batches": config["accumulate_grad_batches"],
         # how a dead or stuck rank ends the job; not part of the run's identity
         "--collective-timeout-s": config["collective_timeout_s"],
+        "--compile-timeout-s": config["compile_timeout_s"],
         "--loader": json.dumps(config["dataloader"], sort_keys=True),
         "--model-class": config["model"]["class_path"],
         "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),

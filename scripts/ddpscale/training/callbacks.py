@@ -83,6 +83,70 @@ class GpuFacts(pl.Callback):
         self.record = gpufacts.summarize(ranks.gather(mine))
 
 
+class CompileGrace(pl.Callback):
+    """While torch.compile compiles, collectives wait compile_timeout_s, not collective_timeout_s.
+
+    Every rank compiles its own graphs, and with max-autotune one can finish many minutes after
+    another: the waiting ranks' collective timed out and killed a healthy run. Compilation
+    happens in the probe, the first training steps and the first validation (eval graphs), and
+    again in the test pass. The wait is collective_timeout_s again once every rank has trained
+    two steps (the first step's graphs and the optimizer's, run once more: a rank that got
+    here has compiled them) and validated once, or begun a second epoch where none validates."""
+
+    TRAINED_STEPS = 2
+
+    def __init__(self, mode: str, timeout_s: float, grace_s: float):
+        self.active = mode != "none"
+        self.timeout_s, self.grace_s = timeout_s, grace_s
+        self.steps, self.validated, self.epoch = 0, False, None
+        self.compiling = False
+
+    @staticmethod
+    def _set(seconds: float) -> None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            from datetime import timedelta
+
+            from torch.distributed.distributed_c10d import _set_pg_timeout
+
+            _set_pg_timeout(timedelta(seconds=seconds))
+
+    def _grace(self) -> None:
+        if self.active and not self.compiling:
+            self._set(self.grace_s)
+            self.compiling = True
+
+    def _settled(self) -> None:
+        if self.compiling and self.steps >= self.TRAINED_STEPS and self.validated:
+            self._set(self.timeout_s)
+            self.compiling = False
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._grace()
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if self.epoch is not None and trainer.current_epoch != self.epoch:
+            self.validated = True  # an epoch ended without validating: there is nothing to compile for it
+        self.epoch = trainer.current_epoch
+        self._settled()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.steps += 1
+        self._settled()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validated = True
+            self._settled()
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._grace()
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        if self.compiling:
+            self._set(self.timeout_s)
+            self.compiling = False
+
+
 class FlopsCount(pl.Callback):
     """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), the
     module's own analytic figure where it states one (`flops_per_sample()`), which must agree,
@@ -190,12 +254,14 @@ class RunCallbacks:
     checkpoint: pl.callbacks.ModelCheckpoint
     windows: WindowedThroughput
     history: ValHistory = field(default_factory=lambda: ValHistory(None))
+    grace: CompileGrace | None = None
 
     def all(self) -> list[pl.Callback]:
         # windows after timing: a stop decided at a batch's end is seen by the loop after every hook;
         # history before checkpoint: the epoch's checkpoint, saved at validation end, holds its value
-        ordered = [self.placement, self.timing, self.windows, self.probe, self.stop, self.gpu, self.flops,
-                   self.history, self.checkpoint]
+        # grace before the probe: the probe's first steps compile too
+        ordered = [self.placement, self.timing, self.grace, self.windows, self.probe, self.stop, self.gpu,
+                   self.flops, self.history, self.checkpoint]
         return [c for c in ordered if c is not None]
 
     def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
@@ -224,6 +290,7 @@ def build(args, topo: Topology, per_device: int) -> RunCallbacks:
         checkpoint=epoch_checkpoint(args.ckpt_dir),
         windows=WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device),
         history=ValHistory(args.epoch_metric),
+        grace=CompileGrace(args.compile, args.collective_timeout_s, args.compile_timeout_s),
     )
 
 

@@ -16,7 +16,7 @@ from ddpscale.training import compiling, lightningcli, plugins
 
 # Flags that change how a run fails, not what it measures: left out of its identity, so
 # changing them does not start a run over.
-NOT_IDENTITY = ("collective_timeout_s",)
+NOT_IDENTITY = ("collective_timeout_s", "compile_timeout_s")
 DEFAULT_LOADER = '{"num_workers": 0, "pin_memory": false, "persistent_workers": false, "prefetch_factor": null}'
 
 
@@ -42,6 +42,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-file", default=None, help="dataset written by prepare_data")
     p.add_argument("--collective-timeout-s", type=float, default=300,
                    help="seconds a collective waits for a dead or stuck rank before the job fails")
+    p.add_argument("--compile-timeout-s", type=float, default=1800,
+                   help="seconds a collective waits while torch.compile compiles (--compile other than none): "
+                        "the probe, the first training steps and the first validation and test")
     p.add_argument("--data-files", default="[]",
                    help="JSON list: the files the data module reads (config data.files), checksummed "
                         "into the run's identity")
