@@ -185,3 +185,34 @@ def test_without_validation_the_wait_ends_when_the_second_epoch_starts(monkeypat
     eager.on_fit_start(trainer, None)
     eager.on_test_start(trainer, None)
     assert timeouts == [1800, 300], "an eager run keeps the collective timeout throughout"
+
+
+def test_a_compiled_modules_logging_runs_eagerly_and_its_copy_logs_to_itself():
+    import copy
+
+    model = compiling.wrap(SpiralMLP(), "default")
+    assert model.log.__self__ is model and model.log_dict.__self__ is model
+    twin = copy.deepcopy(model)  # the probe trains a copy: its logs must not reach the original
+    assert twin.log.__self__ is twin and twin.log_dict.__self__ is twin
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_logging_metric_names_in_compiled_steps_does_not_recompile(tmp_path):
+    """The first H100 run: the transformer logged val_loss and val_acc inside its compiled
+    validation_step, dynamo traced self.log, and each name was a guard: 3 recompilations."""
+    system_tools.require(("g++",), "g++")
+    model_args = {"vocab_size": 256, "seq_len": 64, "d_model": 64, "n_layers": 2, "n_heads": 2, "lr": 0.003}
+    data_args = {"vocab_size": 256, "seq_len": 64, "steps_per_epoch": 10, "val_batches": 2, "test_batches": 2,
+                 "branching": 4, "seed": 0}
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+             "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "8",
+             "--compile", "default", "--model-class", "ddpscale.workloads.transformer.TransformerLM",
+             "--model-args", json.dumps(model_args), "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens",
+             "--data-args", json.dumps(data_args),
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    done = subprocess.run(train, capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["compile_recompiles"] == 0, metrics["compile_recompile_reasons"]
+    assert metrics["test_acc"] > 0 and metrics["val_acc"] > 0, "the logged metrics still arrive"
