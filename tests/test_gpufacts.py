@@ -91,6 +91,49 @@ def test_without_nvml_utilisation_is_unknown_with_the_reason(nvml, monkeypatch):
     assert sampler.stop() == [] and sampler.reason == reason
 
 
+class FakeMigNvml(FakeNvml):
+    """NVML on a MIG-enabled GPU: no utilisation for a MIG instance, nor for the GPU in MIG mode."""
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    def __init__(self, known_uuids, mig_mode=0):
+        super().__init__(known_uuids)
+        self.mig_mode = mig_mode
+
+    def nvmlDeviceGetMigMode(self, handle):
+        return [self.mig_mode, self.mig_mode]
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if handle[1].startswith("MIG-") or self.mig_mode:
+            raise self.NVMLError("Not Supported")
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+
+def test_a_mig_instance_is_named_mig_and_its_missing_utilisation_said_plainly(monkeypatch):
+    # torch prints a MIG instance's UUID bare too; NVML knows it only as MIG-<uuid>
+    assert gpufacts.nvml_uuid(TORCH_UUID, mig=True) == "MIG-" + TORCH_UUID
+    assert gpufacts.nvml_uuid("MIG-" + TORCH_UUID) == "MIG-" + TORCH_UUID
+    nvml = FakeMigNvml(known_uuids=("MIG-" + TORCH_UUID,))
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    assert nvml.looked_up == ["GPU-" + TORCH_UUID, "MIG-" + TORCH_UUID]
+    assert read is None and reason.startswith("n/a because MIG instances do not report utilisation")
+    assert "could not read" not in reason and "MIG-" + TORCH_UUID in reason
+
+
+def test_a_gpu_in_mig_mode_says_mig_and_another_failure_says_what_failed(monkeypatch):
+    nvml = FakeMigNvml(known_uuids=("GPU-" + TORCH_UUID,), mig_mode=1)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    assert read is None and reason.startswith(gpufacts.MIG_NO_UTILIZATION)
+    nvml.mig_mode = 0
+
+    def lost(handle):
+        raise nvml.NVMLError("GPU is lost")
+    monkeypatch.setattr(nvml, "nvmlDeviceGetUtilizationRates", lost)
+    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    assert read is None and reason == f"NVML could not read GPU GPU-{TORCH_UUID}: GPU is lost"
+
+
 class Clock:
     def __init__(self):
         self.now = 100.0

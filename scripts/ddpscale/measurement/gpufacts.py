@@ -24,11 +24,43 @@ NO_STEADY_READING = ("no NVML reading fell inside a steady epoch's training (eac
                      f"{NVML_PERIOD_S:g} s of training without validation or a checkpoint)")
 
 
-def nvml_uuid(torch_uuid: str) -> str:
-    """NVML's name for a GPU from torch's: torch prints the bare 8-4-4-4-12 hex of the UUID,
-    NVML's nvmlDeviceGetHandleByUUID wants it prefixed 'GPU-' (a MIG instance's 'MIG-' kept)."""
+# NVML's reference for nvmlDeviceGetUtilizationRates (docs.nvidia.com/deploy/nvml-api/
+# group__nvmlDeviceQueries.html; cuda-python's cuda.bindings.nvml.device_get_utilization_rates
+# repeats it): "On MIG-enabled GPUs, querying device utilization rates is not currently supported".
+MIG_NO_UTILIZATION = "n/a because MIG instances do not report utilisation (NVML supports no reading for them)"
+
+
+def nvml_uuid(torch_uuid: str, mig: bool = False) -> str:
+    """NVML's name for a GPU from torch's: torch prints the bare 8-4-4-4-12 hex of the UUID
+    (for a MIG instance, CUDA gives the instance's own: cuDeviceGetUuid_v2), which
+    nvmlDeviceGetHandleByUUID wants prefixed 'GPU-', or 'MIG-' for a MIG instance (drivers
+    R470 on); a prefix already there is kept."""
     text = str(torch_uuid).strip()
-    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+    if text.startswith(("GPU-", "MIG-")):
+        return text
+    return f"{'MIG' if mig else 'GPU'}-{text}"
+
+
+def _handle(pynvml, uuid: str):
+    """NVML's handle and name for torch's UUID: a whole GPU's, else a MIG instance's (a bare
+    UUID does not say which; the two kinds never share one)."""
+    first = nvml_uuid(uuid)
+    for name in (first,) if first == str(uuid).strip() else (first, nvml_uuid(uuid, mig=True)):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(name), name
+        except pynvml.NVMLError as err:
+            failure = err
+    raise failure
+
+
+def _is_mig(pynvml, handle, name: str) -> bool:
+    """A MIG instance, or a whole GPU in MIG mode (whose utilisation NVML does not read either)."""
+    if name.startswith("MIG-"):
+        return True
+    try:
+        return pynvml.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+    except Exception:  # not MIG-capable (pre-Ampere), or a library without the call
+        return False
 
 
 def open_utilization(uuid: str | None) -> tuple[Callable[[], int] | None, str | None]:
@@ -39,13 +71,19 @@ def open_utilization(uuid: str | None) -> tuple[Callable[[], int] | None, str | 
         import pynvml
     except ImportError:
         return None, "nvidia-ml-py (pynvml) is not installed"
+    name = nvml_uuid(uuid)
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByUUID(nvml_uuid(uuid))
-        # read once here: a GPU that cannot report it (a MIG instance) says so before training
-        pynvml.nvmlDeviceGetUtilizationRates(handle)
+        handle, name = _handle(pynvml, uuid)
     except Exception as err:  # NVMLError, or a library that loads but misbehaves
-        return None, f"NVML could not read GPU {nvml_uuid(uuid)}: {err}"
+        return None, f"NVML could not read GPU {name}: {err}"
+    try:
+        # read once here: a GPU that cannot report it says so before training
+        pynvml.nvmlDeviceGetUtilizationRates(handle)
+    except Exception as err:
+        if _is_mig(pynvml, handle, name):
+            return None, f"{MIG_NO_UTILIZATION}: {name}, {err}"
+        return None, f"NVML could not read GPU {name}: {err}"
     return (lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)), None
 
 

@@ -11,6 +11,8 @@ Pure: no torch.
 
 from __future__ import annotations
 
+import re
+
 # Dense figures (the datasheets mark sparse ones with *; dense is half of those). Columns:
 # "bf16"/"16" tensor-core half precision, "tf32" tensor-core TF32, "32" FP32 on CUDA cores,
 # "64" FP64 where the datasheet states it: the FP64 Tensor Core figure where there is one
@@ -19,11 +21,19 @@ from __future__ import annotations
 # A name matches when every word of the key is a word of torch.cuda.get_device_name() (dashes
 # read as spaces, case ignored). Names as the driver reports them: "NVIDIA H100 80GB HBM3"
 # (SXM5), "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200" (SXM), "NVIDIA H200 NVL",
-# "NVIDIA GH200 480GB", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "Tesla V100-PCIE-16GB".
-# More specific rows come first. The search corpus held no NVIDIA page itself; the figures
-# below are the datasheets' (URLs given), and the secondary pages named agree with them.
+# "NVIDIA GH200 480GB", "NVIDIA H800" (SXM), "NVIDIA H800 PCIe", "NVIDIA A100-SXM4-80GB",
+# "NVIDIA A100 80GB PCIe", "NVIDIA A800-SXM4-80GB", "NVIDIA A800 80GB PCIe",
+# "Tesla V100-SXM2-32GB", "Tesla V100-PCIE-16GB"; a MIG instance adds its profile:
+# "NVIDIA A100-SXM4-40GB MIG 3g.20gb" (see MIG_SMS). More specific rows come first.
+# A bare "NVIDIA H100" has no row, so MFU is n/a: the driver names some SXM variants so (96GB
+# HBM2e ones among them), and the name cannot tell them from other forms
+# (github.com/pytorch/torchtitan/pull/554); nor has "NVIDIA H100 SXM5 64GB" (NVIDIA's vGPU
+# docs name it so), whose figures no datasheet gives.
+# The search corpus held few NVIDIA pages; the figures below are the datasheets' (URLs
+# given), and the secondary pages named agree with them.
 _HOPPER_SXM = {"bf16": 989.5, "16": 989.5, "tf32": 494.5, "32": 67.0, "64": 67.0}
 _HOPPER_NVL = {"bf16": 835.5, "16": 835.5, "tf32": 417.5, "32": 60.0, "64": 60.0}
+_AMPERE_GA100 = {"bf16": 312.0, "16": 312.0, "tf32": 156.0, "32": 19.5, "64": 19.5}
 PEAK_TFLOPS = {
     # GH200 datasheet (nvidia.com/en-us/data-center/grace-hopper-superchip/): as the H100 SXM
     ("GH200",): _HOPPER_SXM,
@@ -40,10 +50,26 @@ PEAK_TFLOPS = {
     # same page, H100 SXM: TF32 989*, BF16/FP16 1,979*, FP32 67, FP64 Tensor Core 67
     # (glennklockwood.com's H100 table from the whitepaper: 494.7 / 989.4 / 66.9 / 66.9)
     ("H100", "HBM3"): _HOPPER_SXM,
-    ("H100", "SXM"): _HOPPER_SXM,
+    # H800: the H100 for export, NVLink and FP64 cut, the rest of its compute the H100's. SXM
+    # ("NVIDIA H800": NVSwitch fabric and 1,980 MHz clocks in github.com/NVIDIA/DCGM/issues/120):
+    # BF16/FP16 1,979* as the H100 SXM (the H800 datasheet as github.com/astroC86/gpu-datasheet
+    # lists it; github.com/ai-dynamo/aiconfigurator/pull/968: 989 dense); same SMs and clocks, so
+    # TF32 and FP32 as well. PCIe: 114 SMs and FP8 3,026* as the H100 PCIe. FP64 is cut to
+    # about 1 TFLOPS, which no NVIDIA page in the corpus states exactly: "64" absent (n/a).
+    # The 94GB card ("H800 PCIe 94GB (H800 NVL)" in NVIDIA's vGPU docs) has no figures found:
+    # empty rows, so n/a rather than an 80GB card's.
+    ("H800", "NVL"): {},
+    ("H800", "94GB"): {},
+    ("H800", "PCIe"): {"bf16": 756.5, "16": 756.5, "tf32": 378.0, "32": 51.0},
+    ("H800",): {key: value for key, value in _HOPPER_SXM.items() if key != "64"},
     # A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), SXM and PCIe alike:
     # TF32 156 (312*), BF16/FP16 312 (624*), FP32 19.5, FP64 Tensor Core 19.5
-    ("A100",): {"bf16": 312.0, "16": 312.0, "tf32": 156.0, "32": 19.5, "64": 19.5},
+    ("A100",): _AMPERE_GA100,
+    # A800: the A100 for export, the same GA100 with 108 SMs at 1,410 MHz
+    # (siliconcat.net/gpu/nvidia-a800-pcie-40-gb), so the A100's figures
+    # (hmc-tech.com/gpu/nvidia-a800-40gb-vs-nvidia-t4: TF32 155.9, BF16 311.9, FP32 19.5, FP64
+    # Tensor 19.5). SXM4 and PCIe, 40GB and 80GB alike.
+    ("A800",): _AMPERE_GA100,
     # Tesla V100 datasheet (images.nvidia.com/content/technologies/volta/pdf/
     # volta-v100-datasheet-update-us-1165301-r5.pdf): SXM2 Tensor 125, FP32 15.7, FP64 7.8;
     # PCIe Tensor 112, FP32 14, FP64 7 (io-tech.fi and cvw.cac.cornell.edu agree). No bf16 or
@@ -60,6 +86,30 @@ PEAK_TFLOPS = {
     ("L4",): {"bf16": 121.0, "16": 121.0, "tf32": 60.0, "32": 30.3},
 }
 
+# A MIG instance has the SMs of its profile, at the full GPU's clocks: its peak is the full
+# GPU's times its share of the SMs, as `nvidia-smi mig -lgip` lists them. Not the compute
+# slices' share g/7: the SMs per slice vary (an A100 7g has 98 of 108; an H100 3g has 60 of
+# 132, a 4g 64), so each row holds the GPU's SMs and each documented profile's; a profile not
+# here, or a compute instance smaller than its GPU instance ("MIG 1c.3g.20gb"), gets None.
+# A100 (A800 unlisted): 14 SMs per compute slice of 108, forums.developer.nvidia.com/t/
+# why-mig-instances-can-only-sum-up-to-98-sms-instead-of-the-108-sms-available/170488 (40GB);
+# the 80GB's names follow by memory, each with the 40GB profile's share of SMs
+# (docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html).
+# H100 80GB HBM3: jbarrow.ai/field_notes/nvidia-mig/ ; H200: github.com/NVIDIA/mig-parted/
+# issues/120 ; H100 NVL: github.com/NVIDIA/gpu-operator/pull/900 ; GH200 144G:
+# github.com/NVIDIA/mig-parted/pull/139 . "+me" (media extensions) adds no SMs.
+_A100_MIG = {"1g.5gb": 14, "1g.10gb": 14, "1g.20gb": 14, "2g.10gb": 28, "2g.20gb": 28, "3g.20gb": 42,
+             "3g.40gb": 42, "4g.20gb": 56, "4g.40gb": 56, "7g.40gb": 98, "7g.80gb": 98}
+MIG_SMS = {
+    ("A100",): (108, _A100_MIG),
+    ("H100", "HBM3"): (132, {"1g.10gb": 16, "1g.20gb": 26, "2g.20gb": 32, "3g.40gb": 60, "4g.40gb": 64,
+                             "7g.80gb": 132}),
+    ("H200",): (132, {"1g.18gb": 16, "1g.35gb": 26, "2g.35gb": 32, "3g.71gb": 60, "4g.71gb": 64}),
+    ("H100", "NVL"): (132, {"1g.12gb": 16, "1g.24gb": 26, "2g.24gb": 32}),
+    ("GH200",): (132, {"1g.18gb": 16, "1g.36gb": 26, "2g.36gb": 32}),
+}
+_MIG = re.compile(r"\bMIG\b(?:\s+(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+[\w.]+)?\b)?", re.IGNORECASE)
+
 MATMUL_TF32_PRECISIONS = ("high", "medium")  # torch.get_float32_matmul_precision() values
 
 
@@ -75,13 +125,34 @@ def precision_family(precision: str) -> str:
     return "32"
 
 
-def device_peaks(device_name: str) -> dict | None:
-    """The table row for this GPU, or None (CPU, unknown GPU)."""
+def _row(device_name: str) -> tuple[tuple[str, ...] | None, dict | None]:
+    """The first table row whose words are all words of the name, and its key."""
     names = device_name.replace("-", " ").upper().split()
     for words, peaks in PEAK_TFLOPS.items():
         if all(word.upper() in names for word in words):
-            return peaks
-    return None
+            return words, peaks
+    return None, None
+
+
+def _mig_share(key: tuple[str, ...] | None, match: re.Match) -> float | None:
+    """A MIG instance's SMs over its GPU's, or None where this file does not know them."""
+    compute, slices, memory = match.groups()
+    if slices is None or (compute is not None and int(compute) != int(slices)):
+        return None
+    full, profiles = MIG_SMS.get(key, (None, {}))
+    sms = profiles.get(f"{int(slices)}g.{int(memory)}gb")
+    return sms / full if sms else None
+
+
+def device_peaks(device_name: str) -> dict | None:
+    """The table row for this GPU, scaled to a MIG instance's share of its SMs; None for a CPU,
+    an unknown GPU, or a MIG instance whose share is not known (never the whole GPU's row)."""
+    match = _MIG.search(device_name)
+    key, peaks = _row(device_name[:match.start()] if match else device_name)
+    if not peaks or match is None:
+        return peaks or None
+    share = _mig_share(key, match)
+    return None if share is None else {column: value * share for column, value in peaks.items()}
 
 
 def tf32_in_effect(float32_matmul_precision: str | None = None, cuda_matmul_allow_tf32: bool | None = None,
