@@ -265,3 +265,49 @@ def test_the_devices_table_gives_the_reason_utilisation_is_unknown():
     assert _utilisation(None, "nvidia-ml-py <pynvml> is not installed") == (
         '<span title="nvidia-ml-py &lt;pynvml&gt; is not installed">n/a</span>')
     assert _utilisation(float("nan"), float("nan")) == "n/a"  # a CPU run, or one from before the reason
+
+
+def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
+    """A throughput run stops inside its first epoch, which full mode's rule leaves out as
+    warm-up: the first H100 run's transformer had utilisation n/a in both its runs."""
+    from ddpscale.training.callbacks import GpuFacts
+
+    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID})
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)),
+                                    current_epoch=0)
+    windows = types.SimpleNamespace(steady_since=lambda: None)
+    facts = GpuFacts(placement, warmup_epochs=1, windows=windows)
+    facts.on_fit_start(trainer, None)
+    sampler = ManualSampler.last
+    # two warm-up windows, then steady ones; the reading 0.5 s into the first steady window
+    # covers a second, half of it warm-up, so it is left out
+    for batch, (value, seconds) in enumerate([(5, 1.5), (5, 1.5), (40, 0.5), (90, 1.5), (90, 1.5)]):
+        if batch == 2:
+            windows.steady_since = lambda start=CLOCK.now: start
+        facts.on_train_batch_start(trainer, None, None, batch)
+        nvml.value = value
+        CLOCK.now += seconds
+        sampler.tick()
+    facts.on_validation_start(trainer, None)
+    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 1.0)
+    facts.on_fit_end(trainer, None)
+    assert facts.record["gpu_utilization_pct"] == 90.0 and facts.record["gpu_utilization_samples"] == 2
+
+
+def test_in_throughput_mode_without_a_steady_window_utilisation_says_why(nvml, monkeypatch):
+    from ddpscale.training.callbacks import GpuFacts
+
+    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)),
+                                    current_epoch=0)
+    facts = GpuFacts(types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID}), warmup_epochs=1,
+                     windows=types.SimpleNamespace(steady_since=lambda: None))
+    facts.on_fit_start(trainer, None)
+    facts.on_train_batch_start(trainer, None, None, 0)
+    CLOCK.now += 1.5
+    ManualSampler.last.tick()
+    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 1.0)
+    facts.on_fit_end(trainer, None)
+    assert facts.record["gpu_utilization_pct"] is None
+    assert facts.record["gpu_utilization_reason"] == gpufacts.NO_STEADY_WINDOW_READING

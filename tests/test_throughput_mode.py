@@ -111,3 +111,32 @@ def test_the_projection_of_a_full_run_lands_near_its_measured_time(tmp_path, dat
     assert why is None and m["samples_per_epoch"] == 840 and m["configured_epochs"] == 6
     measured_s = projection.measured_run(m)
     assert abs(projected / measured_s - 1) < 0.35, (projected, measured_s)
+
+
+def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
+    """GPU utilisation in throughput mode is read from the first steady window on (GpuFacts):
+    each window's start, on the sampler's clock, one per window and in order."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from ddpscale.measurement import steadystate
+
+    trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
+                              sanity_checking=False)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=2, min_windows=2, precision=0.5),
+                                       stop=False, per_device_batch=4)
+    batch = (torch.zeros(4, 2), torch.zeros(4))
+    before = time.monotonic()
+    for step in range(7):  # three windows close, a fourth is open; validation pauses the second
+        timed.on_train_batch_start(trainer, module, batch, step)
+        timed.on_train_batch_end(trainer, module, None, batch, step)
+        if step == 2:
+            timed.on_validation_start(trainer, module)
+    assert len(timed.seconds) == 3 and len(timed.starts) == 4
+    assert before <= timed.starts[0] <= timed.starts[1] <= timed.starts[2] <= timed.starts[3] <= time.monotonic()
+    decision = timed.final()
+    assert timed.steady_since() == timed.starts[decision.warmup_windows]
+    assert windows.WindowedThroughput(steadystate.Rule(), stop=True, per_device_batch=4).steady_since() is None

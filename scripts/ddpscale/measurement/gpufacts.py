@@ -22,6 +22,8 @@ from typing import Callable
 NVML_PERIOD_S = 1.0
 NO_STEADY_READING = ("no NVML reading fell inside a steady epoch's training (each needs "
                      f"{NVML_PERIOD_S:g} s of training without validation or a checkpoint)")
+NO_STEADY_WINDOW_READING = ("no NVML reading fell inside the steady windows' training (each needs "
+                            f"{NVML_PERIOD_S:g} s of training without validation or a checkpoint)")
 
 
 # NVML's reference for nvmlDeviceGetUtilizationRates (docs.nvidia.com/deploy/nvml-api/
@@ -97,7 +99,7 @@ class UtilizationSampler:
         self.reason = reason  # why there are no readings, when there are none
         self.period_s = period_s
         self.clock = clock
-        self.samples: list[int] = []
+        self.readings: list[tuple[float, int]] = []  # (when read, percent) of the counted readings
         self._open_since: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,9 +121,14 @@ class UtilizationSampler:
             return False
         # the reading covers the period before now: it counts if the window opened before that
         # period began and did not close (or close and reopen) while it was read
-        if since is not None and self._open_since == since and self.clock() - since >= self.period_s:
-            self.samples.append(value)
+        now = self.clock()
+        if since is not None and self._open_since == since and now - since >= self.period_s:
+            self.readings.append((now, value))
         return True
+
+    @property
+    def samples(self) -> list[int]:
+        return [value for _, value in self.readings]
 
     def start(self) -> "UtilizationSampler":
         if self.read is not None:
@@ -133,12 +140,13 @@ class UtilizationSampler:
         while not self._stop.wait(self.period_s) and self.tick():
             pass
 
-    def stop(self) -> list[int]:
+    def stop(self, since: float | None = None) -> list[int]:
+        """End sampling; the readings whose whole period came after `since` (this clock), or all."""
         self.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.period_s + 10.0)
-        return list(self.samples)
+        return [value for at, value in self.readings if since is None or at - self.period_s >= since]
 
 
 def peak_memory_mb(device) -> float | None:

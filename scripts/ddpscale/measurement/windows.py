@@ -36,6 +36,9 @@ class WindowedThroughput(pl.Callback):
         self.per_device_batch = per_device_batch
         self.seconds: list[float] = []  # per window, the slowest rank's
         self.samples: list[int] = []  # per window, over all ranks
+        # per window, when it began on this rank (time.monotonic, the GPU sampler's clock): the
+        # steady windows' span is where throughput mode's GPU utilisation is read
+        self.starts: list[float] = []
         self.decision: steadystate.Decision | None = None
         self.samples_per_epoch: int | None = None
         self._measuring_since: float | None = None
@@ -70,6 +73,8 @@ class WindowedThroughput(pl.Callback):
         if self._t is None:  # the first step of the run, or after a pause (validation, an epoch's end)
             sync_device(pl_module.device)
             self._t = time.perf_counter()
+            if self._steps == 0 and self._held == 0.0:
+                self.starts.append(time.monotonic())
             if self._measuring_since is None:
                 self._measuring_since = self._t
 
@@ -95,6 +100,7 @@ class WindowedThroughput(pl.Callback):
                 trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
         self._drop()
         self._t = time.perf_counter()  # the gather is not part of training
+        self.starts.append(time.monotonic())
 
     def _pause(self, trainer, pl_module) -> None:
         if self._t is not None:  # the window goes on at the next step; the pause is not in it
@@ -116,11 +122,22 @@ class WindowedThroughput(pl.Callback):
         step = torch.tensor([trainer.global_step], dtype=torch.int64, device=pl_module.device)
         self.stop_steps = [int(s) for s in trainer.strategy.all_gather(step).reshape(-1)]
 
-    def record(self) -> dict:
-        """metrics.json entries (the same on every rank)."""
+    def final(self) -> steadystate.Decision:
+        """The decision the run's figure rests on (the same on every rank)."""
         d = self.decision
         if d is None or not d.stop:  # the configured epochs ended first: these windows are all there is
             d = steadystate.decide(self.seconds, self.samples, self.rule, ended=True)
+        return d
+
+    def steady_since(self) -> float | None:
+        """When the first steady window began on this rank (time.monotonic), or None when no
+        window is steady: the warm-up the rule found in the windows comes before it."""
+        d = self.final()
+        return self.starts[d.warmup_windows] if d.steady_windows and d.warmup_windows < len(self.starts) else None
+
+    def record(self) -> dict:
+        """metrics.json entries (the same on every rank)."""
+        d = self.final()
         reason = ((steadystate.EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop
                   else steadystate.FULL_TRAINING)
         return {

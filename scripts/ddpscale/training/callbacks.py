@@ -4,7 +4,7 @@ train.py wires these into the Trainer and writes the record; the measuring happe
 in the modules each callback names (ddpscale.measurement.*), inside Lightning's own hooks.
 Order matters where hooks share a moment: the world size is checked (ScalingMetrics) before
 the probe spends time on the group. GPU utilisation is sampled in steady training only
-(GpuFacts), so neither the probe nor the warm-up epochs are in it.
+(GpuFacts), so neither the probe nor the warm-up is in it.
 """
 
 from __future__ import annotations
@@ -34,16 +34,19 @@ from ddpscale.training.signals import GracefulStop
 
 
 class GpuFacts(pl.Callback):
-    """Peak memory, and NVML utilisation over the training phase of steady epochs only, gathered
-    from every rank (CUDA only). The window opens at a steady epoch's training batches and
-    closes for validation, checkpoint saves and the epoch's end; it reopens at the next
-    training batch, so a checkpoint written at validation end (Lightning runs ModelCheckpoint
-    after every other callback) stays outside. Steady as in ScalingMetrics: in each process,
-    the first warmup_epochs epochs it trains are cold."""
+    """Peak memory, and NVML utilisation over steady training only, gathered from every rank
+    (CUDA only). The window opens at a training batch and closes for validation, checkpoint
+    saves and the epoch's end; it reopens at the next training batch, so a checkpoint written
+    at validation end (Lightning runs ModelCheckpoint after every other callback) stays
+    outside. Steady as the run's figure is: in full mode the epochs after each process's first
+    warmup_epochs (as ScalingMetrics); in throughput mode (windows given) the steady windows,
+    whose warm-up is found at the end, so readings are kept from the first steady window on
+    (a throughput run usually stops inside its first epoch, which full mode's rule leaves out)."""
 
-    def __init__(self, placement: PlacementCheck, warmup_epochs: int):
+    def __init__(self, placement: PlacementCheck, warmup_epochs: int, windows: WindowedThroughput | None = None):
         self.placement = placement
         self.warmup_epochs = warmup_epochs
+        self.windows = windows
         self.sampler: gpufacts.UtilizationSampler | None = None
         self.epochs_here = 0  # epochs this process trained in (a resumed one counts)
         self._epoch: int | None = None
@@ -64,7 +67,7 @@ class GpuFacts(pl.Callback):
         if trainer.current_epoch != self._epoch:
             self._epoch = trainer.current_epoch
             self.epochs_here += 1
-            self._steady = self.epochs_here > self.warmup_epochs
+            self._steady = self.windows is not None or self.epochs_here > self.warmup_epochs
         if self._steady:
             self.sampler.open()
 
@@ -77,9 +80,15 @@ class GpuFacts(pl.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.sampler is None:
             return
+        reason = self.sampler.reason
+        since = None if self.windows is None else self.windows.steady_since()
+        utilization = self.sampler.stop(since)
+        if self.windows is not None:
+            utilization = utilization if since is not None else []  # no steady window: no steady reading
+            reason = reason or gpufacts.NO_STEADY_WINDOW_READING
         # every rank has a sampler on CUDA, so every rank joins the gather
         mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
-                "utilization": self.sampler.stop(), "reason": self.sampler.reason}
+                "utilization": utilization, "reason": reason}
         self.record = gpufacts.summarize(ranks.gather(mine))
 
 
@@ -279,16 +288,17 @@ def build(args, topo: Topology, per_device: int) -> RunCallbacks:
     timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placement = PlacementCheck(args.accelerator, args.devices)
+    windows = WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device)
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
         stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
         placement=placement,
-        gpu=GpuFacts(placement, args.warmup_epochs),
+        gpu=GpuFacts(placement, args.warmup_epochs, windows if args.measure == "throughput" else None),
         flops=FlopsCount(args.model_args, args.precision),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
-        windows=WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device),
+        windows=windows,
         history=ValHistory(args.epoch_metric),
         grace=CompileGrace(args.compile, args.collective_timeout_s, args.compile_timeout_s),
     )
