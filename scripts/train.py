@@ -187,3 +187,9 @@ if __name__ == "__main__":
             ValueError) as err:
         say(f"ddpscale train: {err}")
         sys.exit(3)
+    except RuntimeError as err:
+        line = compiling.overwritten_output_line(err)
+        if line is None:
+            raise
+        say(f"ddpscale train: {line}")
+        sys.exit(3)

@@ -216,3 +216,109 @@ def test_logging_metric_names_in_compiled_steps_does_not_recompile(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["compile_recompiles"] == 0, metrics["compile_recompile_reasons"]
     assert metrics["test_acc"] > 0 and metrics["val_acc"] > 0, "the logged metrics still arrive"
+
+
+def test_the_spiral_models_evaluation_sums_survive_a_step_output_buffer_being_reused(monkeypatch):
+    """What CUDA graphs do to a compiled validation_step's outputs (the first H200 run): the next
+    replay writes the same buffer. Emulated on CPU: every stack lands in one buffer."""
+    import torch
+
+    model, buffer, real_stack = SpiralMLP(), torch.zeros(3, dtype=torch.float64), torch.stack
+
+    def stack_into_one_buffer(tensors, *args, **kwargs):
+        return buffer.copy_(real_stack(tensors, *args, **kwargs))
+
+    monkeypatch.setattr(torch, "stack", stack_into_one_buffer)
+    batches = [(torch.randn(n, 2), torch.randint(0, 2, (n,))) for n in (8, 5, 3)]
+    for batch in batches:
+        model._evaluate(batch, "val")
+    buffer.zero_()
+    assert model._sums["val"][2].item() == 16.0  # every sample once, not the last batch thrice
+
+
+MANUAL = '''
+from ddpscale.workloads.models import SpiralMLP
+
+
+class ManualSpiral(SpiralMLP):
+    """Manual optimisation as Lightning's guide writes it, returning its loss."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_on_a_gpu_manual_optimisation_trains_under_cuda_graphs(tmp_path, data_file):
+    """compile: reduce-overhead replays CUDA graphs whose outputs the next replay overwrites;
+    Lightning's manual loop hands the loss on uncloned (the CPU twin: test_timing.py)."""
+    from conftest import require_cuda
+
+    require_cuda()
+    (tmp_path / "manualmod.py").write_text(MANUAL)
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+             "--accelerator", "gpu", "--max-epochs", "3", "--scaling", "weak", "--batch-size", "32",
+             "--compile", "reduce-overhead", "--model-class", "manualmod.ManualSpiral",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--data-args", '{"resident": true}',
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
+    done = subprocess.run(train, capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["compile"] == "reduce-overhead" and metrics["device_kind"] == "cuda"
+    assert metrics["steady_samples"] == 2 * 26 * 32 and metrics["throughput_samples_s"] > 0
+    assert metrics["test_acc"] > 0.5
+
+
+def test_a_kept_cuda_graph_output_is_named_in_one_line():
+    # torch's own text, as the first H200 run printed it
+    err = RuntimeError(
+        "Error: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run. Stack trace: "
+        'File "/work/main/scripts/ddpscale/workloads/models.py", line 54, in validation_step\n'
+        '    self._evaluate(batch, "val")\n. To prevent overwriting, clone the tensor outside of torch.compile() '
+        "or call torch.compiler.cudagraph_mark_step_begin() before each model invocation.")
+    line = compiling.overwritten_output_line(err)
+    assert line.startswith("compile: reduce-overhead replays CUDA graphs") and "\n" not in line
+    assert "(models.py:54 in validation_step)" in line and line.endswith("set compile: default in the config")
+    assert compiling.overwritten_output_line(RuntimeError("CUDA out of memory")) is None
+
+
+KEEPS_OUTPUT = '''
+from ddpscale.workloads.models import SpiralMLP
+
+
+class KeepsOutput(SpiralMLP):
+    """Fails as a module keeping a CUDA-graph output does, where no GPU can replay one."""
+
+    def validation_step(self, batch, batch_idx):
+        raise RuntimeError("Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+                           'subsequent run. Stack trace: File "/u/mine.py", line 7, in validation_step')
+'''
+
+
+def test_the_training_job_ends_with_that_line_not_a_traceback(tmp_path, data_file):
+    (tmp_path / "keeps.py").write_text(KEEPS_OUTPUT)
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+             "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
+             "--model-class", "keeps.KeepsOutput",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
+    done = subprocess.run(train, capture_output=True, text=True, timeout=200, cwd=ROOT, env=env)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ddpscale train: compile: reduce-overhead replays CUDA graphs, and the next replay overwrote a tensor "
+        "that the module kept from a compiled step (mine.py:7 in validation_step); keep a copy (.clone()) of "
+        "what it holds across steps, or set compile: default in the config")

@@ -259,3 +259,39 @@ def test_an_mfu_above_one_is_named_as_a_figure_not_to_trust():
     assert mfu_over_one_note(runs.drop(columns="mfu")) is None  # runs from before MFU was recorded
     assert _mfu(1.49, "32") == '<span class="failed">149.0% (32): over 100%, see caveats</span>'
     assert _mfu(0.4, "bf16") == "40.0% (bf16)" and _mfu(None, None) == "n/a"
+
+
+TF32_MODULE = '''
+import torch
+
+from ddpscale.workloads.models import SpiralMLP
+
+
+class Tf32Spiral(SpiralMLP):
+    """Opts into TF32 through torch's fp32_precision API, as torch's CUDA notes now teach."""
+
+    def setup(self, stage):
+        torch.backends.fp32_precision = "tf32"
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_a_gpu_a_module_on_the_fp32_precision_api_gets_its_tf32_peak(tmp_path, data_file):
+    """Rank 0 died in FlopsCount once a module used the new API (the CPU twin reads the record)."""
+    from conftest import require_cuda
+
+    require_cuda()
+    (tmp_path / "tf32mod.py").write_text(TF32_MODULE)
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+             "--accelerator", "gpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
+             "--precision", "32-true", "--model-class", "tf32mod.Tf32Spiral",
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--data-args", '{"resident": true}',
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
+    done = subprocess.run(train, capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["cuda_matmul_allow_tf32"] is True and metrics["peak_precision"] == "tf32"
+    assert 0 < metrics["mfu"] < 1

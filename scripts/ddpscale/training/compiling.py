@@ -8,6 +8,7 @@ training_step directly, so it needs that form, not the OptimizedModule wrapper.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sysconfig
 
@@ -89,6 +90,24 @@ def stats() -> dict:
             "compile_recompiles": len(reasons),
             # the first few, e.g. "tensor 'x' size mismatch at index 0. expected 64, actual 16"
             "compile_recompile_reasons": list(dict.fromkeys(reasons))[:3]}
+
+
+# torch's cudagraph trees say this when a tensor a compiled step returned is read after the next
+# replay wrote over it (torch/_inductor/cudagraph_trees.py)
+_OVERWRITTEN = "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
+
+
+def overwritten_output_line(err: BaseException) -> str | None:
+    """One line for a run that kept a CUDA-graph output past the next replay (compile:
+    reduce-overhead), naming where torch saw it; None for any other error."""
+    text = str(err)
+    if _OVERWRITTEN not in text:
+        return None
+    where = re.search(r'File "([^"]+)", line (\d+), in (\w+)', text)
+    place = f" ({os.path.basename(where[1])}:{where[2]} in {where[3]})" if where else ""
+    return ("compile: reduce-overhead replays CUDA graphs, and the next replay overwrote a tensor that the "
+            f"module kept from a compiled step{place}; keep a copy (.clone()) of what it holds across "
+            "steps, or set compile: default in the config")
 
 
 def static_shape_args(mode: str, data_cls_accepts: set[str] | None, user_args: dict) -> dict:

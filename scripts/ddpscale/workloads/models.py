@@ -34,7 +34,14 @@ class SpiralMLP(pl.LightningModule):
         logits = self(x)
         sums = torch.stack([self.loss(logits, y).double() * len(y), (logits.argmax(dim=1) == y).sum().double(),
                             torch.tensor(len(y), dtype=torch.float64, device=logits.device)])
-        self._sums[prefix] = sums + self._sums[prefix] if prefix in self._sums else sums
+        self._accumulate(prefix, sums)
+
+    @torch.compiler.disable
+    def _accumulate(self, prefix: str, sums: torch.Tensor) -> None:
+        """The running sums, kept across steps as tensors of their own, outside torch.compile:
+        with compile: reduce-overhead a compiled step's outputs are CUDA-graph buffers that the
+        next replay overwrites (the first H200 run's validation died on it)."""
+        self._sums[prefix] = sums + self._sums[prefix] if prefix in self._sums else sums.clone()
 
     def _log_means(self, prefix: str) -> None:
         """Loss and accuracy over every sample of every rank, each once.
