@@ -112,6 +112,22 @@ def launched(command: list[str], nodes: int, devices: int) -> list[str]:
             "--procs-per-node", str(devices), "--", *command]
 
 
+def run_user_module(tmp_path: Path, source: str, class_path: str, data_file: str, *flags: str,
+                    nodes: int = 1, devices: int = 1, timeout: int = 280) -> subprocess.CompletedProcess:
+    """train.py on the spiral data with a model module written to tmp_path as `source` (its file
+    named by class_path's module) and imported from there, as a user's own module is; flags come
+    last, so they override the defaults here (CPU, 2 epochs, weak scaling, batch 32 per device)."""
+    (tmp_path / f"{class_path.partition('.')[0]}.py").write_text(source)
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}", "--nodes", str(nodes),
+             "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak",
+             "--batch-size", "32", "--model-class", class_path,
+             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *flags]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
+    return subprocess.run(launched(train, nodes, devices), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env)
+
+
 class Workspace:
     """A copy of the workflow in a temporary folder, so tests never touch results/ here."""
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import system_tools
-from conftest import ROOT, launched
+from conftest import ROOT, launched, run_user_module
 from ddpscale.training import compiling
 from ddpscale.workloads.models import SpiralMLP
 
@@ -128,17 +128,9 @@ class SlowFirstStepOnRank1(SpiralMLP):
 @pytest.mark.timeout(300)
 def test_a_rank_compiling_longer_than_the_collective_timeout_does_not_end_the_run(tmp_path, data_file):
     system_tools.require(("g++",), "g++")
-    (tmp_path / "slowrank.py").write_text(SLOW_RANK.format(delay=12))
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
-             "--devices", "2", "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",
-             "--scaling", "weak", "--batch-size", "32", "--compile", "default",
-             "--collective-timeout-s", "5", "--compile-timeout-s", "240",
-             "--model-class", "slowrank.SlowFirstStepOnRank1",
-             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
-             "--data-args", '{"resident": true}',
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
-    done = subprocess.run(launched(train, 1, 2), capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    done = run_user_module(tmp_path, SLOW_RANK.format(delay=12), "slowrank.SlowFirstStepOnRank1", data_file,
+                           "--threads", "1", "--compile", "default", "--collective-timeout-s", "5",
+                           "--compile-timeout-s", "240", "--data-args", '{"resident": true}', devices=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "metrics.json").read_text())["world_size"] == 2
 
@@ -150,14 +142,28 @@ class FakeTrainer:
         self.current_epoch = 0
 
 
-def test_the_compile_wait_ends_once_every_graph_has_run(monkeypatch):
+@pytest.fixture
+def timeouts(monkeypatch) -> list:
+    """The process-group timeouts CompileGrace sets, in order, instead of setting them."""
     from ddpscale.training.callbacks import CompileGrace
 
-    timeouts = []
-    monkeypatch.setattr(CompileGrace, "_set", staticmethod(timeouts.append))
-    grace, trainer = CompileGrace("max-autotune", timeout_s=300, grace_s=1800), FakeTrainer()
+    seen = []
+    monkeypatch.setattr(CompileGrace, "_set", staticmethod(seen.append))
+    return seen
+
+
+def started(mode: str):
+    """A CompileGrace (300 s, 1800 s while compiling) at the first epoch's start, and its trainer."""
+    from ddpscale.training.callbacks import CompileGrace
+
+    grace, trainer = CompileGrace(mode, timeout_s=300, grace_s=1800), FakeTrainer()
     grace.on_fit_start(trainer, None)
     grace.on_train_epoch_start(trainer, None)
+    return grace, trainer
+
+
+def test_the_compile_wait_ends_once_every_graph_has_run(timeouts):
+    grace, trainer = started("max-autotune")
     for step in range(5):  # the first validation is still to compile
         grace.on_train_batch_end(trainer, None, None, None, step)
     assert timeouts == [1800]
@@ -168,21 +174,14 @@ def test_the_compile_wait_ends_once_every_graph_has_run(monkeypatch):
     assert timeouts == [1800, 300, 1800, 300]
 
 
-def test_without_validation_the_wait_ends_when_the_second_epoch_starts(monkeypatch):
-    from ddpscale.training.callbacks import CompileGrace
-
-    timeouts = []
-    monkeypatch.setattr(CompileGrace, "_set", staticmethod(timeouts.append))
-    grace, trainer = CompileGrace("default", timeout_s=300, grace_s=1800), FakeTrainer()
-    grace.on_fit_start(trainer, None)
-    grace.on_train_epoch_start(trainer, None)
+def test_without_validation_the_wait_ends_when_the_second_epoch_starts(timeouts):
+    grace, trainer = started("default")
     for step in range(3):
         grace.on_train_batch_end(trainer, None, None, None, step)
     trainer.current_epoch = 1
     grace.on_train_epoch_start(trainer, None)
     assert timeouts == [1800, 300]
-    eager = CompileGrace("none", timeout_s=300, grace_s=1800)
-    eager.on_fit_start(trainer, None)
+    eager, trainer = started("none")
     eager.on_test_start(trainer, None)
     assert timeouts == [1800, 300], "an eager run keeps the collective timeout throughout"
 
@@ -266,15 +265,8 @@ def test_on_a_gpu_manual_optimisation_trains_under_cuda_graphs(tmp_path, data_fi
     from conftest import require_cuda
 
     require_cuda()
-    (tmp_path / "manualmod.py").write_text(MANUAL)
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
-             "--accelerator", "gpu", "--max-epochs", "3", "--scaling", "weak", "--batch-size", "32",
-             "--compile", "reduce-overhead", "--model-class", "manualmod.ManualSpiral",
-             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
-             "--data-args", '{"resident": true}',
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
-    done = subprocess.run(train, capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    done = run_user_module(tmp_path, MANUAL, "manualmod.ManualSpiral", data_file, "--accelerator", "gpu",
+                           "--max-epochs", "3", "--compile", "reduce-overhead", "--data-args", '{"resident": true}')
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["compile"] == "reduce-overhead" and metrics["device_kind"] == "cuda"
@@ -309,14 +301,7 @@ class KeepsOutput(SpiralMLP):
 
 
 def test_the_training_job_ends_with_that_line_not_a_traceback(tmp_path, data_file):
-    (tmp_path / "keeps.py").write_text(KEEPS_OUTPUT)
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
-             "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-             "--model-class", "keeps.KeepsOutput",
-             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
-    done = subprocess.run(train, capture_output=True, text=True, timeout=200, cwd=ROOT, env=env)
+    done = run_user_module(tmp_path, KEEPS_OUTPUT, "keeps.KeepsOutput", data_file, timeout=200)
     assert done.returncode == 3, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         "ddpscale train: compile: reduce-overhead replays CUDA graphs, and the next replay overwrote a tensor "

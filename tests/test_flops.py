@@ -10,7 +10,7 @@ import torch
 from ddpscale.measurement import flops, peaks
 from ddpscale.workloads.models import SpiralMLP
 
-from conftest import ROOT
+from conftest import ROOT, run_user_module
 
 
 def test_training_flops_of_an_mlp_match_the_matmuls():
@@ -282,15 +282,8 @@ def test_on_a_gpu_a_module_on_the_fp32_precision_api_gets_its_tf32_peak(tmp_path
     from conftest import require_cuda
 
     require_cuda()
-    (tmp_path / "tf32mod.py").write_text(TF32_MODULE)
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
-             "--accelerator", "gpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-             "--precision", "32-true", "--model-class", "tf32mod.Tf32Spiral",
-             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
-             "--data-args", '{"resident": true}',
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
-    done = subprocess.run(train, capture_output=True, text=True, timeout=280, cwd=ROOT, env=env)
+    done = run_user_module(tmp_path, TF32_MODULE, "tf32mod.Tf32Spiral", data_file, "--accelerator", "gpu",
+                           "--precision", "32-true", "--data-args", '{"resident": true}')
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["cuda_matmul_allow_tf32"] is True and metrics["peak_precision"] == "tf32"
