@@ -34,11 +34,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-# the console script, as README and `make run` start the workflow (not `python -m snakemake`)
-SNAKEMAKE = str(Path(PY).parent / "snakemake")
 sys.path.insert(0, str(ROOT / "scripts"))
 from ddpscale.layout import layout  # noqa: E402
+from ddpscale.snakemakecli import snakemake_command  # noqa: E402
 from ddpscale.workloads.spiral import write_dataset  # noqa: E402
+
+# the console script, as README and `make run` start the workflow, where there is one
+SNAKEMAKE = snakemake_command() or [PY, "-m", "snakemake"]
 
 TARGETS = {"ratio": 0.95, "pipeline_s": 90.0, "dry_run_s": 3.0, "resume": 1.2}
 
@@ -107,7 +109,7 @@ def results(ws: Path) -> Path:
 
 def snakemake(ws: Path, *args) -> float:
     start = time.perf_counter()
-    done = subprocess.run([SNAKEMAKE, "--profile", "profiles/local", *args], cwd=ws,
+    done = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", *args], cwd=ws,
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"snakemake {' '.join(args)} failed in {ws}:\n{done.stderr[-3000:]}")
@@ -133,7 +135,7 @@ def resume(tmp: Path, epochs: int = 8, kill_after: int = 3) -> dict:
     startup_s = full_s - sum(record["epoch_times_s"])  # everything that is not an epoch
 
     ws = workspace(tmp, changes)
-    proc = subprocess.Popen([SNAKEMAKE, "--profile", "profiles/local", "baseline"], cwd=ws,
+    proc = subprocess.Popen([*SNAKEMAKE, "--profile", "profiles/local", "baseline"], cwd=ws,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = results(ws) / "checkpoints/1x1/r0/last.ckpt"
     deadline = time.monotonic() + 300
