@@ -4,7 +4,6 @@ Lightning compiles are the ones restored for FLOP counting, and a compiled DDP r
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
