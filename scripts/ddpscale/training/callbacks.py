@@ -124,10 +124,14 @@ class CompileGrace(pl.Callback):
             self._set(self.grace_s)
             self.compiling = True
 
-    def _settled(self) -> None:
-        if self.compiling and self.steps >= self.TRAINED_STEPS and self.validated:
+    def _restore(self) -> None:
+        if self.compiling:
             self._set(self.timeout_s)
             self.compiling = False
+
+    def _settled(self) -> None:
+        if self.steps >= self.TRAINED_STEPS and self.validated:
+            self._restore()
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._grace()
@@ -151,9 +155,7 @@ class CompileGrace(pl.Callback):
         self._grace()
 
     def on_test_end(self, trainer, pl_module) -> None:
-        if self.compiling:
-            self._set(self.timeout_s)
-            self.compiling = False
+        self._restore()
 
 
 class FlopsCount(pl.Callback):
