@@ -132,6 +132,13 @@ def squeue_state(job_id: str) -> str:
     return {j: s for j, s, _ in squeue_jobs()}.get(job_id, "")
 
 
+def wait_for_state(job_id: str, state: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while squeue_state(job_id) != state:
+        assert time.monotonic() < deadline, f"job {job_id} is {squeue_state(job_id)!r}, never {state}"
+        time.sleep(0.5)
+
+
 
 
 def running_train_job(topology: str) -> str | None:

@@ -4,21 +4,13 @@ second job of the same run into the same checkpoint (issue 19, item 6). On the t
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
 from conftest import tiny_config
-from slurmtools import run_slurm, slurm_workspace, squeue_jobs, squeue_state
+from slurmtools import run_slurm, slurm_workspace, squeue_jobs, squeue_state, wait_for_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def wait_for_state(job_id: str, state: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while squeue_state(job_id) != state:
-        assert time.monotonic() < deadline, f"job {job_id} is {squeue_state(job_id)!r}, never {state}"
-        time.sleep(0.5)
 
 
 def test_a_live_job_of_the_same_run_stops_the_next_snakemake_before_it_submits(slurm_cluster, workspace):

@@ -124,7 +124,9 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
     ahead: with `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero
     before the limit; without it SLURM kills them at the limit. The retry resumes either way.
     Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
-    slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s})
+    # the first job's limit is cut short below; its retry gets 15 minutes for the rest (its 5
+    # were too few on a loaded machine, 12 s an epoch: the retry met its own limit at epoch 18)
+    slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s, "runtime": 15})
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs, measure="full")
     config["dataset"]["samples"] = 200000
     workspace.write_config(config)

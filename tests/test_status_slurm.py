@@ -17,7 +17,7 @@ from conftest import ROOT, tiny_config
 from ddpscale.io import cause_line
 from ddpscale.measurement import progress
 from ddpscale.report import status
-from slurmtools import INTERRUPT, run_slurm, slurm_workspace
+from slurmtools import INTERRUPT, run_slurm, slurm_workspace, wait_for_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -97,7 +97,10 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
     assert "1 done, 1 running, 1 queued, 0 failed, 0 not started" in live
 
     # after snakemake ended, the files decide: the cancelled run failed; the held one never ran
-    # (snakemake's Ctrl-C cancelled it and removed the empty log it had made for it)
+    # (snakemake's Ctrl-C cancelled it and removed the empty log it had made for it). Once SLURM
+    # has let the cancelled job go: on a loaded machine squeue still listed it as running when
+    # snakemake returned, and status rightly believes squeue
+    wait_for_state(released["1x2"], "CANCELLED")
     after = status_of(workspace.path)
     print(f"status after the two runs were cancelled:\n{after}")
     # its row shows the rank's own last words, not srun's lines after them
