@@ -14,7 +14,9 @@
    imports the user's modules once; the next finds their facts cached);
 4. a resume: a run killed mid-epoch, rerun; rerun time / remaining work (median of rounds);
 5. throughput mode against the full training per topology: its figure and interval, its cost
-   as a share of the full run's, and the full training's time projected (throughput_mode.py).
+   as a share of the full run's, and the full training's time projected (throughput_mode.py);
+6. how often the stopping rule's interval covers the truth, on synthetic window series whose
+   steady level is known (stopping_coverage.py; docs/numbers.md has the table).
 """
 
 import argparse
@@ -171,8 +173,8 @@ def fmt(value, target=None, higher_is_better=True) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3, help="rounds per comparison (each variant once per round; the median is shown)")
-    p.add_argument("--only", nargs="*", default=["loops", "fastpaths", "pipeline", "resume", "throughput"],
-                   choices=["loops", "fastpaths", "pipeline", "resume", "throughput"])
+    parts = ["loops", "fastpaths", "pipeline", "resume", "throughput", "coverage"]
+    p.add_argument("--only", nargs="*", default=parts, choices=parts)
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ddpscale-bench-") as tmp_name:
@@ -238,6 +240,10 @@ def main(argv=None) -> int:
             import throughput_mode
 
             rows += throughput_mode.rows(tmp, data_file, fmt)
+        if "coverage" in args.only:
+            import stopping_coverage
+
+            rows += stopping_coverage.rows()
     width = max(len(r[0]) for r in rows)
     print(f"\nddpscale benchmark on {os.cpu_count()} CPU core(s), torch threads 1 per rank")
     for name, value in rows:

@@ -54,6 +54,8 @@ def parse_args(argv=None):
                    help="half-width of the 95%% interval of the mean window throughput, over the mean, at which "
                         "throughput mode stops (config throughput.precision)")
     p.add_argument("--window-steps", type=int, default=20, help="training batches per timed window")
+    p.add_argument("--min-windows", type=int, default=30,
+                   help="throughput mode: windows timed before the rule first looks (config throughput.min_windows)")
     p.add_argument("--measure-max-steps", type=int, default=None,
                    help="throughput mode: the most training batches measured (config throughput.max_steps)")
     p.add_argument("--measure-max-minutes", type=float, default=None,

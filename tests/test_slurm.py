@@ -14,6 +14,7 @@ import pytest
 
 from conftest import load_profile, tiny_config
 from slurmtools import SUBMITTED, job_fields, run_slurm, slurm_workspace, squeue_jobs
+from ddpscale.measurement.steadystate import Rule
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -35,11 +36,12 @@ def test_test_profile_differs_from_the_generic_one_only_in_site_facts():
 
 
 def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
-    # a cluster profile measures throughput (measure: auto); windows of 2 steps and a precision
-    # any few windows reach, so each run stops in its first epoch (14 steps) at a step we know
-    throughput = {"precision": 0.9, "window_steps": 2, "max_steps": 2000, "max_minutes": 10}
+    # a cluster profile measures throughput (measure: auto); windows of 2 steps, looks from 5
+    # windows on and a precision any settled windows reach, so each run stops after a look at a
+    # step we know, within a few epochs of 14 steps (20 configured)
+    throughput = {"precision": 0.9, "window_steps": 2, "min_windows": 5, "max_steps": 2000, "max_minutes": 10}
     slurm_workspace(workspace).write_config(tiny_config(topologies=["1x1", "1x2", "2x1", "2x2"],
-                                                        throughput=throughput))
+                                                        throughput=throughput, max_epochs=20))
     start = time.monotonic()
     code, log = run_slurm(workspace)
     print(f"\nworkflow with 4 topologies through SLURM: {time.monotonic() - start:.1f} s")
@@ -78,8 +80,9 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         # throughput mode: every rank, on every node, stopped after the window the rule decided on
         windows_used = metrics["windows_warmup"] + metrics["windows_steady"]
         assert metrics["measure"] == "throughput" and metrics["stop_reason"] == "precision reached"
-        assert 5 <= windows_used <= 8 and metrics["stop_steps_by_rank"] == [2 * windows_used] * len(node_ranks)
-        assert metrics["epochs_completed"] == 1 and metrics["throughput_from"] == "windows"
+        assert Rule(min_windows=5).looks_at(windows_used)
+        assert metrics["stop_steps_by_rank"] == [2 * windows_used] * len(node_ranks)
+        assert metrics["epochs_completed"] < 20 and metrics["throughput_from"] == "windows"
     assert len(job_ids) == 4
     assert (workspace.results / "report/report.html").exists()
 

@@ -3,8 +3,9 @@ at the cap that was hit, and full mode times the same windows without stopping.
 
 The data: 840 training samples, batch 32 per device, so 2 ranks take 14 steps an epoch (13
 full batches and a short one). Windows of 5 steps run on across an epoch's end (their clock
-paused for validation), so the 5th window, the rule's minimum, closes at global step 25,
-in the second epoch; a cold first window can make the rule wait for a window or two more.
+paused for validation), so the 5th window, the rule's first look (--min-windows 5), closes at
+global step 25, in the second epoch; a cold first window can make the rule wait for its next
+looks (7 and 9 windows).
 """
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import pytest
 from conftest import ROOT
 from test_train_ddp import train_command
 
-from ddpscale.measurement import windows
+from ddpscale.measurement import steadystate, windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: str, log: list | None = None) -> dict:
-    command = train_command(tmp_path, data_file, nodes, devices, "--window-steps", "5", *flags)
+    command = train_command(tmp_path, data_file, nodes, devices, "--window-steps", "5", "--min-windows", "5", *flags)
     result = subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     if log is not None:
@@ -33,14 +34,16 @@ def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: s
 
 @pytest.mark.parametrize("nodes,devices", [(1, 2), (2, 1)])
 def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, nodes, devices):
-    # a precision any few windows reach: the rule stops after its 5th window (step 25) or soon
-    # after, at the end of the window it decided on, on every rank, long before epoch 50
+    # a precision any settled windows reach: the rule stops at one of its looks (window 5, 7, 9,
+    # 12, ...), at the end of the window it decided on, on every rank, long before epoch 50
     log = []
     m = measured(tmp_path, data_file, nodes, devices, "--measure", "throughput", "--target-precision", "0.9",
                  "--max-epochs", "50", "--accuracy-metric", "test_acc", log=log)
     assert m["stop_reason"] == "precision reached"
     windows_used = m["windows_steady"] + m["windows_warmup"]
-    assert 5 <= windows_used <= 8 and m["steps_measured"] == 5 * windows_used
+    assert steadystate.Rule(min_windows=5).looks_at(windows_used) and m["steps_measured"] == 5 * windows_used
+    # every window is in the record, so the interval can be recomputed
+    assert len(m["window_seconds"]) == len(m["window_samples"]) == windows_used and m["windows_settled"]
     assert m["stop_steps_by_rank"] == [5 * windows_used] * 2, "the ranks stopped at different steps, or not where decided"
     # the whole epochs before the stop and the one it cut short, validated
     assert m["epochs_completed"] == 1 + 5 * windows_used // 14
@@ -125,8 +128,6 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
     from types import SimpleNamespace
 
     import torch
-
-    from ddpscale.measurement import steadystate
 
     trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
                               sanity_checking=False)

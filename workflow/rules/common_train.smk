@@ -137,6 +137,7 @@ def run_flags(topology_name):
     }
     if MEASURE == measuremode.THROUGHPUT:
         flags["--target-precision"] = config["throughput"]["precision"]
+        flags["--min-windows"] = config["throughput"]["min_windows"]
         for key, flag in (("max_steps", "--measure-max-steps"), ("max_minutes", "--measure-max-minutes")):
             if config["throughput"][key] is not None:
                 flags[flag] = config["throughput"][key]

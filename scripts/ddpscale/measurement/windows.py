@@ -146,6 +146,13 @@ class WindowedThroughput(pl.Callback):
             "window_steps": self.rule.window_steps,
             "windows_warmup": d.warmup_windows,
             "windows_steady": d.steady_windows,
+            # False: no warm-up cut left the windows without a trend; the figure is the later half's
+            "windows_settled": d.settled,
+            # every window, the slowest rank's seconds and all ranks' samples, in order (the
+            # first windows_warmup are the warm-up): the interval can be recomputed from them
+            "window_seconds": list(self.seconds),
+            "window_samples": list(self.samples),
+            "min_windows": self.rule.min_windows,
             "steps_measured": len(self.seconds) * self.rule.window_steps,
             "stop_reason": reason,
             "target_precision": self.rule.precision,

@@ -112,11 +112,13 @@ def _windows_method(runs: pd.DataFrame) -> Markup:
     precision = ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"
     return Markup("<b>Steady-state throughput (throughput mode)</b> = training samples over all ranks / "
                   "seconds, over steady windows of {} training steps (each window's seconds are the slowest "
-                  "rank's); the warm-up windows (compilation, caches, the allocator) were found in the data by "
-                  "MSER truncation and left out. A run stopped once the 95% interval of the mean was within "
+                  "rank's); the warm-up windows (compilation, caches, the allocator) were found in the data, as "
+                  "the leading windows after which the rest show no trend, and left out. A run stopped once the "
+                  "95% interval of the mean, which allows for windows in a row moving together, was within "
                   "&plusmn;{} of the mean, or at a cap ({} steps, {} minutes), "
                   "and says which; that interval is the &plusmn; within the run, the spread between repeats "
-                  "(separate allocations) is placement noise. Repeats are combined by the median."
+                  "(separate allocations) is placement noise. Repeats are combined by the median. "
+                  "docs/numbers.md counts how often such an interval covers."
                   ).format(setting("window_steps"), precision, setting("max_steps"), setting("max_minutes"))
 
 

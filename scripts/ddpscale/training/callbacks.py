@@ -310,4 +310,4 @@ def rule(args) -> steadystate.Rule:
     """Throughput mode's stopping rule from the run's flags (full mode times the same windows)."""
     minutes = args.measure_max_minutes
     return steadystate.Rule(window_steps=args.window_steps, precision=args.target_precision,
-                            max_steps=args.measure_max_steps, max_seconds=None if minutes is None else minutes * 60)
+                            min_windows=args.min_windows, max_steps=args.measure_max_steps, max_seconds=None if minutes is None else minutes * 60)
