@@ -56,12 +56,14 @@ def test_perfect_halving_is_predicted_and_agrees():
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)}
     row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
-    # predicted step: 0.5 + 3 + 1 + 3 (the run's own overhead) = 7.5 ms; speedup 10/7.5 over 2 devices
+    # predicted step: 0.5 + 3 + 1 + 3 (the baseline's overhead) = 7.5 ms; speedup 10/7.5 over 2 devices
     assert row.predicted_step_s == pytest.approx(0.0075)
+    assert row.unexplained_s == pytest.approx(0.0, abs=1e-12)
     assert row.predicted_efficiency == pytest.approx(10 / 7.5 / 2)
     assert row.measured_efficiency == pytest.approx(row.predicted_efficiency)
     # compute 3 ms of 7.5 and overhead 3: compute comes first among equals
-    assert row.explanation == ("prediction and measurement agree; compute (forward + backward + optimizer) "
+    assert row.explanation == ("prediction and measurement agree (unexplained: 0.00 ms, 0% of the step, "
+                               "within 10%); compute (forward + backward + optimizer) "
                                "is the largest term (40% of the predicted step)")
 
 
@@ -71,7 +73,8 @@ def test_compute_that_does_not_shrink_is_named():
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}
     row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
     assert row.predicted_step_s == pytest.approx(0.0075) and row.step_error == pytest.approx(7.5 / 10.5 - 1)
-    assert row.explanation.startswith("compute (forward + backward + optimizer) is off: 6.00 ms")
+    assert row.explanation.startswith("unexplained: 3.00 ms, 29% of the step, beyond 10%; "
+                                      "compute (forward + backward + optimizer) is off: 6.00 ms")
     assert "2.0x" in row.explanation and "slower than the baseline's at the same batch" in row.explanation
     assert "linearly" not in row.explanation, "the baseline timed its compute at 32"
 
@@ -81,7 +84,8 @@ def test_hidden_communication_is_named():
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.003, 0.0001, 0.003)}
     row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
-    assert row.explanation.startswith("exposed gradient communication is off")
+    assert row.explanation.startswith("unexplained: -2.90 ms, -44% of the step, beyond 10%; "
+                                      "exposed gradient communication is off")
     assert "hid part of the all-reduce" in row.explanation
 
 
@@ -117,7 +121,7 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
     assert row.comm_predicted_s == pytest.approx(per_batch)
     assert row.comm_measured_s == pytest.approx(per_batch)
     assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
-    assert row.explanation.startswith("prediction and measurement agree; ")
+    assert row.explanation.startswith("prediction and measurement agree (unexplained: 0.00 ms")
 
 
 def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
@@ -181,5 +185,6 @@ def test_a_step_bound_by_communication_is_named_when_prediction_agrees():
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "2x1": probe("2x1", 2, 0.0005, 0.003, 0.008, 0.008)}
     row = breakdown.predict(s, probes).set_index("topology").loc["2x1"]
-    assert row.explanation == ("prediction and measurement agree; exposed gradient communication is the "
+    assert row.explanation == ("prediction and measurement agree (unexplained: 0.00 ms, 0% of the step, "
+                               "within 10%); exposed gradient communication is the "
                                "largest term (55% of the predicted step)")

@@ -11,6 +11,9 @@ one rank, which Lightning does not broadcast on). The training run measured its 
 T (per-device batch x world size / throughput); what T has beyond D + C + E + L is framework
 overhead outside the probe (O: the rest of Lightning's loop, logging, callbacks).
 
+The prediction of a topology's step takes nothing from that topology's T: whatever T has beyond
+the prediction is its own term, unexplained, and only a small one is called agreement.
+
 A "step" here is one per-device batch (a micro-batch). With accumulate_grad_batches = k,
 DDP synchronises the gradient once every k batches, so one all-reduce is spread over k steps;
 the probe times its steps the same way (ddpscale.measurement.stepprobe).
@@ -33,10 +36,11 @@ TERMS = ("data", "compute", "comm", "loop_sync", "overhead")
 TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + optimizer)",
               "comm": "exposed gradient communication",
               "loop_sync": "Lightning's per-step sync (SIGTERM broadcast)", "overhead": "framework overhead"}
-# The terms the prediction derives from elsewhere (the baseline, the all-reduce); the others it
-# takes from the topology's own probe and run, so they cannot be off.
-PREDICTED_TERMS = ("data", "compute", "comm")
-# Within this fraction of the measured step time, prediction and measurement agree.
+# The terms the prediction derives from elsewhere (the baseline, the all-reduce); loop_sync it
+# takes from the topology's own probe (a collective the baseline has none of), so it cannot be off.
+PREDICTED_TERMS = ("data", "compute", "comm", "overhead")
+# Prediction and measurement agree when the unexplained time (measured step - predicted step) is
+# within this fraction of the measured step time.
 AGREE_STEP = 0.10
 NAN = float("nan")
 
@@ -174,13 +178,17 @@ def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
 
 
 def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
-    """Predicted step time and efficiency from the baseline's compute and each topology's all-reduce.
+    """Predicted step time and efficiency from the baseline's step and each topology's all-reduce.
 
     Model: the baseline's compute timed at the topology's per-device batch (scaled linearly with
     the batch only where the baseline's probe did not time it, and the explanation says so), its
-    data wait scaled with the batch, the gradient all-reduce added whole (no overlap assumed,
-    once per accumulate_grad_batches steps), and the topology's own Lightning sync and framework
-    overhead (its probe and its run: the loop of a DDP run does work a one-device run does not).
+    data wait scaled with the batch, its framework overhead per step (unscaled: its probe times
+    only compute at other batches, and Lightning's loop, callbacks and logging cost per step, not
+    per sample), the gradient all-reduce added whole (no overlap assumed, once per
+    accumulate_grad_batches steps) and the Lightning sync the topology's probe timed (a collective
+    the baseline does not run). No term comes from the topology's measured step: measured -
+    predicted is the row's `unexplained_s` (and `unexplained_frac` of the measured step), so a
+    topology slower for a reason the model lacks shows it instead of being predicted as measured.
     The baseline's prediction is the baseline.
     """
     baseline = summary.attrs.get("baseline")
@@ -211,15 +219,17 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
             compute, note = baseline_compute(probes[baseline], base["batch_per_device"], row["batch_per_device"])
             pred = {"data": base_terms["data"] * row["batch_per_device"] / base["batch_per_device"],
                     "compute": compute, "comm": comm_per_batch_s(probe),
-                    "loop_sync": meas["loop_sync"], "overhead": meas["overhead"]}
+                    "loop_sync": meas["loop_sync"], "overhead": base_terms["overhead"]}
             pred_step = sum(pred.values())
         devices = row["world_size"] / base["world_size"]
         pred_speedup = row["world_size"] * row["batch_per_device"] / pred_step / base_rate
+        step = train_step_s(row)
         out = {"topology": row["topology"], "world_size": row["world_size"],
                "predicted_efficiency": pred_speedup / devices,
                "measured_efficiency": row["efficiency"],
-               "predicted_step_s": pred_step, "measured_step_s": train_step_s(row),
-               "step_error": pred_step / train_step_s(row) - 1}
+               "predicted_step_s": pred_step, "measured_step_s": step,
+               "step_error": pred_step / step - 1,
+               "unexplained_s": step - pred_step, "unexplained_frac": (step - pred_step) / step}
         for term in TERMS:
             out[f"{term}_predicted_s"] = pred[term]
             out[f"{term}_measured_s"] = meas[term]
@@ -233,7 +243,8 @@ def _unknown(row, why: str) -> dict:
     """A prediction row whose probed terms are unknown: what the training run measured, and why."""
     return {"topology": row["topology"], "world_size": row["world_size"], "predicted_efficiency": NAN,
             "measured_efficiency": row["efficiency"], "predicted_step_s": NAN, "measured_step_s": train_step_s(row),
-            "step_error": NAN, **{f"{t}_{kind}_s": NAN for t in TERMS for kind in ("predicted", "measured")}, "explanation": why}
+            "step_error": NAN, "unexplained_s": NAN, "unexplained_frac": NAN,
+            **{f"{t}_{kind}_s": NAN for t in TERMS for kind in ("predicted", "measured")}, "explanation": why}
 
 
 # Why a term can be off, by direction (measured above or below its prediction).
@@ -247,6 +258,11 @@ HINTS = {
     ("comm", False): "DDP hid part of the all-reduce behind the backward pass",
     ("data", True): "data loading did not shrink with the per-device batch",
     ("data", False): "data loading got cheaper than the batch size predicts",
+    ("overhead", True): "this topology's training loop spends more time outside the probed terms than "
+                        "the baseline's (Lightning's loop, callbacks, logging, a straggling rank, or "
+                        "a cause nothing here measures)",
+    ("overhead", False): "this topology's training loop spends less time outside the probed terms than "
+                         "the baseline's",
 }
 # ...and for compute the baseline's probe did not time at this batch (scaled linearly)
 LINEAR_HINTS = {
@@ -269,25 +285,38 @@ def largest_term(row) -> str:
 
 
 def agrees(row) -> bool:
-    """Judged on the step time, relative: efficiency points shrink with the baseline's share of
-    a large topology's step, so a prediction at half the measured step could pass on points."""
-    return abs(row["predicted_step_s"] / row["measured_step_s"] - 1) <= AGREE_STEP
+    """|measured - predicted step| within AGREE_STEP of the measured step. Judged on the step
+    time, relative: efficiency points shrink with the baseline's share of a large topology's
+    step, so a prediction at half the measured step could pass on points."""
+    return abs(row["measured_step_s"] - row["predicted_step_s"]) <= AGREE_STEP * row["measured_step_s"]
+
+
+def unexplained_shown(row) -> tuple[float, float]:
+    """The unexplained time in ms and its share of the measured step, rounded as the report prints
+    them; + 0.0 so that a float residue of a matching prediction does not print as "-0.00"."""
+    return round(row["unexplained_s"] * 1e3, 2) + 0.0, round(row["unexplained_frac"], 2) + 0.0
+
+
+def unexplained(row) -> str:
+    """The measured step's time the prediction does not account for (negative: faster than predicted)."""
+    ms, share = unexplained_shown(row)
+    return f"unexplained: {ms:.2f} ms, {share:.0%} of the step"
 
 
 def explain(row, linear: bool = False) -> str:
-    """Whether the predicted step agrees with the measured one, else the term that is off and why;
-    linear: the baseline's compute was scaled linearly to this batch, not timed at it."""
+    """Whether the predicted step agrees with the measured one, the unexplained time, and when they
+    do not agree the term that is off and why; linear: the baseline's compute was scaled linearly
+    to this batch, not timed at it."""
     if pd.isna(row["measured_step_s"]) or pd.isna(row["predicted_step_s"]):
         return "no measured step"
     if agrees(row):
+        said = f"prediction and measurement agree ({unexplained(row)}, within {AGREE_STEP:.0%})"
         # a multi-device topology says what bounds it: a user reads "communication" here before
         # buying more nodes
-        if row["world_size"] > 1:
-            return f"prediction and measurement agree; {largest_term(row)}"
-        return "prediction and measurement agree"
+        return f"{said}; {largest_term(row)}" if row["world_size"] > 1 else said
     term = off_term(row)
     meas, pred = row[f"{term}_measured_s"], row[f"{term}_predicted_s"]
     ratio = f"{meas / pred:.1f}x" if pred > 0 else "above zero"
     hint = (LINEAR_HINTS if linear and term == "compute" else HINTS)[(term, meas > pred)]
-    return (f"{TERM_WORDS[term]} is off: {meas * 1e3:.2f} ms per step measured vs "
-            f"{pred * 1e3:.2f} ms predicted ({ratio}): {hint}")
+    return (f"{unexplained(row)}, beyond {AGREE_STEP:.0%}; {TERM_WORDS[term]} is off: {meas * 1e3:.2f} ms "
+            f"per step measured vs {pred * 1e3:.2f} ms predicted ({ratio}): {hint}")

@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
-from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured
+from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
 from ddpscale.report.html_cells import held as held_cell, num, pct, throughput_cell, throughput_note, with_spread
 from ddpscale.report.html_projection import projection_table
 from ddpscale.report.templating import render
@@ -157,24 +157,33 @@ def breakdown_table(data):
     return "Where the time goes", note, _table(heads, rows, text_cols=(7,))
 
 
+def _unexplained(r) -> str:
+    if pd.isna(r.get("unexplained_s")):
+        return "n/a"
+    ms, share = unexplained_shown(r)
+    return f"{ms:.2f} ms ({share:.0%})"
+
+
 def prediction_table(data):
     pred = data.prediction
     if pred.empty:
         return None
     heads = ["Topology", "Predicted efficiency", "Measured efficiency", "Predicted step (ms)",
-             "Measured step (ms)", "Step off by", "Which term is off"]
+             "Measured step (ms)", "Unexplained (ms, share of the step)", "Which term is off"]
     rows = [("", [escape(str(r["topology"])), pct(r["predicted_efficiency"]),
                   pct(r["measured_efficiency"]), num(r["predicted_step_s"] * 1e3, 2),
-                  num(r["measured_step_s"] * 1e3, 2),
-                  "n/a" if pd.isna(r.get("step_error")) else f"{r['step_error']:+.0%}",
+                  num(r["measured_step_s"] * 1e3, 2), _unexplained(r),
                   Markup('<span class="off">{}</span>').format(r["explanation"])])
             for _, r in pred.iterrows()]
     note = ("Prediction: the baseline's compute timed at this topology's per-device batch (scaled "
             "linearly with the batch only where the baseline's probe could not time it, as the last "
-            "column then says) and its data wait scaled by the batch, plus this topology's measured "
-            "all-reduce of the gradient in DDP's buckets (no overlap assumed), its own Lightning per-step sync "
-            "and its own framework overhead. The baseline's prediction is the baseline. Prediction and "
-            f"measurement agree when the predicted step is within {AGREE_STEP:.0%} of the measured one.")
+            "column then says), its data wait scaled by the batch and its framework overhead per step, "
+            "plus this topology's measured all-reduce of the gradient in DDP's buckets (no overlap "
+            "assumed) and the Lightning per-step sync its probe timed; nothing is taken from this "
+            "topology's measured step. The baseline's prediction is the baseline. Unexplained = measured "
+            "step - predicted step (negative: faster than predicted). Prediction and measurement agree "
+            f"when the unexplained time is within {AGREE_STEP:.0%} of the measured step; otherwise the "
+            "last column names the term this topology's probe finds furthest from its prediction.")
     return "Predicted vs measured", note, _table(heads, rows, text_cols=(6,))
 
 
