@@ -17,6 +17,14 @@ from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
 
+def finite(text: str) -> float:
+    """A float that is a number (NaN and infinity are no target)."""
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--metrics", nargs="+", required=True, metavar="PATH",
@@ -33,6 +41,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "auto: min when the name says loss, error, perplexity, ... (default auto)")
     p.add_argument("--accuracy-tolerance", type=float, default=0.02,
                    help="largest allowed change the wrong way vs the baseline (default 0.02)")
+    p.add_argument("--accuracy-target", type=finite, default=None,
+                   help="a fixed quality target for time to accuracy (config accuracy.target); default: the "
+                        "baseline's final value minus the tolerance")
     p.add_argument("--efficiency-threshold", type=float, default=0.8,
                    help="the recommendation's lowest acceptable efficiency (default 0.8)")
     p.add_argument("--expected", nargs="*", default=[], metavar="TOPOLOGY",
@@ -65,6 +76,7 @@ def main(argv=None) -> int:
             runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes, runs)},
             baseline=args.baseline,
             metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
+            target=args.accuracy_target,
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),
             earlier=earlier.read_earlier(args.compare) if args.compare else None,

@@ -22,7 +22,7 @@ from ddpscale.measurement import held, valhistory, windows
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
-                                       set_threads)
+                                       run_seed, set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
 from ddpscale.training.teardown import close_process_group
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     transportinfo.prepare(args.metrics, topo.world_size, args.accelerator)  # NCCL's transport log, before any group
     settings = run_settings(args)
     set_threads(args, torch)
-    pl.seed_everything(args.seed, workers=True, verbose=False)
+    pl.seed_everything(run_seed(args), workers=True, verbose=False)
     started = runinfo.now()
     per_device = per_device_batch(args)
     effective = per_device * topo.world_size * args.accumulate_grad_batches

@@ -79,7 +79,7 @@ def test_unknown_key_names_the_closest_known_one():
 
 def test_unknown_key_with_no_close_match_lists_the_allowed_ones():
     [message] = schema_problems(shipped(accuracy={"metric": "test_acc", "shoe": 1}), SCHEMA)
-    assert "unknown key 'shoe' in accuracy; the keys allowed there are epoch_metric, metric, mode, tolerance" in message
+    assert "unknown key 'shoe' in accuracy; the keys allowed there are epoch_metric, metric, mode, target, tolerance" in message
 
 
 def test_number_in_quotes_says_to_drop_them():

@@ -80,7 +80,7 @@ def test_a_fixed_class_cli_config_needs_the_class_named_once():
     assert named.config["data"]["init_args"] == {"samples": 480}
     assert lightningcli.overridden_line("cli.yaml", named) == (
         "ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: seed_everything (true: ddpscale "
-        "seeds every run with seed 42, so that topologies train alike)")
+        "seeds repeat r of every topology with seed 42 + r, so that topologies train alike and repeats are seeds)")
 
 
 def test_settings_ddpscale_cannot_measure_under_are_refused_in_one_line_each():

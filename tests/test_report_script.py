@@ -36,12 +36,16 @@ def write_fixtures(tmp_path, runs):
     return paths
 
 
+# three repeats (seeds) each, so "accuracy held" is a test (report.accuracy)
 SIM_RUNS = [
     make_run("1x1", repeat=0, throughput_samples_s=100.0, fit_time_s=400.0),
     make_run("1x1", repeat=1, throughput_samples_s=110.0, fit_time_s=380.0),
-    make_run("1x2", throughput_samples_s=190.0, fit_time_s=210.0, test_acc=0.89),
+    make_run("1x1", repeat=2, throughput_samples_s=105.0, fit_time_s=390.0),
+    *(make_run("1x2", repeat=r, throughput_samples_s=190.0, fit_time_s=210.0, test_acc=0.89) for r in range(3)),
     make_run("2x2", throughput_samples_s=310.0, fit_time_s=130.0, test_acc=0.85,
              hosts=["<evil>host", "node1"], resumed_from_epoch=1, attempts=2),
+    *(make_run("2x2", repeat=r, throughput_samples_s=310.0, fit_time_s=130.0, test_acc=0.85,
+               hosts=["<evil>host", "node1"]) for r in (1, 2)),
 ]
 
 
@@ -65,13 +69,14 @@ def test_all_outputs_written(sim_report):
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == ["topology", *measured.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
-        "test_acc", "accuracy_delta", "accuracy_held"] + list(analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
+        "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound"] + list(
+        analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
         analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + ["status", "caveats"]
     # what was measured, on every row (runs without the workflow's flags say unknown)
     assert set(tsv["model_class"]) == {"M"} and set(tsv["experiment"]) == {"unknown"}
     assert tsv["topology"].tolist() == ["1x1", "1x2", "2x2"]
     t = tsv.set_index("topology")
-    assert t.loc["1x1", "repeats"] == 2
+    assert t.loc["1x1", "repeats"] == 3
     assert t.loc["1x1", "throughput_samples_s"] == pytest.approx(105.0)
     assert t.loc["1x2", "speedup"] == pytest.approx(round(190 / 105, 3))
     assert t.loc["2x2", "efficiency"] == pytest.approx(round(310 / 105 / 4, 3))
@@ -139,15 +144,17 @@ def test_broken_run_is_never_reported(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("accs, expected", [
-    ([0.9, 0.9, 0.9], "accuracy held in all topologies"),
-    ([0.9, None, 0.8], "accuracy (test_acc) NOT held in 2x2 (not logged in 1x2)"),
-    ([0.9, None, 0.9], "accuracy held in all topologies where logged (not logged in 1x2)"),
-    ([None, None, None], "accuracy not compared (test_acc not logged)"),
+@pytest.mark.parametrize("accs, seeds, expected", [
+    ([0.9, 0.9, 0.9], 3, "accuracy held in all topologies"),
+    ([0.9, None, 0.8], 3, "accuracy (test_acc) NOT held in 2x2 (not logged in 1x2)"),
+    ([0.9, None, 0.9], 3, "accuracy held in all topologies where logged (not logged in 1x2)"),
+    ([None, None, None], 3, "accuracy not compared (test_acc not logged)"),
+    ([0.9, 0.9, 0.8], 1, "accuracy not tested (one seed each)"),
+    ([0.9, None, 0.8], 1, "accuracy not tested (one seed each) (not logged in 1x2)"),
 ])
-def test_headline_accuracy_phrases(accs, expected):
-    runs = pd.DataFrame([make_run(t, test_acc=a, throughput_samples_s=100.0 * i + 100)
-                         for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs))])
+def test_headline_accuracy_phrases(accs, seeds, expected):
+    runs = pd.DataFrame([make_run(t, repeat=r, test_acc=a, throughput_samples_s=100.0 * i + 100)
+                         for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs)) for r in range(seeds)])
     line = report_html.headline(analysis.summarize(runs, "1x1", "test_acc", 0.02))
     assert line == ("2x2 (4 CPU-simulated devices) reached 3.00x speedup, 75% "
                     f"efficiency over 1x1; {expected}")
@@ -165,7 +172,7 @@ def test_partial_report_marks_failed_and_missing_topologies(tmp_path):
     logs = tmp_path / "logs"
     (logs / "2x2").mkdir(parents=True)
     (logs / "2x2" / "r0.log").write_text("ddpscale train: training loss became non-finite\n")
-    paths = write_fixtures(tmp_path, SIM_RUNS[:3])
+    paths = write_fixtures(tmp_path, [SIM_RUNS[0], SIM_RUNS[1], SIM_RUNS[3]])  # 1x1 twice, 1x2 once
     proc = run_report(paths, tmp_path / "out", "--expected", "1x1", "1x2", "2x2", "4x2",
                       "--repeats", "2", "--log-dir", str(logs))
     assert proc.returncode == 0, proc.stderr

@@ -38,7 +38,8 @@ def test_empty_config_gets_every_default():
     }
     assert config["dataset"]["split"] == [0.7, 0.15, 0.15]
     assert config["model"] == {"class_path": "ddpscale.workloads.models.SpiralMLP", "init_args": {}}
-    assert config["accuracy"] == {"metric": "test_acc", "mode": "auto", "tolerance": 0.02, "epoch_metric": "auto"}
+    assert config["accuracy"] == {"metric": "test_acc", "mode": "auto", "tolerance": 0.02, "epoch_metric": "auto",
+                                  "target": None}
     assert config["experiment"] is None
 
 

@@ -70,6 +70,20 @@ def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> No
     proc.wait()
 
 
+def test_each_repeat_trains_with_a_seed_of_its_own(tmp_path, data_file):
+    """Issue 29 item 4: repeats are seeds (seed + repeat, recorded), so accuracy over repeats is a
+    test over seeds; repeat r of another topology shares repeat r's seed."""
+    finals = {}
+    for repeat in (0, 1):
+        out = tmp_path / f"r{repeat}"
+        result = run(train_command(out, data_file, 1, 1, "--seed", "42", "--repeat", str(repeat), "--max-epochs", "1"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["seed"] == 42 + repeat
+        finals[repeat] = metrics["val_loss"]
+    assert finals[0] != finals[1], "two repeats trained the same seed"
+
+
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, data_file):
     command = train_command(tmp_path, data_file, 1, 1)
     command[command.index("--max-epochs") + 1] = "8"

@@ -20,14 +20,22 @@ RUNS = [make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0),
         make_run("2x4", throughput_samples_s=560.0, fit_time_s=72.0)]
 
 
+def three_seeds(runs):
+    """Each run as three repeats (seeds) alike: enough for the accuracy test."""
+    return [{**r, "repeat": i} for r in runs for i in range(3)]
+
+
 def test_recommends_fastest_and_largest_above_threshold():
-    text = verdict.recommendation(table(RUNS), 0.8)
+    text = verdict.recommendation(table(three_seeds(RUNS)), 0.8)
     assert text == ("The fastest is 2x4 (8 GPUs, 5.60x, 70% efficient); the largest that stays "
                     "above 80% efficiency is 1x4 (4 GPUs, 85%)")
+    # one seed each: accuracy is not tested, and the sentence says what it went by
+    assert verdict.recommendation(table(RUNS), 0.8).startswith(
+        "By speed alone (accuracy not tested: one seed each), the fastest is 2x4")
 
 
 def test_a_topology_that_lost_accuracy_is_never_recommended():
-    runs = RUNS[:3] + [make_run("2x4", throughput_samples_s=560.0, test_acc=0.80)]
+    runs = three_seeds(RUNS[:3] + [make_run("2x4", throughput_samples_s=560.0, test_acc=0.80)])
     text = verdict.recommendation(table(runs), 0.8)
     assert "2x4" not in text and text.startswith("The fastest is 1x4")
 

@@ -78,6 +78,8 @@ def get_report_flags(wildcards):
         "--dataset": json.dumps(config["dataset"], sort_keys=True),
         "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
     }
+    if config["accuracy"]["target"] is not None:
+        flags["--accuracy-target"] = config["accuracy"]["target"]
     if config["report"]["compare_with"]:
         flags["--compare"] = config["report"]["compare_with"]
     return as_flags(flags) + " --expected " + " ".join(TOPOLOGY_NAMES)

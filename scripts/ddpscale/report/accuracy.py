@@ -13,6 +13,8 @@ import re
 
 import pandas as pd
 
+from ddpscale.stats import difference_bounds
+
 # Words in a metric's name that make lower better under mode auto (val_loss, test/error,
 # perplexity, val_mse, ...); any other name is taken as an accuracy-like score.
 LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "ce", "bce",
@@ -63,13 +65,49 @@ def logged_names(runs: pd.DataFrame) -> list[str]:
     return sorted(names)
 
 
-def held(delta: pd.Series, tolerance: float, direction_: str) -> pd.Series:
-    """True where the metric moved at most `tolerance` the wrong way from the baseline's; NA
-    where it is not known."""
-    worse = -delta if direction_ == "max" else delta
-    out = (worse <= tolerance + FLOAT_SLACK).astype("boolean")
-    out[delta.isna()] = pd.NA
-    return out
+# Seeds a side needs before "accuracy held" is a test: below this the spread between seeds
+# cannot be estimated, and one seed's noise alone (1.55% on the spiral) crosses a 0.02 tolerance
+# in about one run in five.
+MIN_SEEDS = 3
+# What a row's accuracy_test says (beside accuracy_held: True, False or NA)
+REFERENCE = "baseline"
+NOT_LOGGED = "not logged"
+HELD = "held"
+DROPPED = "not held"
+INCONCLUSIVE = "inconclusive"
+
+
+def seeds_word(n: int) -> str:
+    return "one seed" if n == 1 else f"{n} seeds"
+
+
+def not_tested(n: int) -> str:
+    return f"{seeds_word(n)}: not tested"
+
+
+def verdict(values: list[float], baseline: list[float], tolerance: float, direction_: str,
+            is_baseline: bool = False) -> tuple[bool | None, str, float, float]:
+    """Whether a topology's metric held against the baseline's, as a test over seeds (one
+    repeat, one seed): (held, what accuracy_test says, the change the wrong way, its one-sided
+    95% bounds' far end). A non-inferiority test at the tolerance (Welch's t, one-sided 95%):
+    held (True) where even the worst end of the interval of the change is within tolerance;
+    not held (False) where even its best end is beyond it; else inconclusive (None). Fewer than
+    MIN_SEEDS on either side: not tested (None)."""
+    if not values or not baseline:
+        return None, NOT_LOGGED, float("nan"), float("nan")
+    if is_baseline:
+        return True, REFERENCE, 0.0, 0.0
+    diff, low, high = difference_bounds(values, baseline)
+    # the change the wrong way (a drop where higher is better), and its interval's ends
+    worse, best, worst = (-diff, -high, -low) if direction_ == "max" else (diff, low, high)
+    seeds = min(len(values), len(baseline))
+    if seeds < MIN_SEEDS:
+        return None, not_tested(seeds), worse, float("nan")
+    if worst <= tolerance + FLOAT_SLACK:
+        return True, HELD, worse, worst
+    if best > tolerance + FLOAT_SLACK:
+        return False, DROPPED, worse, best
+    return None, INCONCLUSIVE, worse, worst
 
 
 def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it: bool, anyone_has_it: bool) -> str | None:
@@ -81,6 +119,24 @@ def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it:
         return (f"accuracy not compared: {metric} not logged by the baseline {baseline}; the runs logged: "
                 f"{names}")
     return f"accuracy not compared: {metric} not logged; the runs logged: {names}"
+
+
+def _tests(summary: pd.DataFrame) -> pd.Series:
+    return summary.get("accuracy_test", pd.Series("", index=summary.index, dtype=object)).astype(str)
+
+
+def untested(summary: pd.DataFrame) -> pd.Series:
+    """Rows whose metric is known but whose seeds were too few for a test."""
+    return _tests(summary).str.endswith(": not tested")
+
+
+def inconclusive(summary: pd.DataFrame) -> pd.Series:
+    return _tests(summary).eq(INCONCLUSIVE)
+
+
+def unlogged(summary: pd.DataFrame) -> pd.Series:
+    """Rows whose runs did not log the metric."""
+    return _tests(summary).eq(NOT_LOGGED)
 
 
 def compared(summary: pd.DataFrame) -> bool:

@@ -201,15 +201,24 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     delta = table[accuracy_metric] - base[accuracy_metric]
     way = accuracy.direction(accuracy_metric, mode)
     table["accuracy_delta"] = delta
-    table["accuracy_held"] = accuracy.held(delta, tolerance, way)  # NA: not logged, not known
+    # held is a test over the repeats' seeds (report.accuracy.verdict); NA: not tested, not
+    # logged or inconclusive, and accuracy_test says which
+    seeds = {} if measure == THROUGHPUT else {
+        topology: group[accuracy_metric].dropna().tolist() for topology, group in runs.groupby("topology")}
+    tests = [accuracy.verdict(seeds.get(t, []), seeds.get(baseline, []), tolerance, way, t == baseline)
+             for t in table["topology"]]
+    table["accuracy_held"] = pd.array([t[0] for t in tests], dtype="boolean")
+    table["accuracy_test"] = [t[1] for t in tests]
+    # the change the wrong way and, where tested, the far end of its one-sided 95% interval
+    table["accuracy_bound"] = [t[3] for t in tests]
     not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
                                          bool(table[accuracy_metric].notna().any()))
     if measure == THROUGHPUT:
         not_compared = accuracy.NOT_COMPARED_THROUGHPUT
 
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
-    table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta",
-                                           "accuracy_held"] + list(SPREAD_COLUMNS)
+    table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta", "accuracy_held", "accuracy_test",
+                                           "accuracy_bound"] + list(SPREAD_COLUMNS)
                   + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)].reset_index(drop=True)
     # Plots and HTML need these but they are not per-row data.
     table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric, tolerance=float(tolerance),
@@ -240,7 +249,7 @@ def hours_label(summary: pd.DataFrame) -> str:
 _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
              "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6, "held_gpu_hours": 6,
              "gpu_seconds_per_sample": 9, "throughput_half_width": 2,
-             "accuracy_delta": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
+             "accuracy_delta": 4, "accuracy_bound": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 
 def rounded(summary: pd.DataFrame) -> pd.DataFrame:

@@ -36,12 +36,21 @@ def headline(summary: pd.DataFrame) -> str:
                 f"{times(top['speedup'])} speedup, {top['efficiency']:.0%} efficiency "
                 f"over {baseline}")
     held = summary["accuracy_held"]
+    others = summary[summary["topology"] != summary.attrs.get("baseline")]
     failed = summary.loc[held.fillna(True).eq(False), "topology"].tolist()
-    missing = summary.loc[held.isna(), "topology"].tolist()
+    missing = summary.loc[accuracy.unlogged(summary), "topology"].tolist()
+    untested = others.loc[accuracy.untested(others), "topology"].tolist()
+    unclear = others.loc[accuracy.inconclusive(others), "topology"].tolist()
     if summary.attrs.get("accuracy_not_compared") or len(missing) == len(summary):
         acc = f"accuracy not compared ({accuracy.why_not_compared(summary)})"
     elif failed:
         acc = f"accuracy ({metric}) NOT held in {', '.join(failed)}"
+    elif untested and len(untested) + len(missing) == len(others):
+        acc = f"accuracy not tested ({accuracy.seeds_word(int(others['repeats'].min()))} each)"
+    elif unclear or untested:
+        acc = "accuracy held where tested" + "".join(
+            f"; {what} in {', '.join(names)}" for what, names in (("inconclusive", unclear), ("not tested", untested))
+            if names)
     else:
         acc = "accuracy held in all topologies" + (" where logged" if missing else "")
     if missing and len(missing) < len(summary):

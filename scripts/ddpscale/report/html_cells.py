@@ -68,17 +68,27 @@ def throughput_cell(row, throughput_mode: bool) -> Markup:
 
 
 def held(row, tolerance: float, way: str, throughput_mode: bool = False) -> Markup | str:
-    value = row.get("accuracy_held")
+    value, test = row.get("accuracy_held"), row.get("accuracy_test")
     if row.get("status") != "ok" and pd.isna(row.get("throughput_samples_s")):
         return ""
     if throughput_mode:
         return Markup('<span class="na">{}</span>').format(accuracy.THROUGHPUT_MODE)
+    change = "drop" if way == "max" else "rise"
+    bound = row.get("accuracy_bound")
+    if test == accuracy.REFERENCE:
+        return Markup('<span class="na">baseline</span>')
     if value is None or pd.isna(value):
+        if test == accuracy.INCONCLUSIVE:
+            return Markup('<span class="caveat">inconclusive (a {} of up to {} &gt; {})</span>').format(
+                change, f"{bound:.3g}", f"{tolerance:g}")
+        if isinstance(test, str) and test.endswith(": not tested"):
+            return Markup('<span class="na">{}</span>').format(test)
         return Markup('<span class="na">not logged</span>')
     if bool(value):
-        return Markup('<span class="held">&#10003; held</span>')
-    change = "drop" if way == "max" else "rise"
-    return Markup('<span class="failed">&#10007; not held ({} &gt; {})</span>').format(change, f"{tolerance:g}")
+        return Markup('<span class="held">&#10003; held (a {} of at most {} &le; {})</span>').format(
+            change, f"{max(bound, 0.0):.3g}", f"{tolerance:g}")
+    return Markup('<span class="failed">&#10007; not held (a {} of at least {} &gt; {})</span>').format(
+        change, f"{bound:.3g}", f"{tolerance:g}")
 
 
 def throughput_note() -> Markup:

@@ -40,6 +40,7 @@ def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float, mode: str = "auto",
+          target: float | None = None,
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
           earlier: pd.DataFrame | None = None, compared_with: str | None = None,
           description: dict | None = None) -> ReportData:
@@ -60,5 +61,5 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         + [n for n in [records.identity_note(runs), precision.precision_note(summary, runs)] if n],
         description=description or measured.describe(runs),
         projection=projection.projection(runs),
-        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode),
+        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
     )

@@ -2,11 +2,16 @@
 
 A larger global batch can need more epochs to reach the same accuracy, so a throughput speedup
 may not be a speedup of the training; MLPerf scores training this way (time to a quality
-target). The target is the baseline's final value of the epoch metric (metrics.json val_history,
-median over the baseline's repeats) minus the tolerance, plus it where lower is better. A run's
-time to accuracy is elapsed_s (training + validation of the epochs so far) of the first epoch
-whose value reaches the target; a topology's is the median over its repeats, a repeat that never
-reached it counting as slower than any that did. Pure pandas, no torch.
+target). The target is `accuracy.target` where the config fixes one in advance, as MLPerf does;
+else the baseline's final value of the epoch metric (metrics.json val_history, median over the
+baseline's repeats) minus the tolerance, plus it where lower is better, a target that moves with
+the baseline's own seed noise (the report says which it used). A run's time to accuracy is
+elapsed_s (training + validation of the epochs so far) of the first epoch whose value reaches
+the target. A topology's is scored as MLPerf scores a benchmark's runs (mlcommons
+training_policies, training_rules.adoc, "Benchmark Results"): from 5 repeats on, the fastest and
+the slowest are dropped and the rest averaged, one run that never reached the target counting as
+the slowest, more than one making the result "not reached"; with fewer, the median, a repeat
+that never reached it counting as slower than any that did. Pure pandas, no torch.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import pandas as pd
 from ddpscale.report import accuracy
 
 THROUGHPUT_MODE = "not measured (throughput mode)"
+OLYMPIC_FROM = 5  # repeats from which the fastest and slowest are dropped
 PREDATES = "not recorded (metrics.json predates val_history)"
 COLUMNS = ("topology", "world_size", "metric", "target", "repeats", "reached", "epochs_to_target",
            "time_to_accuracy_s", "tta_speedup", "speedup", "status")
@@ -66,13 +72,24 @@ def outcome(entries: list[dict], target: float, way: str) -> dict:
     return {"time_s": math.inf, "epochs": math.inf, "recorded": len(entries), "best": best}
 
 
-def _median(values: list[float]) -> float:
-    """Median with inf for never: more than half never reached it -> inf."""
-    return float(np.median(values)) if values else float("nan")
+def score(values: list[float]) -> float:
+    """A topology's figure over its repeats (inf: a repeat never reached the target). From
+    OLYMPIC_FROM repeats on, MLPerf's: the fastest and slowest dropped, the rest averaged; more
+    than one repeat that never reached it makes the result inf. Below, the median (more than
+    half never reached it: inf)."""
+    if not values:
+        return float("nan")
+    if len(values) >= OLYMPIC_FROM:
+        if sum(math.isinf(v) for v in values) > 1:
+            return math.inf
+        kept = sorted(values)[1:-1]
+        return float(sum(kept) / len(kept))
+    return float(np.median(values))
 
 
-def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str):
-    """(metric, direction, target, None) or (metric, None, NaN, why not)."""
+def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str, fixed: float | None = None):
+    """(metric, direction, target, None) or (metric, None, NaN, why not); fixed: the config's
+    accuracy.target, which replaces the baseline's final value minus the tolerance."""
     finals, reasons, metric = [], [], None
     for _, run in base_runs.iterrows():
         entries, why = history(run)
@@ -82,6 +99,8 @@ def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str):
         metric = metric or _text(run.get("val_history_metric"))
         if _known(entries[-1]["value"]):
             finals.append(float(entries[-1]["value"]))
+    if fixed is not None and metric is not None:
+        return metric, accuracy.direction(metric, mode), float(fixed), None
     if not finals or metric is None:
         return metric, None, float("nan"), reasons[0] if reasons else "not measured (no final value)"
     way = accuracy.direction(metric, mode)
@@ -93,10 +112,12 @@ def _fmt(value: float) -> str:
 
 
 def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: float,
-          mode: str = "auto") -> pd.DataFrame:
+          mode: str = "auto", target: float | None = None) -> pd.DataFrame:
     """One row per topology of summary that has runs (COLUMNS); status says reached, not
-    reached (with the best value against the target) or why it is not measured."""
-    metric, way, target, base_why = _baseline_target(runs[runs["topology"] == baseline], tolerance, mode)
+    reached (with the best value against the target) or why it is not measured. target: the
+    config's accuracy.target (None: the baseline's final value minus the tolerance)."""
+    fixed = target
+    metric, way, target, base_why = _baseline_target(runs[runs["topology"] == baseline], tolerance, mode, fixed)
     rows = []
     for _, top in summary.iterrows():
         mine = runs[runs["topology"] == top["topology"]]
@@ -120,14 +141,14 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: f
         elif not outcomes:
             row["status"] = "; ".join(dict.fromkeys(reasons))
         else:
-            time_s = _median([o["time_s"] for o in outcomes])
+            time_s = score([o["time_s"] for o in outcomes])
             if math.isinf(time_s):
                 best = [o["best"] for o in outcomes if _known(o["best"])]
                 shown = _fmt((max(best) if way == "max" else min(best)) if best else float("nan"))
                 row["status"] = (f"not reached in {max(o['recorded'] for o in outcomes)} epochs "
                                  f"(best {shown} vs target {_fmt(target)})")
             else:
-                row.update(time_to_accuracy_s=time_s, epochs_to_target=_median([o["epochs"] for o in outcomes]))
+                row.update(time_to_accuracy_s=time_s, epochs_to_target=score([o["epochs"] for o in outcomes]))
                 row["status"] = "reached" + (f" in {row['reached']} of {len(outcomes)} repeats"
                                              if row["reached"] < len(outcomes) else "")
         rows.append(row)
@@ -135,7 +156,8 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: f
     base = out.loc[out["topology"] == baseline, "time_to_accuracy_s"]
     if len(base):
         out["tta_speedup"] = float(base.iloc[0]) / out["time_to_accuracy_s"]
-    out.attrs.update(metric=metric, direction=way, target=target, tolerance=float(tolerance), baseline=baseline)
+    out.attrs.update(metric=metric, direction=way, target=target, tolerance=float(tolerance), baseline=baseline,
+                     target_fixed=fixed is not None)
     return out
 
 

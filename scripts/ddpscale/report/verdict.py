@@ -71,13 +71,15 @@ def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
 
 def usable(summary: pd.DataFrame) -> pd.DataFrame:
     """Finished topologies that were not oversubscribed (those measured contention, not
-    scaling) and whose accuracy held. Where accuracy is compared, a row whose metric is not
-    known is left out too (never recommended as if it held); where it is not compared at all
-    (report.accuracy.not_compared), speed alone decides and the recommendation says so."""
+    scaling) and whose accuracy was not shown to drop. Where accuracy is compared, a row whose
+    metric was not logged is left out too (never recommended as if it held); a row with too few
+    seeds for a test, or whose test was inconclusive, stays, and the report says so; where
+    accuracy is not compared at all (report.accuracy.not_compared), speed alone decides and the
+    recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    unknown = not accuracy.compared(summary)
-    finished = finished[finished["accuracy_held"].fillna(unknown).astype(bool)]
+    if accuracy.compared(summary):
+        finished = finished[~finished["accuracy_held"].eq(False).fillna(False) & ~accuracy.unlogged(finished)]
     return finished.drop(flagged(finished, "oversubscribed").index)
 
 
@@ -86,12 +88,38 @@ def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
     if not accuracy.compared(summary):
         return None
     done = summary[summary["throughput_samples_s"].notna()]
-    rows = done[done["accuracy_held"].isna()]
+    rows = done[accuracy.unlogged(done)]
     if rows.empty:
         return None
     metric = summary.attrs.get("accuracy_metric")
     return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {metric}, so "
             "whether accuracy held there is not known.")
+
+
+def untested_accuracy_note(summary: pd.DataFrame) -> str | None:
+    """Why accuracy has no verdict where seeds were too few or the test was inconclusive."""
+    if not accuracy.compared(summary):
+        return None
+    done = summary[summary["throughput_samples_s"].notna()]
+    notes = []
+    untested = done[accuracy.untested(done)]
+    if not untested.empty:
+        seeds = int(untested["repeats"].min())
+        notes.append(f"Accuracy not tested in {topology_names(untested)}: {accuracy.seeds_word(seeds)} each, and "
+                     f"seed noise alone can move a final metric by more than the tolerance; set repeats: "
+                     f"{accuracy.MIN_SEEDS} or more (each repeat trains with its own seed) for a test")
+    unclear = done[accuracy.inconclusive(done)]
+    if not unclear.empty:
+        notes.append(f"Accuracy inconclusive in {topology_names(unclear)}: the 95% interval of the change "
+                     "reaches past the tolerance but does not lie beyond it; more repeats narrow it")
+    return ". ".join(notes) + "." if notes else None
+
+
+def tested_none(summary: pd.DataFrame) -> bool:
+    """Accuracy compared, yet no topology beside the baseline had the seeds for a test."""
+    others = summary[summary["topology"] != summary.attrs.get("baseline")]
+    others = others[others["throughput_samples_s"].notna() & ~accuracy.unlogged(others)]
+    return accuracy.compared(summary) and not others.empty and bool(accuracy.untested(others).all())
 
 
 def times(speedup) -> str:
@@ -106,6 +134,9 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
     if not accuracy.compared(summary):
         where += f"by speed alone (accuracy not compared: {accuracy.why_not_compared(summary)}), "
+    elif tested_none(summary):
+        seeds = int(summary["repeats"].min())
+        where += f"by speed alone (accuracy not tested: {accuracy.seeds_word(seeds)} each), "
     if ok.empty:
         held = " with accuracy held" if accuracy.compared(summary) else ""
         if len(flagged(summary, "oversubscribed")):
@@ -236,7 +267,8 @@ def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
 def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
     bound = boundness.judge_baseline(summary, runs, steps)
-    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary), probe_na_note(probes or {}),
+    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
+             untested_accuracy_note(summary), probe_na_note(probes or {}),
              oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs.get("model_class")),

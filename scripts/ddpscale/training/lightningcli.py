@@ -151,8 +151,8 @@ def apply(cli, config: dict, name: str, user_set) -> Applied:
     if isinstance(seed, int) and not isinstance(seed, bool):
         out.config["seed"] = out.layer["seed"] = seed
     elif seed is True:
-        out.overridden.append(f"seed_everything (true: ddpscale seeds every run with seed {config['seed']}, "
-                              "so that topologies train alike)")
+        out.overridden.append(f"seed_everything (true: ddpscale seeds repeat r of every topology with seed "
+                              f"{config['seed']} + r, so that topologies train alike and repeats are seeds)")
     for key in ("optimizer", "lr_scheduler"):
         if cli.get(key) is not None:
             out.optimizers[key] = cli[key]

@@ -64,6 +64,13 @@ def run_flags(**settings) -> argparse.Namespace:
     return argparse.Namespace(**{**defaults, **settings})
 
 
+def run_seed(args) -> int:
+    """The seed a run trains with: the config's seed plus the repeat, so each repeat trains with
+    a seed of its own (accuracy held is a test over seeds: ddpscale.report.accuracy) and repeat
+    r of every topology shares one."""
+    return args.seed + getattr(args, "repeat", 0)
+
+
 def topology(args) -> Topology:
     return Topology(args.nodes, args.devices)
 

@@ -17,6 +17,7 @@ import torch
 from ddpscale.cluster.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.io import write_json_atomic
 from ddpscale.training import identity
+from ddpscale.training.runargs import run_seed
 
 LAST = "last.ckpt"
 FINGERPRINT = "fingerprint.json"
@@ -188,6 +189,7 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "schema_version": 1,
         "topology": args.topology,
         "repeat": args.repeat,
+        "seed": run_seed(args),
         "num_nodes": args.nodes,
         "devices_per_node": args.devices,
         "world_size": formed_world_size(),
