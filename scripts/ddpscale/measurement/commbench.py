@@ -1,19 +1,38 @@
-"""All-reduce bandwidth on the ranks of one topology, reported the way nccl-tests reports it.
+"""All-reduce bandwidth on the ranks of one topology, timed and reported as nccl-tests does.
 
 algbw = bytes / time; busbw = algbw * 2(n-1)/n, the rate each link must carry in a ring
 all-reduce, comparable across world sizes and with the hardware's link speed.
 
+What `time_s` is, and why: nccl-tests (NVIDIA/nccl-tests, src/common.cu) warms up (TimeTest:
+`warmup_iters` calls, default 5, at the smallest and largest size), lines the ranks up
+(BenchTime: one untimed collective, completeColl, Barrier), starts one clock, launches
+`iters` collectives (default 20) back to back without waiting, waits for the stream once
+(completeColl) and divides the elapsed time by `iters`; that per-rank figure is averaged
+over the ranks (`Allreduce(args, &deltaSec, average)` with the default `-a 1`: summed,
+divided by processes x threads, the number of ranks at one GPU each) and printed as the time
+its algbw and busbw come from. So here, per message size: `warmup` untimed all-reduces
+(every size, not only the ends), an all-reduce of a scalar and a device sync to line the
+ranks up (align), then `iters` all-reduces and one device sync inside one clock, divided by
+`iters` on each rank; time_s is the mean of that over the ranks (an all-reduce of the
+per-rank seconds, divided by the world size). A sync after every call would add a round trip
+between CPU and device to every message, and the slowest rank's figure is not what
+nccl-tests prints: either understates small messages' bus bandwidth against nccl-tests on
+the same link. torch's all_reduce works in place, so time_s compares with nccl-tests'
+in-place column. On CUDA, NCCL's all_reduce returns once queued, so the loop pipelines as
+nccl-tests' does; gloo on CPU returns when the data has arrived.
+
 The size sweep gives the bandwidth; the comm term of the prediction comes from the gradient
 all-reduced as DDP issues it (ddp_buckets, allreduce_as_ddp): in buckets of bucket_cap_mb
 (25 MiB unless the run's DDP kwargs set it; with the default, a first bucket of 1 MiB),
-launched one after another without waiting, the last one the remainder. One message of the
-whole gradient is faster than its buckets (each all-reduce has its own latency).
+launched one after another without waiting, the last one the remainder. It is timed the same
+way, one whole gradient synchronisation (every bucket launched, then every one waited for) as
+the loop's unit. One message of the whole gradient is faster than its buckets (each
+all-reduce has its own latency).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 from ddpscale.measurement.devicesync import sync_device
@@ -96,8 +115,37 @@ def slowest(value: float, device) -> float:
     return float(t.item())
 
 
+def mean_over_ranks(value: float, device) -> float:
+    """The mean of value over all ranks (nccl-tests' default report of a collective's time)."""
+    import torch
+    import torch.distributed as dist
+
+    if not _initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def time_loop(launch, device, warmup: int, iters: int) -> float:
+    """Seconds per launch() on this rank, as nccl-tests' BenchTime times a collective: warm-up
+    launches, the ranks lined up, then iters launches back to back and one device sync inside
+    one clock, divided by iters. Collective: every rank must call it with the same counts."""
+    if iters < 1:
+        raise ValueError(f"the all-reduce benchmark needs iters >= 1 (got {iters})")
+    for _ in range(warmup):
+        launch()
+    align(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        launch()
+    sync_device(device)
+    return (time.perf_counter() - start) / iters
+
+
 def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, iters: int = 20) -> list[dict]:
-    """Time dist.all_reduce of a tensor of each size: each rank's median per-call time, max over ranks.
+    """Time dist.all_reduce of a tensor of each size as nccl-tests does: time_s is the mean over
+    ranks of each rank's loop of iters calls with one sync, divided by iters (module docstring).
 
     Collective: every rank must call it with the same arguments. With no process group
     (one rank) nothing is communicated: time 0, bandwidth None.
@@ -113,16 +161,8 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
     results = []
     for nbytes in sizes:
         tensor = torch.ones(math.ceil(nbytes / element), dtype=dtype, device=device)
-        for _ in range(warmup):
-            dist.all_reduce(tensor)
-        align(device)
-        calls = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            dist.all_reduce(tensor)
-            sync_device(device)
-            calls.append(time.perf_counter() - start)
-        seconds = slowest(statistics.median(calls), device)
+        per_rank = time_loop(lambda: dist.all_reduce(tensor), device, warmup, iters)
+        seconds = mean_over_ranks(per_rank, device)
         algbw, busbw = bandwidths(nbytes, seconds, world)
         results.append({"bytes": nbytes, "time_s": seconds, "algbw_gbps": algbw, "busbw_gbps": busbw,
                         "iters": iters})
@@ -131,8 +171,9 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
 
 def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, iters: int = 20) -> dict:
     """Seconds for one gradient synchronisation issued as DDP issues it: every bucket's
-    all-reduce launched without waiting for the one before, then all waited for; each rank's
-    median, max over ranks. Collective, like allreduce_benchmark; 0 s with no process group."""
+    all-reduce launched without waiting for the one before, then all waited for; timed as
+    allreduce_benchmark times one all-reduce (iters synchronisations in a loop, one device sync,
+    the mean over ranks). Collective, like allreduce_benchmark; 0 s with no process group."""
     import torch
     import torch.distributed as dist
 
@@ -143,17 +184,11 @@ def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, it
     element = torch.empty((), dtype=dtype).element_size()
     tensors = [torch.ones(math.ceil(n / element), dtype=dtype, device=device) for n in buckets]
 
-    def sync_once() -> None:
+    def sync_gradient() -> None:
+        # wait() on NCCL makes the current stream wait, not the CPU: the next
+        # synchronisation is queued behind this one, as DDP's next backward would be
         for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
             work.wait()
-        sync_device(device)
 
-    for _ in range(warmup):
-        sync_once()
-    align(device)
-    calls = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        sync_once()
-        calls.append(time.perf_counter() - start)
-    return {**out, "time_s": slowest(statistics.median(calls), device), "iters": iters}
+    per_rank = time_loop(sync_gradient, device, warmup, iters)
+    return {**out, "time_s": mean_over_ranks(per_rank, device), "iters": iters}
