@@ -71,15 +71,60 @@ def test_an_old_record_is_not_projected_and_says_why():
     assert "n/a" in html and "not recorded: configured_epochs" in html
 
 
+def test_the_first_epoch_s_one_off_cost_is_added_once_not_every_epoch():
+    """Issue 29 item 3: the first epoch's cold validation and first save (30 s) against 6 s in
+    the epochs after it: 10 epochs cost 10 x 6 + 24 once, not 10 x the mean of the three."""
+    record = pd.Series({**KNOWN, "epoch_overhead_s": 14.0, "epoch_overheads_s": [30.0, 6.0, 6.0]})
+    projected, why = projection.project_run(record)
+    assert why is None and projected == pytest.approx(10 * (360.0 + 6.0) + 24.0 + 5.0)
+    # one epoch timed: its (cold) figure; an older record without the list: its mean
+    assert projection.epoch_costs([30.0], 30.0) == (30.0, 0.0)
+    assert projection.epoch_costs(None, 14.0) == (14.0, 0.0)
+
+
+def test_a_full_run_is_projected_from_its_first_part_so_the_check_can_fail():
+    """Issue 29 item 3: a full run whose steps got twice as slow after its first 60 windows.
+    Projected from the windows throughput mode would have used (the rule stops at the first look
+    on these flat windows), the projection says 1 s a window; the run's own whole-run figure
+    would have blended in the slow half and agreed with itself."""
+    fast, slow = [1.0] * 60, [2.0] * 60
+    record = pd.Series({**KNOWN, "measure": "full", "window_seconds": fast + slow, "window_samples": [100] * 120,
+                        "window_steps": 20, "target_precision": 0.02, "min_windows": 30, "batch_per_device": 5,
+                        "world_size": 1, "epoch_overheads_s": [6.0] * 10, "samples_per_epoch": 36000,
+                        "window_throughput_samples_s": 100 / 1.5})
+    part = projection.first_part(record)
+    assert part["steps"] == 30 * 20 and part["window_throughput_samples_s"] == pytest.approx(100.0)
+    projected, _ = projection.project_run(record)
+    assert projected == pytest.approx(10 * (360.0 + 6.0) + 0.0)  # from the first part: 100 samples/s
+    whole, _ = projection.project_run(pd.Series({**record, "window_seconds": None}))
+    assert whole > 1.4 * projected  # the whole run's own figure would hide the extrapolation
+
+
 def test_the_sentences_read_like_the_issue():
     table = pd.DataFrame({"topology": ["1x4", "2x4"], "world_size": [4, 8], "projected_s": [18000.0, 11160.0],
-                          "projected_device_hours": [20.0, 24.8]})
-    assert projection.sentence(table, "GPU-hours") == \
-        "full training on 1x4: 5.0 h, 20.0 GPU-hours; on 2x4: 3.1 h, 24.8 GPU-hours"
+                          "projected_device_hours": [20.0, 24.8], "epochs": [50.0, 50.0],
+                          "global_batch": [256.0, 256.0]})
+    assert projection.sentence(table, "GPU-hours") == (
+        "full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20.0 GPU-hours; "
+        "on 2x4 (50 epochs at global batch 256): 3.1 h, 24.8 GPU-hours")
     table.attrs.update(measure="throughput", answer_device_hours=0.75, full_device_hours=44.8)
     assert projection.cost_sentence(table, "GPU-hours") == \
         "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours."
     assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
+
+
+def test_weak_scaling_projections_say_their_batch_and_warn_where_accuracy_was_not_shown():
+    """Issue 29 item 7: under weak scaling 1x2 trains at twice the baseline's global batch; a
+    throughput run showed nothing about convergence there, so the report says so."""
+    weak = [windows_run("1x1", effective_batch=32), windows_run("1x2", effective_batch=64, throughput_samples_s=190.0)]
+    data = build(weak)
+    table = data.projection.set_index("topology")
+    assert table.loc["1x2", "global_batch"] == 64 and table.loc["1x2", "epochs"] == 10
+    assert "1x2 (10 epochs at global batch 64)" in projection.sentence(data.projection, "GPU-hours")
+    note = [n for n in data.notes if n.startswith("The projections of")]
+    assert note and "1x2" in note[0] and "larger than the baseline's 32 (1x2 64)" in note[0]
+    strong = build([windows_run("1x1", effective_batch=64), windows_run("1x2", effective_batch=64)])
+    assert not any(n.startswith("The projections of") for n in strong.notes)
 
 
 def test_throughput_mode_does_not_compare_accuracy_anywhere():

@@ -146,3 +146,27 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
     decision = timed.final()
     assert timed.steady_since() == timed.starts[decision.warmup_windows]
     assert windows.WindowedThroughput(steadystate.Rule(), stop=True, per_device_batch=4).steady_since() is None
+
+
+def test_windows_do_not_count_the_padding_repeat_of_a_shard():
+    """Issue 29 item 8: 5 samples on 2 ranks; DistributedSampler pads rank 1's shard with a
+    repeat of sample 0, which samples_per_epoch leaves out, and so must the windows."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(list(range(5)), num_replicas=2, rank=1, shuffle=False)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
+                              sanity_checking=False, train_dataloader=SimpleNamespace(sampler=sampler))
+    module = SimpleNamespace(device=torch.device("cpu"))
+    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=3, min_windows=2, precision=0.5),
+                                       stop=False, per_device_batch=1)
+    batch = (torch.zeros(1, 2), torch.zeros(1))
+    for epoch in range(2):
+        timed.on_train_epoch_start(trainer, module)
+        for step in range(3):  # rank 1 draws samples 1, 3 and the repeat of 0
+            timed.on_train_batch_start(trainer, module, batch, step)
+            timed.on_train_batch_end(trainer, module, None, batch, step)
+        timed.on_train_epoch_end(trainer, module)
+    assert timed.samples == [2, 2]

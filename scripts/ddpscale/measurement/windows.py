@@ -49,6 +49,8 @@ class WindowedThroughput(pl.Callback):
         self.epoch_overheads: list[float] = []
         self._epoch_t0: float | None = None
         self._steps_s = 0.0
+        self._shard: tuple[int, int, int] | None = None
+        self._epoch_seen = 0
         self._drop()
 
     def _drop(self) -> None:
@@ -62,6 +64,10 @@ class WindowedThroughput(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
         self._epoch_t0 = time.perf_counter()
+        # a padded shard's repeats are not counted, as samples_per_epoch does not count them
+        # (ddpscale.measurement.samplecount): the rank's samples so far this epoch, before capping
+        self._shard = samplecount.shard_of(trainer.train_dataloader)
+        self._epoch_seen = 0
 
     def _end_epoch(self, pl_module) -> None:
         if self._epoch_t0 is not None:
@@ -80,7 +86,9 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
-        self._count += batch_len(batch)
+        before = samplecount.counted(self._epoch_seen, self._shard)
+        self._epoch_seen += batch_len(batch)
+        self._count += samplecount.counted(self._epoch_seen, self._shard) - before
         if self._steps >= self.rule.window_steps:
             self._close(trainer, pl_module)
 
@@ -164,6 +172,8 @@ class WindowedThroughput(pl.Callback):
             "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
                                  if self.epoch_overheads else None),
             "epochs_timed": len(self.epoch_overheads),
+            # each epoch's own (the first holds one-off costs: ddpscale.report.projection)
+            "epoch_overheads_s": list(self.epoch_overheads),
         }
 
 

@@ -37,13 +37,16 @@ def spread(row, col: str, places: int, between: str = "") -> Markup:
         text += Markup('<br><span class="spread">{}{}&ndash;{}</span>').format(
             between, num(row[col + "_min"], places), num(row[col + "_max"], places))
         if pd.notna(row.get(col + "_ci_low")):
-            text += Markup('<br><span class="spread">95% CI {}&ndash;{}</span>').format(
+            # the figure above is a median; this interval is of the mean, and says so
+            text += Markup('<br><span class="spread">mean&rsquo;s 95% CI {}&ndash;{}</span>').format(
                 num(row[col + "_ci_low"], places), num(row[col + "_ci_high"], places))
     return text
 
 
 def within_run(row) -> str:
-    """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'."""
+    """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'.
+    The interval is of each run's mean window throughput (the cell's figure is the median over
+    repeats), which throughput_note says."""
     half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
     interval = (f"\u00b1{half / mean:.1%}" if half is not None and pd.notna(half) and mean
                 else "interval n/a (under 2 steady windows)")

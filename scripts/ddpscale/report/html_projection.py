@@ -6,7 +6,7 @@ import pandas as pd
 
 from ddpscale.report.analysis import hours_label
 from ddpscale.report.html_cells import num
-from ddpscale.report.projection import cost_sentence, duration, hours, sentence
+from ddpscale.report.projection import cost_sentence, duration, hours, sentence, what
 from ddpscale.report.templating import render
 
 
@@ -16,13 +16,13 @@ def projection_table(data):
         return None
     label = hours_label(data.summary)
     full = table.attrs.get("measure") != "throughput"
-    heads = ["Topology", "Devices", "Projected time", f"Projected {label}"]
+    heads = ["Topology", "Devices", "Projected training", "Projected time", f"Projected {label}"]
     heads += ["Measured time", "Projection off by"] if full else []
     why = table["why_na"].notna().any()  # a column of its own only where a row needs it
     heads += ["Not projected because"] if why else []
     rows = []
     for _, r in table.iterrows():
-        cells = [str(r["topology"]), str(int(r["world_size"])), duration(r["projected_s"]),
+        cells = [str(r["topology"]), str(int(r["world_size"])), what(r), duration(r["projected_s"]),
                  hours(r["projected_device_hours"])]
         if full:
             cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
@@ -33,13 +33,17 @@ def projection_table(data):
     note = (f"{cost_sentence(table, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
             + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x (samples per "
             "epoch / steady window throughput + the seconds per epoch no training step took: loader start, "
-            "validation, checkpoint save) + the "
+            "validation, checkpoint save, from the epochs after the first where there are any) + the first "
+            "epoch's one-off excess of those (a cold first validation and save) + the "
             f"warm-up's excess over the steady rate; {label} = that x devices; median over repeats. "
             f"This answer's cost is the time every run held its devices x devices, summed.")
     if full:
-        note += (" Measured time = the run's fit time + its checkpoint writes; projection off by = projected / "
-                 "measured - 1, a check of the projection.")
+        steps = ", ".join(dict.fromkeys(num(v, 0) for v in table["from_steps"] if pd.notna(v))) or "n/a"
+        note += (f" Each full run is projected from its first part only, the {steps} training steps where "
+                 "throughput mode's stopping rule would have stopped (its windows replayed), so the check "
+                 "tests the extrapolation. Measured time = the run's fit time + its checkpoint writes; "
+                 "projection off by = projected / measured - 1.")
     else:
         note += " Training every topology in full = one projected full training of each topology, summed."
     return "The full training, projected", note, render("table.html.j2", heads=heads, rows=rows,
-                                                        text_cols=(len(heads) - 1,))
+                                                        text_cols=(2, len(heads) - 1))

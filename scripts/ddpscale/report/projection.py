@@ -5,14 +5,19 @@ configured training would take on each topology before paying for it. Per run:
 
     projected seconds = configured_epochs x (samples_per_epoch / window throughput
                         + the seconds per epoch no training step took)
+                        + the first epoch's one-off excess of those seconds
                         + the warm-up's excess over the steady rate
 
 where the seconds no step took are measured per epoch the run trained in: the loader's start,
 validation, the checkpoint save and the hooks between epochs (a throughput run ends its last
-epoch with a validation and a save, so it measures them too).
+epoch with a validation and a save, so it measures them too). The first epoch's are cold (no
+sanity validation before it, eval graphs compiling, the first save): the per-epoch figure is
+from the later epochs where there are any, the first's excess added once (epoch_costs).
 
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
-checkpoint writes), so there the projection is checked against it. A key a record lacks
+checkpoint writes), so there the projection is checked against it, made from the run's first
+part only (first_part: the windows until throughput mode's rule would have stopped), so the
+check tests the extrapolation, not the run against itself. A key a record lacks
 (written before throughput mode) leaves its projection n/a with the reason: never a guess.
 Pure pandas, unit-tested on hand-made records.
 """
@@ -22,6 +27,7 @@ import math
 
 import pandas as pd
 
+from ddpscale.measurement import steadystate
 from ddpscale.measuremode import THROUGHPUT
 from ddpscale.report.records import column, known, measure_mode
 
@@ -29,8 +35,8 @@ from ddpscale.report.records import column, known, measure_mode
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
           "warmup_excess_s")
 
-PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "projected_s", "projected_device_hours",
-                      "measured_s", "error", "why_na")
+PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_batch", "from_steps", "projected_s",
+                      "projected_device_hours", "measured_s", "error", "why_na")
 
 
 def _number(value) -> float | None:
@@ -40,16 +46,69 @@ def _number(value) -> float | None:
         return None
 
 
+def epoch_costs(overheads, mean_overhead: float | None) -> tuple[float | None, float]:
+    """(seconds per epoch no training step took, the first epoch's one-off excess over that).
+    The first epoch holds one-off costs (a cold first validation with no sanity steps before it,
+    eval graphs compiling, the first checkpoint, the loader's first start): the per-epoch figure
+    comes from the epochs after it where there are any, and the first epoch's excess is added
+    once. One epoch timed: its cold figure, an overestimate. A record without the list: its mean."""
+    if isinstance(overheads, (list, tuple)) and overheads:
+        if len(overheads) == 1:
+            return float(overheads[0]), 0.0
+        warm = sum(overheads[1:]) / (len(overheads) - 1)
+        return warm, max(0.0, float(overheads[0]) - warm)
+    return mean_overhead, 0.0
+
+
+def first_part(record) -> dict | None:
+    """A full run's figures as throughput mode would have had them: its stopping rule replayed on
+    the run's first windows (metrics.json window_seconds), so the projection made from them is
+    checked against the rest of the run, not against itself. None where the windows are not
+    recorded (older records)."""
+    seconds, samples = record.get("window_seconds"), record.get("window_samples")
+    if not isinstance(seconds, (list, tuple)) or not isinstance(samples, (list, tuple)) or not seconds:
+        return None
+    rule = steadystate.Rule(window_steps=int(record.get("window_steps") or 20),
+                            precision=float(record.get("target_precision") or 0.02),
+                            min_windows=int(record.get("min_windows") or 30))
+    used = len(seconds)
+    decision = steadystate.decide(list(seconds), list(samples), rule, ended=True)
+    for n in range(rule.min_windows, len(seconds) + 1):
+        if rule.looks_at(n):
+            tried = steadystate.decide(list(seconds[:n]), list(samples[:n]), rule)
+            if tried.stop:
+                used, decision = n, tried
+                break
+    steps = used * rule.window_steps
+    per_step = _number(record.get("batch_per_device")) or 0
+    world = _number(record.get("world_size")) or 1
+    spe = _number(record.get("samples_per_epoch"))
+    epochs = math.ceil(steps * per_step * world / spe) if spe and per_step else 1
+    overheads = record.get("epoch_overheads_s")
+    return {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
+            "warmup_excess_s": steadystate.warmup_excess_s(list(seconds[:used]), list(samples[:used]), decision),
+            "epoch_overheads_s": list(overheads[:max(1, epochs)]) if isinstance(overheads, (list, tuple)) else None,
+            "steps": steps}
+
+
 def project_run(record) -> tuple[float, str | None]:
-    """(projected seconds of the configured training, None) or (NaN, why it cannot be projected)."""
+    """(projected seconds of the configured training, None) or (NaN, why it cannot be projected).
+    A full run is projected from its first part only (first_part), as throughput mode would
+    have measured it."""
+    record = dict(record)
+    if record.get("measure") != THROUGHPUT:
+        part = first_part(record)
+        if part is not None:
+            record.update(part)
     values = {key: _number(record.get(key)) for key in INPUTS}
     missing = [key for key, value in values.items() if value is None]
     if missing:
         return math.nan, f"not recorded: {', '.join(missing)}"
     if values["window_throughput_samples_s"] <= 0:
         return math.nan, "no steady window throughput measured"
-    per_epoch = values["samples_per_epoch"] / values["window_throughput_samples_s"] + values["epoch_overhead_s"]
-    return values["configured_epochs"] * per_epoch + values["warmup_excess_s"], None
+    per_epoch_overhead, one_off = epoch_costs(record.get("epoch_overheads_s"), values["epoch_overhead_s"])
+    per_epoch = values["samples_per_epoch"] / values["window_throughput_samples_s"] + per_epoch_overhead
+    return values["configured_epochs"] * per_epoch + one_off + values["warmup_excess_s"], None
 
 
 def measured_run(record) -> float:
@@ -64,10 +123,12 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, record in runs.iterrows():
         projected, why = project_run(record)
+        part = first_part(record) if full else None
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
                      "projected_s": projected, "why_na": why,
-                     "measured_s": measured_run(record) if full else math.nan})
-    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s"])
+                     "measured_s": measured_run(record) if full else math.nan,
+                     "from_steps": part["steps"] if part else _number(record.get("steps_measured"))})
+    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s", "from_steps"])
 
 
 def _reasons(values: pd.Series) -> str | None:
@@ -87,7 +148,13 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
         projected = math.nan if why else float(group["projected_s"].median())
         measured = float(group["measured_s"].median()) if group["measured_s"].notna().all() else math.nan
         world = int(group["world_size"].iloc[0])
+        record = runs[runs["topology"] == topology].iloc[0]
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
+                     # what is projected: so many epochs at this global batch (weak scaling grows it)
+                     "epochs": _number(record.get("configured_epochs")),
+                     # the training steps the projection was made from (median over repeats)
+                     "from_steps": float(group["from_steps"].median()) if group["from_steps"].notna().any() else math.nan,
+                     "global_batch": _number(record.get("effective_batch")),
                      "projected_s": projected, "projected_device_hours": projected * world / 3600.0,
                      "measured_s": measured, "error": projected / measured - 1.0 if measured else math.nan,
                      "why_na": why})
@@ -141,12 +208,48 @@ def hours(value) -> str:
     return f"{value:,.{max(0, 2 - math.floor(math.log10(value)))}f}"
 
 
+def what(row) -> str:
+    """'50 epochs at global batch 256': what a projection is of (n/a parts left out)."""
+    epochs, batch = row.get("epochs"), row.get("global_batch")
+    text = f"{epochs:.0f} epochs" if known(epochs) else "the configured epochs"
+    return text + (f" at global batch {batch:,.0f}" if known(batch) else "")
+
+
 def sentence(table: pd.DataFrame, label: str) -> str:
-    """'full training on 1x4: 5.0 h, 20 GPU-hours; on 2x4: 3.1 h, 25 GPU-hours' (n/a rows left out)."""
+    """'full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20 GPU-hours; on 2x4 (...): ...'
+    (n/a rows left out)."""
     known_rows = table[table["projected_s"].notna()]
-    parts = [f"{r['topology']}: {duration(r['projected_s'])}, {hours(r['projected_device_hours'])} {label}"
-             for _, r in known_rows.iterrows()]
+    parts = [f"{r['topology']} ({what(r)}): {duration(r['projected_s'])}, "
+             f"{hours(r['projected_device_hours'])} {label}" for _, r in known_rows.iterrows()]
     return "full training on " + "; on ".join(parts) if parts else ""
+
+
+def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame) -> str | None:
+    """Where the global batch grew over the baseline's and accuracy was not compared at it, a
+    projection of the configured epochs assumes those epochs converge at the larger batch, which
+    nothing here showed (MLPerf keeps reference convergence points per batch size for this)."""
+    if table is None or table.empty or "global_batch" not in table:
+        return None
+    baseline = summary.attrs.get("baseline")
+    base = table.loc[table["topology"] == baseline, "global_batch"]
+    if base.empty or not known(base.iloc[0]):
+        return None
+    grown = table[(table["global_batch"] > base.iloc[0]) & table["projected_s"].notna()]
+    if grown.empty:
+        return None
+    held = summary.set_index("topology")["accuracy_held"] if "accuracy_held" in summary else None
+    def shown(topology) -> bool:
+        value = held.get(topology) if held is not None else None
+        return value is not None and pd.notna(value) and bool(value)
+
+    untested = [t for t in grown["topology"] if not shown(t)]
+    if not untested:
+        return None
+    batches = ", ".join(f"{t} {b:,.0f}" for t, b in zip(grown["topology"], grown["global_batch"]) if t in untested)
+    return (f"The projections of {', '.join(untested)} are of the configured epochs at a global batch larger "
+            f"than the baseline's {base.iloc[0]:,.0f} ({batches}), and accuracy was not shown to hold at it "
+            "here: a larger batch can need more epochs to converge. Train the configured epochs in full "
+            "(measure: full, 3 or more repeats) to test it, or scale the batch strongly (batch.scaling: strong)")
 
 
 def cost_sentence(table: pd.DataFrame, label: str) -> str:
