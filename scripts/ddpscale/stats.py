@@ -47,12 +47,13 @@ def difference_bounds(a: list[float], b: list[float]) -> tuple[float, float, flo
     return diff, diff - margin, diff + margin
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def mean_interval(values: list[float]) -> tuple[float, float]:
     """(mean, half-width of its 95% interval); the half-width is NaN below 2 values."""
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan")
-    mean = sum(values) / n
+    n, mean = len(values), _mean(values)
     if n < 2:
         return mean, float("nan")
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
@@ -101,10 +102,7 @@ def mean_interval_correlated(values: list[float]) -> tuple[float, float]:
     non-overlapping batch means' (batches of consecutive values whose means are nearly
     independent when the batches are long) and the AR(1) one (ar1_inflation), which does not
     need long batches; t with the batches' degrees of freedom. NaN below 2 values."""
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan")
-    mean = sum(values) / n
+    n, mean = len(values), _mean(values)
     if n < 2:
         return mean, float("nan")
     b = batch_count(n)
