@@ -3,6 +3,7 @@ answer itself cost, and how the report shows throughput mode: the interval withi
 it stopped, accuracy not compared, and a refusal to mix modes. Hand-made metrics records."""
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -100,6 +101,19 @@ def test_a_full_run_is_projected_from_its_first_part_so_the_check_can_fail():
     assert whole > 1.4 * projected  # the whole run's own figure would hide the extrapolation
 
 
+def test_projected_held_hours_count_what_the_answer_s_held_cost_counts():
+    """Issue 29 item 3: the answer's cost is held time (start-up and set-up included); a
+    projection of training time alone would compare less with more. The run held its devices
+    40 s, 3 s of it probing, 24 s in windows and epochs: 13 s outside training, added once."""
+    record = {**KNOWN, "held_s": 40.0, "probe_s": 3.0, "window_seconds": [10.0, 8.0], "epoch_overheads_s": [6.0],
+              "attempts": 1}
+    assert projection.outside_training_s(record) == pytest.approx(13.0)
+    assert np.isnan(projection.outside_training_s({**record, "attempts": 2}))  # held spans attempts
+    table = build([windows_run("1x1", **record), windows_run("1x2", **record)]).projection.set_index("topology")
+    assert table.loc["1x2", "projected_held_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 2 / 3600)
+    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
+
+
 def test_the_sentences_read_like_the_issue():
     table = pd.DataFrame({"topology": ["1x4", "2x4"], "world_size": [4, 8], "projected_s": [18000.0, 11160.0],
                           "projected_device_hours": [20.0, 24.8], "epochs": [50.0, 50.0],
@@ -109,7 +123,7 @@ def test_the_sentences_read_like_the_issue():
         "on 2x4 (50 epochs at global batch 256): 3.1 h, 24.8 GPU-hours")
     table.attrs.update(measure="throughput", answer_device_hours=0.75, full_device_hours=44.8)
     assert projection.cost_sentence(table, "GPU-hours") == \
-        "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours."
+        "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours (held)."
     assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
 
 

@@ -44,6 +44,10 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     assert steadystate.Rule(min_windows=5).looks_at(windows_used) and m["steps_measured"] == 5 * windows_used
     # every window is in the record, so the interval can be recomputed
     assert len(m["window_seconds"]) == len(m["window_samples"]) == windows_used and m["windows_settled"]
+    # and what the run held its devices for outside training, for the projected held hours
+    from ddpscale.report import projection
+
+    assert m["probe_s"] == 0.0 and 0 < projection.outside_training_s(m) < m["held_s"]
     assert m["stop_steps_by_rank"] == [5 * windows_used] * 2, "the ranks stopped at different steps, or not where decided"
     # the whole epochs before the stop and the one it cut short, validated
     assert m["epochs_completed"] == 1 + 5 * windows_used // 14

@@ -16,14 +16,15 @@ def projection_table(data):
         return None
     label = hours_label(data.summary)
     full = table.attrs.get("measure") != "throughput"
-    heads = ["Topology", "Devices", "Projected training", "Projected time", f"Projected {label}"]
+    heads = ["Topology", "Devices", "Projected training", "Projected time", f"Projected {label}",
+             f"Projected {label} held"]
     heads += ["Measured time", "Projection off by"] if full else []
     why = table["why_na"].notna().any()  # a column of its own only where a row needs it
     heads += ["Not projected because"] if why else []
     rows = []
     for _, r in table.iterrows():
         cells = [str(r["topology"]), str(int(r["world_size"])), what(r), duration(r["projected_s"]),
-                 hours(r["projected_device_hours"])]
+                 hours(r["projected_device_hours"]), hours(r["projected_held_device_hours"])]
         if full:
             cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
         cells += [r["why_na"] or ""] if why else []
@@ -35,7 +36,9 @@ def projection_table(data):
             "epoch / steady window throughput + the seconds per epoch no training step took: loader start, "
             "validation, checkpoint save, from the epochs after the first where there are any) + the first "
             "epoch's one-off excess of those (a cold first validation and save) + the "
-            f"warm-up's excess over the steady rate; {label} = that x devices; median over repeats. "
+            f"warm-up's excess over the steady rate; {label} = that x devices; held = that plus the seconds the "
+            "run held its devices outside training (start-up, process group and data set-up, the test pass; "
+            f"the probe left out), as the answer's cost counts them; median over repeats. "
             f"This answer's cost is the time every run held its devices x devices, summed.")
     if full:
         steps = ", ".join(dict.fromkeys(num(v, 0) for v in table["from_steps"] if pd.notna(v))) or "n/a"

@@ -36,7 +36,7 @@ INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s
           "warmup_excess_s")
 
 PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_batch", "from_steps", "projected_s",
-                      "projected_device_hours", "measured_s", "error", "why_na")
+                      "projected_device_hours", "projected_held_device_hours", "measured_s", "error", "why_na")
 
 
 def _number(value) -> float | None:
@@ -111,6 +111,23 @@ def project_run(record) -> tuple[float, str | None]:
     return values["configured_epochs"] * per_epoch + one_off + values["warmup_excess_s"], None
 
 
+def outside_training_s(record) -> float:
+    """Seconds the run held its devices outside what the projection models (its windows and
+    its epochs' non-training seconds): process start, process-group and data set-up, the
+    sanity check, a partial last window, the test pass and writing the record; the probe (a
+    measurement, not part of a training) left out. A full training pays these too, once, so
+    its projected held device-hours add them, as "this answer cost" counts them in held time.
+    NaN where a key is missing or the run was resumed (its held time spans attempts its windows
+    do not)."""
+    held, probe = _number(record.get("held_s")), _number(record.get("probe_s"))
+    seconds, overheads = record.get("window_seconds"), record.get("epoch_overheads_s")
+    attempts = _number(record.get("attempts")) or 1
+    if held is None or probe is None or attempts > 1 or not isinstance(seconds, (list, tuple)) \
+            or not isinstance(overheads, (list, tuple)):
+        return math.nan
+    return max(0.0, held - probe - sum(seconds) - sum(overheads))
+
+
 def measured_run(record) -> float:
     """A full run's own full-training seconds: its epochs plus its checkpoint writes."""
     fit, checkpoint = _number(record.get("fit_time_s")), _number(record.get("checkpoint_s"))
@@ -127,8 +144,10 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
                      "projected_s": projected, "why_na": why,
                      "measured_s": measured_run(record) if full else math.nan,
-                     "from_steps": part["steps"] if part else _number(record.get("steps_measured"))})
-    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s", "from_steps"])
+                     "from_steps": part["steps"] if part else _number(record.get("steps_measured")),
+                     "outside_s": outside_training_s(record)})
+    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s", "from_steps",
+                                       "outside_s"])
 
 
 def _reasons(values: pd.Series) -> str | None:
@@ -149,6 +168,9 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
         measured = float(group["measured_s"].median()) if group["measured_s"].notna().all() else math.nan
         world = int(group["world_size"].iloc[0])
         record = runs[runs["topology"] == topology].iloc[0]
+        # the projected training plus what a training holds its devices for besides (start-up,
+        # set-up, the test pass): the same things the answer's held cost counts
+        outside = float(group["outside_s"].median()) if group["outside_s"].notna().all() else math.nan
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
                      # what is projected: so many epochs at this global batch (weak scaling grows it)
                      "epochs": _number(record.get("configured_epochs")),
@@ -156,6 +178,7 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
                      "from_steps": float(group["from_steps"].median()) if group["from_steps"].notna().any() else math.nan,
                      "global_batch": _number(record.get("effective_batch")),
                      "projected_s": projected, "projected_device_hours": projected * world / 3600.0,
+                     "projected_held_device_hours": (projected + outside) * world / 3600.0,
                      "measured_s": measured, "error": projected / measured - 1.0 if measured else math.nan,
                      "why_na": why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
@@ -179,11 +202,14 @@ def answer_cost(runs: pd.DataFrame) -> tuple[float, str | None]:
 
 
 def full_cost(table: pd.DataFrame) -> tuple[float, str | None]:
-    """What answering by full training would have cost: one projected full training per topology."""
+    """What answering by full training would have cost: one projected full training per
+    topology, held device-hours (start-up and set-up included, as the answer's cost counts them)
+    where every topology's are known, else the training's alone."""
     missing = table[table["projected_device_hours"].isna()]
     if len(missing):
         return math.nan, f"{', '.join(map(str, missing['topology']))} could not be projected"
-    return float(table["projected_device_hours"].sum()), None
+    held = table["projected_held_device_hours"]
+    return float((held if held.notna().all() else table["projected_device_hours"]).sum()), None
 
 
 def duration(seconds) -> str:
@@ -259,7 +285,7 @@ def cost_sentence(table: pd.DataFrame, label: str) -> str:
             else f"What this answer cost is not known ({table.attrs.get('answer_why_na')})")
     if table.attrs.get("measure") == THROUGHPUT:
         full = table.attrs.get("full_device_hours", math.nan)
-        text += (f"; training every topology in full would take {hours(full)} {label}" if not pd.isna(full)
+        text += (f"; training every topology in full would take {hours(full)} {label} (held)" if not pd.isna(full)
                  else f"; what training every topology in full would take is not known "
                       f"({table.attrs.get('full_why_na')})")
     return text + "."
@@ -270,4 +296,5 @@ def rounded(table: pd.DataFrame) -> pd.DataFrame:
     out = table.copy()
     out["projected_s"], out["measured_s"] = out["projected_s"].round(1), out["measured_s"].round(1)
     out["projected_device_hours"], out["error"] = out["projected_device_hours"].round(6), out["error"].round(4)
+    out["projected_held_device_hours"] = out["projected_held_device_hours"].round(6)
     return out
