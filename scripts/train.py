@@ -54,6 +54,9 @@ def parse_args(argv=None):
                    help="half-width of the 95%% interval of the mean window throughput, over the mean, at which "
                         "throughput mode stops (config throughput.precision)")
     p.add_argument("--window-steps", type=int, default=20, help="training batches per timed window")
+    p.add_argument("--held-devices", type=int, default=None,
+                   help="GPUs the job holds and is billed for, where it holds whole nodes (site_exclusive); "
+                        "default: its ranks")
     p.add_argument("--min-windows", type=int, default=30,
                    help="throughput mode: windows timed before the rule first looks (config throughput.min_windows)")
     p.add_argument("--measure-max-steps", type=int, default=None,
@@ -88,7 +91,7 @@ def run_settings(args) -> dict:
     for these only (paths, threads, the attempt and whether it probes do not change them)."""
     return {k: v for k, v in vars(args).items()
             if k not in ("metrics", "ckpt_dir", "threads", "attempt", "probe", "probe_batch_sizes", "held_from_job",
-                         "accuracy_metric", "epoch_metric", "site_interconnect", *NOT_IDENTITY)}
+                         "accuracy_metric", "epoch_metric", "site_interconnect", "held_devices", *NOT_IDENTITY)}
 
 
 def main(argv=None) -> int:
@@ -151,6 +154,8 @@ def main(argv=None) -> int:
         # wall time of this attempt's trainer.fit (set-up included, the probe not); fit_time_s
         # is the sum of finished epochs over all attempts, the figure the report compares
         record["probe_s"] = measured.probe.seconds if measured.probe else 0.0
+        # what held time is billed for: whole nodes with site_exclusive, else the ranks
+        record["held_devices"] = args.held_devices or record["world_size"]
         record["fit_wall_s"] = fit_wall_s - record["probe_s"]
         # throughput mode's figure replaces the epochs' (ddpscale.measurement.windows)
         record.update(windows.run_entries(args.measure, args.max_epochs, measured.windows.record()))

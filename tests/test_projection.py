@@ -114,6 +114,18 @@ def test_projected_held_hours_count_what_the_answer_s_held_cost_counts():
     assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
 
 
+def test_a_job_holding_whole_nodes_is_billed_for_them():
+    """Issue 29 item 3: with site_exclusive a 1x2 job on a 4-GPU node holds (and pays for) 4
+    GPUs; its held hours, the answer's cost and its projected held hours count 4, not 2."""
+    runs = [windows_run("1x1", held_s=36.0, held_devices=4), windows_run("1x2", held_s=36.0, held_devices=4)]
+    data = build(runs)
+    assert data.summary.set_index("topology").loc["1x2", "held_gpu_hours"] == pytest.approx(36.0 * 4 / 3600)
+    assert data.projection.attrs["answer_device_hours"] == pytest.approx(2 * 36.0 * 4 / 3600)
+    # a record from before held_devices: its ranks
+    older = build([windows_run("1x1", held_s=36.0), windows_run("1x2", held_s=36.0)])
+    assert older.projection.attrs["answer_device_hours"] == pytest.approx(36.0 * 3 / 3600)
+
+
 def test_the_sentences_read_like_the_issue():
     table = pd.DataFrame({"topology": ["1x4", "2x4"], "world_size": [4, 8], "projected_s": [18000.0, 11160.0],
                           "projected_device_hours": [20.0, 24.8], "epochs": [50.0, 50.0],

@@ -28,13 +28,16 @@ def profile_runtime(profile: dict, rule: str) -> int:
     raise AssertionError(f"{PROFILE} sets no runtime for {rule}")
 
 
-def dry_run(workspace, finished: list[str] = ()):
+def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = False):
     """`snakemake --profile profiles/gilbreth -n` in a workspace, the account set as a user
-    sets it; `finished`: topologies whose first repeat has a metrics.json already."""
+    sets it; `finished`: topologies whose first repeat has a metrics.json already; exclusive:
+    the site gives whole nodes (site_exclusive)."""
     config = tiny_config(topologies=list(TOPOLOGIES), repeats=1)
     workspace.write_config(config)
     profile = yaml.safe_load((ROOT / f"profiles/{PROFILE}/config.yaml").read_text())
     profile["default-resources"]["slurm_account"] = "test_account"
+    if exclusive:
+        profile["set-resources"]["train"]["site_exclusive"] = True
     (workspace.path / f"profiles/{PROFILE}/config.yaml").write_text(yaml.safe_dump(profile))
     if finished:  # a finished run needs the dataset it used (common_data.smk checks it)
         data = workspace.results / "data/spiral"
@@ -45,11 +48,11 @@ def dry_run(workspace, finished: list[str] = ()):
     for name in finished:
         workspace.metrics(name).parent.mkdir(parents=True)
         workspace.metrics(name).write_text(json.dumps({"topology": name}))
-    proc = subprocess.run([*SNAKEMAKE, "--profile", f"profiles/{PROFILE}", "-n"], cwd=workspace.path,
+    proc = subprocess.run([*SNAKEMAKE, "--profile", f"profiles/{PROFILE}", "-n", *flags], cwd=workspace.path,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return profile, config, proc.stderr
+    return profile, config, proc.stderr + proc.stdout
 
 
 def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
@@ -75,3 +78,14 @@ def test_a_finished_run_is_left_out_of_the_total(workspace):
     assert "2x2 r0 (train_multi_node): finished (its metrics.json exists)" in stderr
     rest = 1 * profile_runtime(profile, "train_baseline") / 60 + 2 * profile_runtime(profile, "train_single_node") / 60
     assert f"reserves at most {rest:.1f} GPU-hours (2 jobs; 1 finished run not counted: 2x2/r0)" in stderr
+
+
+def test_whole_nodes_are_what_a_run_is_billed_for_with_site_exclusive(workspace):
+    """Issue 29 item 3: held time x devices under-bills a job that holds whole nodes. With
+    site_exclusive each training job tells train.py the GPUs it holds (gilbreth: 2 a node), so
+    the report bills those; the reservation says the same."""
+    _, _, stderr = dry_run(workspace, (), "--printshellcmds", exclusive=True)
+    assert "1 GPU x" not in stderr and "1x1 r0 (train_baseline): 2 GPUs (whole nodes: site_exclusive)" in stderr
+    commands = [line for line in stderr.splitlines() if "scripts/train.py" in line and "--topology" in line]
+    held = {line.split("--topology ")[1].split()[0]: line.split("--held-devices ")[1].split()[0] for line in commands}
+    assert held == {"1x1": "2", "1x2": "2", "2x2": "4"}, commands

@@ -219,6 +219,15 @@ def test_exclusive_is_off_in_every_shipped_profile():
         assert "--exclusive" not in slurm_resources(parse_topology("1x1"), profile_site(profile))["slurm_extra"]
 
 
+def test_a_site_of_whole_nodes_holds_every_gpu_of_each_node():
+    whole = site_from_resources({"site_launcher": "srun", "site_gpus_per_node": 4, "site_exclusive": True})
+    assert whole.whole_nodes and whole.held_devices(2, 4) == 8 and whole.held_devices(1, 1) == 4
+    shared = site_from_resources({"site_launcher": "srun", "site_gpus_per_node": 4})
+    assert not shared.whole_nodes and shared.held_devices(2, 4) == 4
+    local = site_from_resources({"site_launcher": "local", "site_exclusive": True})
+    assert not local.whole_nodes and local.held_devices(1, 2) == 2
+
+
 def test_local_site_has_no_slurm_extra():
     site = site_from_resources({"site_launcher": "local", "site_exclusive": True})
     assert slurm_resources(parse_topology("2x4"), site)["slurm_extra"] == ""

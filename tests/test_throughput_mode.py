@@ -48,6 +48,7 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     from ddpscale.report import projection
 
     assert m["probe_s"] == 0.0 and 0 < projection.outside_training_s(m) < m["held_s"]
+    assert m["held_devices"] == 2  # its ranks: no site_exclusive here
     assert m["stop_steps_by_rank"] == [5 * windows_used] * 2, "the ranks stopped at different steps, or not where decided"
     # the whole epochs before the stop and the one it cut short, validated
     assert m["epochs_completed"] == 1 + 5 * windows_used // 14

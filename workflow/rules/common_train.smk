@@ -182,6 +182,11 @@ def get_train_flags(wildcards):
     # the commands of every other site (and so their finished runs) stay as they were
     if SITE.interconnect != "unknown":
         flags["--site-interconnect"] = SITE.interconnect
+    # what the job is billed for, where the site gives it whole nodes (only there, so every
+    # other site's commands stay as they were)
+    if SITE.whole_nodes:
+        topo = parse_topology(wildcards.topology)
+        flags["--held-devices"] = SITE.held_devices(topo.num_nodes, topo.world_size)
     # a cluster job holds its devices from the job's start, whatever ran before train.py; the
     # 1-device run has no SLURM process group (cluster_env local), so train.py is told
     held = "" if SITE.is_local else " --held-from-job"

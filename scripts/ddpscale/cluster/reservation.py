@@ -48,8 +48,7 @@ def training_jobs(stage_topologies: dict, repeats: list[int], site: Site, runtim
         for name in names:
             topo = parse_topology(name)
             # --exclusive holds every GPU of each node, used or not: that is what is reserved
-            whole = site.exclusive and not site.is_local and site.gpus_per_node is not None
-            devices = topo.num_nodes * site.gpus_per_node if whole else topo.world_size
+            whole, devices = site.whole_nodes, site.held_devices(topo.num_nodes, topo.world_size)
             for repeat in repeats:
                 jobs.append(Job(name, repeat, rule, devices, whole, runtimes.get(rule),
                                 bool(finished and finished(name, repeat))))

@@ -52,6 +52,16 @@ class Site:
     def is_local(self) -> bool:
         return self.launcher == "local"
 
+    @property
+    def whole_nodes(self) -> bool:
+        """Training jobs hold every GPU of their nodes, used or not (--exclusive)."""
+        return self.exclusive and not self.is_local and self.gpus_per_node is not None
+
+    def held_devices(self, num_nodes: int, world_size: int) -> int:
+        """The GPUs a training job of this shape holds, and is billed for: its ranks, or its
+        nodes' every GPU with site_exclusive."""
+        return num_nodes * self.gpus_per_node if self.whole_nodes else world_size
+
 
 def refuse_slurm_extra(resources: dict, where: str) -> None:
     """A profile's own slurm_extra for train or probe would silently replace the per-topology one."""

@@ -10,7 +10,7 @@ import pandas as pd
 from ddpscale.report import accuracy, transport
 from ddpscale.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
-                                     column, device_kinds, known, measure_mode)
+                                     column, device_kinds, held_devices, known, measure_mode)
 from ddpscale.stats import mean_interval
 
 SUMMARY_COLUMNS = (
@@ -163,8 +163,10 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     for col in median_cols:  # older metrics files lack samples_trained and held_s: NaN, n/a
         runs[col] = pd.to_numeric(column(runs, col), errors="coerce")
 
+    runs["held_devices"] = held_devices(runs)
     grouped = runs.groupby("topology", sort=False)
     table = grouped.agg(
+        held_devices=("held_devices", "first"),
         num_nodes=("num_nodes", "first"),
         devices_per_node=("devices_per_node", "first"),
         world_size=("world_size", "first"),
@@ -192,7 +194,8 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     same = (table["samples_trained"] - base["samples_trained"]).abs() <= SAME_SAMPLES * base["samples_trained"]
     table["time_speedup"] = (base["fit_time_s"] / table["fit_time_s"]).where(same)
     table["gpu_hours"] = table["fit_time_s"] * table["world_size"] / 3600.0
-    table["held_gpu_hours"] = table["held_s"] * table["world_size"] / 3600.0
+    # billed for what the job held: whole nodes with site_exclusive, else its ranks
+    table["held_gpu_hours"] = table["held_s"] * table["held_devices"] / 3600.0
     table["gpu_seconds_per_sample"] = table["world_size"] / table["throughput_samples_s"]
 
     table["measure"] = measure

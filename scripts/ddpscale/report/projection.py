@@ -29,7 +29,7 @@ import pandas as pd
 
 from ddpscale.measurement import steadystate
 from ddpscale.measuremode import THROUGHPUT
-from ddpscale.report.records import column, known, measure_mode
+from ddpscale.report.records import column, held_devices, known, measure_mode
 
 # What one projection needs from a metrics record (the lead's contract for issue 21).
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
@@ -171,6 +171,7 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
         # the projected training plus what a training holds its devices for besides (start-up,
         # set-up, the test pass): the same things the answer's held cost counts
         outside = float(group["outside_s"].median()) if group["outside_s"].notna().all() else math.nan
+        billed = float(held_devices(runs[runs["topology"] == topology]).iloc[0])
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
                      # what is projected: so many epochs at this global batch (weak scaling grows it)
                      "epochs": _number(record.get("configured_epochs")),
@@ -178,7 +179,7 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
                      "from_steps": float(group["from_steps"].median()) if group["from_steps"].notna().any() else math.nan,
                      "global_batch": _number(record.get("effective_batch")),
                      "projected_s": projected, "projected_device_hours": projected * world / 3600.0,
-                     "projected_held_device_hours": (projected + outside) * world / 3600.0,
+                     "projected_held_device_hours": (projected + outside) * billed / 3600.0,
                      "measured_s": measured, "error": projected / measured - 1.0 if measured else math.nan,
                      "why_na": why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
@@ -198,7 +199,7 @@ def answer_cost(runs: pd.DataFrame) -> tuple[float, str | None]:
     if held.isna().any():
         names = ", ".join(f"{t}/r{r}" for t, r in zip(runs.loc[held.isna(), "topology"], runs.loc[held.isna(), "repeat"]))
         return math.nan, f"run(s) {names} recorded no held time"
-    return float((held * runs["world_size"]).sum() / 3600.0), None
+    return float((held * held_devices(runs)).sum() / 3600.0), None
 
 
 def full_cost(table: pd.DataFrame) -> tuple[float, str | None]:

@@ -87,6 +87,13 @@ def column(runs: pd.DataFrame, key: str) -> pd.Series:
     return runs[key] if key in runs.columns else pd.Series(None, index=runs.index, dtype=object)
 
 
+def held_devices(runs: pd.DataFrame) -> pd.Series:
+    """The devices each run's held time is billed for: whole nodes where the site gives them
+    (held_devices, site_exclusive), else its ranks (and for records from before the key)."""
+    held = pd.to_numeric(column(runs, "held_devices"), errors="coerce")
+    return held.fillna(runs["world_size"]).astype(float)
+
+
 def device_kinds(runs: pd.DataFrame) -> pd.Series:
     """"cuda" or "cpu" per run: the recorded device_kind, else what `simulated` implies."""
     kinds = column(runs, "device_kind")
