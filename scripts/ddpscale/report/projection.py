@@ -31,7 +31,7 @@ from ddpscale.measurement import steadystate
 from ddpscale.measuremode import THROUGHPUT
 from ddpscale.report.records import column, held_devices, known, measure_mode
 
-# What one projection needs from a metrics record (the lead's contract for issue 21).
+# What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
           "warmup_excess_s")
 
@@ -71,14 +71,14 @@ def first_part(record) -> dict | None:
     rule = steadystate.Rule(window_steps=int(record.get("window_steps") or 20),
                             precision=float(record.get("target_precision") or 0.02),
                             min_windows=int(record.get("min_windows") or 30))
-    used = len(seconds)
-    decision = steadystate.decide(list(seconds), list(samples), rule, ended=True)
-    for n in range(rule.min_windows, len(seconds) + 1):
-        if rule.looks_at(n):
-            tried = steadystate.decide(list(seconds[:n]), list(samples[:n]), rule)
-            if tried.stop:
-                used, decision = n, tried
+    for used in range(rule.min_windows, len(seconds) + 1):
+        if rule.looks_at(used):
+            decision = steadystate.decide(list(seconds[:used]), list(samples[:used]), rule)
+            if decision.stop:
                 break
+    else:  # the rule would never have stopped: all the windows, as at the end of training
+        used = len(seconds)
+        decision = steadystate.decide(list(seconds), list(samples), rule, ended=True)
     steps = used * rule.window_steps
     per_step = _number(record.get("batch_per_device")) or 0
     world = _number(record.get("world_size")) or 1
@@ -91,13 +91,13 @@ def first_part(record) -> dict | None:
             "steps": steps}
 
 
-def project_run(record) -> tuple[float, str | None]:
+def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
     """(projected seconds of the configured training, None) or (NaN, why it cannot be projected).
-    A full run is projected from its first part only (first_part), as throughput mode would
-    have measured it."""
+    A full run is projected from its first part only (first_part, computed here unless the
+    caller has it), as throughput mode would have measured it."""
     record = dict(record)
     if record.get("measure") != THROUGHPUT:
-        part = first_part(record)
+        part = part if part is not None else first_part(record)
         if part is not None:
             record.update(part)
     values = {key: _number(record.get(key)) for key in INPUTS}
@@ -139,8 +139,8 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
     full = measure_mode(runs) != THROUGHPUT
     rows = []
     for _, record in runs.iterrows():
-        projected, why = project_run(record)
         part = first_part(record) if full else None
+        projected, why = project_run(record, part)
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
                      "projected_s": projected, "why_na": why,
                      "measured_s": measured_run(record) if full else math.nan,
