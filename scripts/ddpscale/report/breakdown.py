@@ -311,12 +311,13 @@ def explain(row, linear: bool = False) -> str:
         return "no measured step"
     if agrees(row):
         said = f"prediction and measurement agree ({unexplained(row)}, within {AGREE_STEP:.0%})"
-        # a multi-device topology says what bounds it: a user reads "communication" here before
-        # buying more nodes
-        return f"{said}; {largest_term(row)}" if row["world_size"] > 1 else said
-    term = off_term(row)
-    meas, pred = row[f"{term}_measured_s"], row[f"{term}_predicted_s"]
-    ratio = f"{meas / pred:.1f}x" if pred > 0 else "above zero"
-    hint = (LINEAR_HINTS if linear and term == "compute" else HINTS)[(term, meas > pred)]
-    return (f"{unexplained(row)}, beyond {AGREE_STEP:.0%}; {TERM_WORDS[term]} is off: {meas * 1e3:.2f} ms "
-            f"per step measured vs {pred * 1e3:.2f} ms predicted ({ratio}): {hint}")
+    else:
+        term = off_term(row)
+        meas, pred = row[f"{term}_measured_s"], row[f"{term}_predicted_s"]
+        ratio = f"{meas / pred:.1f}x" if pred > 0 else "above zero"
+        hint = (LINEAR_HINTS if linear and term == "compute" else HINTS)[(term, meas > pred)]
+        said = (f"{unexplained(row)}, beyond {AGREE_STEP:.0%}; {TERM_WORDS[term]} is off: {meas * 1e3:.2f} ms "
+                f"per step measured vs {pred * 1e3:.2f} ms predicted ({ratio}): {hint}")
+    # a multi-device topology says what bounds it, agreeing or not: a user reads "communication"
+    # here before buying more nodes
+    return f"{said}; {largest_term(row)}" if row["world_size"] > 1 else said
