@@ -1,4 +1,4 @@
-"""Issue 21's targets, measured: throughput mode against the full training it stands for.
+"""Throughput mode's targets, measured: throughput mode against the full training it stands for.
 
 Per topology, on one config (the spiral MLP, strong batch 64, `EPOCHS` epochs, CPU-simulated
 devices, one thread per rank as the local profile runs them), train.py runs twice, as the

@@ -1,4 +1,4 @@
-"""A GPU run stops at start when torch sees no CUDA device (issue 19, item 3).
+"""A GPU run stops at start when torch sees no CUDA device.
 
 With `accelerator: auto`, Lightning trains on the CPU without a word when the CUDA build of
 torch cannot start on a node (its driver too old, no driver, a CPU-only wheel), and the report

@@ -1,4 +1,4 @@
-"""Record the network each rank's collectives used (issue 19, item 4): the transport NCCL chose
+"""Record the network each rank's collectives used: the transport NCCL chose
 (read from its own log, which this module turns on before the process group forms) or the
 interface gloo bound to. The parsing is ddpscale.measurement.transport; this is the I/O.
 
