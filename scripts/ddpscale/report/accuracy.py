@@ -86,28 +86,28 @@ def not_tested(n: int) -> str:
 
 
 def verdict(values: list[float], baseline: list[float], tolerance: float, direction_: str,
-            is_baseline: bool = False) -> tuple[bool | None, str, float, float]:
+            is_baseline: bool = False) -> tuple[bool | None, str, float]:
     """Whether a topology's metric held against the baseline's, as a test over seeds (one
-    repeat, one seed): (held, what accuracy_test says, the change the wrong way, its one-sided
-    95% bounds' far end). A non-inferiority test at the tolerance (Welch's t, one-sided 95%):
+    repeat, one seed): (held, what accuracy_test says, the end of the one-sided 95% interval of
+    the change the wrong way that decided it). A non-inferiority test at the tolerance (Welch's t, one-sided 95%):
     held (True) where even the worst end of the interval of the change is within tolerance;
     not held (False) where even its best end is beyond it; else inconclusive (None). Fewer than
     MIN_SEEDS on either side: not tested (None)."""
     if not values or not baseline:
-        return None, NOT_LOGGED, float("nan"), float("nan")
+        return None, NOT_LOGGED, float("nan")
     if is_baseline:
-        return True, REFERENCE, 0.0, 0.0
-    diff, low, high = difference_bounds(values, baseline)
-    # the change the wrong way (a drop where higher is better), and its interval's ends
-    worse, best, worst = (-diff, -high, -low) if direction_ == "max" else (diff, low, high)
+        return True, REFERENCE, 0.0
+    _, low, high = difference_bounds(values, baseline)
+    # the ends of the interval of the change the wrong way (a drop where higher is better)
+    best, worst = (-high, -low) if direction_ == "max" else (low, high)
     seeds = min(len(values), len(baseline))
     if seeds < MIN_SEEDS:
-        return None, not_tested(seeds), worse, float("nan")
+        return None, not_tested(seeds), float("nan")
     if worst <= tolerance + FLOAT_SLACK:
-        return True, HELD, worse, worst
+        return True, HELD, worst
     if best > tolerance + FLOAT_SLACK:
-        return False, DROPPED, worse, best
-    return None, INCONCLUSIVE, worse, worst
+        return False, DROPPED, best
+    return None, INCONCLUSIVE, worst
 
 
 def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it: bool, anyone_has_it: bool) -> str | None:

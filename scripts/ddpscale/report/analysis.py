@@ -213,7 +213,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table["accuracy_held"] = pd.array([t[0] for t in tests], dtype="boolean")
     table["accuracy_test"] = [t[1] for t in tests]
     # the change the wrong way and, where tested, the far end of its one-sided 95% interval
-    table["accuracy_bound"] = [t[3] for t in tests]
+    table["accuracy_bound"] = [t[2] for t in tests]
     not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
                                          bool(table[accuracy_metric].notna().any()))
     if measure == THROUGHPUT:
