@@ -140,6 +140,9 @@ def main(argv=None) -> int:
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
+    if args.measure == "throughput":  # a warm validation and save for the projection
+        windows.warm_overheads(trainer, model, datamodule, measured.windows, len(measured.checkpoint.save_seconds),
+                               os.path.join(args.ckpt_dir, "warm-save.ckpt"))
     if test_pass:
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))

@@ -58,6 +58,9 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     assert 0 < m["throughput_half_width"] <= 0.9 * m["throughput_samples_s"]
     assert m["samples_per_epoch"] == 840 and m["configured_epochs"] == 50
     assert m["checkpoint_saves"] == m["epochs_timed"] == m["epochs_completed"] and m["epoch_overhead_s"] > 0
+    # two validations and two saves timed, the fit's and those after the stop (every rank took part)
+    assert len(m["validation_s"]) + len(m["after_stop_validation_s"]) == max(2, m["epochs_completed"])
+    assert len(m["after_stop_checkpoint_s"]) == max(0, 2 - m["checkpoint_saves"])
     # no test pass: throughput mode compares no accuracy (validation ran, at the stop), and its
     # log does not warn that the accuracy metric was not logged (the first H100 run did, twice)
     assert m["test_acc"] is None and m["val_acc"] is not None

@@ -13,6 +13,7 @@ import math
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.trainer.states import TrainerFn
 
 
 def _scalars(trainer) -> dict[str, float]:
@@ -33,7 +34,9 @@ class ValHistory(pl.Callback):
         self.logged = state.get("logged")
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero or not self.metric:
+        # throughput mode's validations after its stop (trainer.validate) trained nothing more
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or not trainer.is_global_zero \
+                or not self.metric:
             return
         logged = _scalars(trainer)
         self.logged = sorted(logged)

@@ -19,10 +19,12 @@ new process has its own warm-up); the steps of earlier attempts are not reused.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.trainer.states import TrainerFn
 
 from ddpscale.measurement import samplecount, steadystate
 from ddpscale.measurement.devicesync import sync_device
@@ -47,6 +49,15 @@ class WindowedThroughput(pl.Callback):
         # end of training) that no training step took: loader start, validation, checkpoint
         # save, hooks. What the projection adds per epoch to the steps the throughput gives.
         self.epoch_overheads: list[float] = []
+        # each validation's seconds (this rank, device synchronised), with the epoch it ran in:
+        # the projection counts validations by the trainer's check_val_every_n_epoch, not one an
+        # epoch. after_stop: throughput mode's own validations after its stop (warm_overheads)
+        self.validations: list[list] = []
+        self.after_stop_validations: list[float] = []
+        self.after_stop_saves: list[float] = []
+        self._val_t0: float | None = None
+        self.check_val_every_n_epoch: int | None = None
+        self.validates: bool | None = None
         self._epoch_t0: float | None = None
         self._steps_s = 0.0
         self._shard: tuple[int, int, int] | None = None
@@ -60,6 +71,9 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.samples_per_epoch = epoch_samples(trainer, self.per_device_batch)
+        # how often the configured training validates (and so saves: saves_per_training)
+        self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
+        self.validates = bool(trainer.enable_validation)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
@@ -121,6 +135,19 @@ class WindowedThroughput(pl.Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             self._pause(trainer, pl_module)
+            sync_device(pl_module.device)
+            self._val_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or self._val_t0 is None:
+            return
+        sync_device(pl_module.device)
+        seconds = time.perf_counter() - self._val_t0
+        self._val_t0 = None
+        if trainer.state.fn == TrainerFn.FITTING:
+            self.validations.append([int(trainer.current_epoch), seconds])
+        else:
+            self.after_stop_validations.append(seconds)
 
     on_train_epoch_end = _pause
 
@@ -174,7 +201,33 @@ class WindowedThroughput(pl.Callback):
             "epochs_timed": len(self.epoch_overheads),
             # each epoch's own (the first holds one-off costs: ddpscale.report.projection)
             "epoch_overheads_s": list(self.epoch_overheads),
+            # [epoch, seconds] of each validation in training; what validates and how often
+            "validation_s": [list(v) for v in self.validations],
+            "check_val_every_n_epoch": self.check_val_every_n_epoch,
+            "validates": self.validates,
+            # throughput mode's validations and saves after its stop (warm_overheads)
+            "after_stop_validation_s": list(self.after_stop_validations),
+            "after_stop_checkpoint_s": list(self.after_stop_saves),
         }
+
+
+def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, saves_timed: int, scratch: str) -> None:
+    """Throughput mode, after its stop: validate and save until two of each were timed, the
+    fit's own included. The first of each in a process is cold (eval graphs compiling, the
+    loader's first start, the first write): the projection adds that one once and needs a
+    later one for the rest of the configured training's validations and saves. Every rank
+    takes part (a validation and a save are collective); the save goes to `scratch`, removed."""
+    if windows.validates:
+        for _ in range(max(0, 2 - len(windows.validations))):
+            trainer.validate(model, datamodule=datamodule, verbose=False)
+    for _ in range(max(0, 2 - saves_timed)):
+        sync_device(trainer.strategy.root_device)
+        started = time.perf_counter()
+        trainer.save_checkpoint(scratch)
+        windows.after_stop_saves.append(time.perf_counter() - started)
+    trainer.strategy.barrier("ddpscale-warm-overheads")
+    if trainer.is_global_zero and os.path.exists(scratch):
+        os.remove(scratch)
 
 
 def epoch_samples(trainer, per_device_batch: int) -> int | None:

@@ -3,16 +3,18 @@
 A throughput run stops after a few hundred steps; the user still wants to know what the
 configured training would take on each topology before paying for it. Per run:
 
-    projected seconds = configured_epochs x (samples_per_epoch / window throughput
-                        + the seconds per epoch no training step took)
-                        + the first epoch's one-off excess of those seconds
+    projected seconds = configured_epochs x samples_per_epoch / window throughput
+                        + what the configured training spends outside its steps
                         + the warm-up's excess over the steady rate
 
-where the seconds no step took are measured per epoch the run trained in: the loader's start,
-validation, the checkpoint save and the hooks between epochs (a throughput run ends its last
-epoch with a validation and a save, so it measures them too). The first epoch's are cold (no
-sanity validation before it, eval graphs compiling, the first save): the per-epoch figure is
-from the later epochs where there are any, the first's excess added once (epoch_costs).
+where the seconds outside the steps (overhead_s) are, per epoch, what no step took besides
+validating and saving (the loader's start, hooks between epochs), plus each validation and
+each checkpoint save as often as the trainer's settings make them (check_val_every_n_epoch:
+events). The first of each kind in a process is cold (no sanity validation before the first,
+eval graphs compiling, the first save): the warm figure comes from a later one, and the first
+one's excess is added once (warm_and_once). A throughput run stops in its first epoch, so it
+validates and saves again after its stop until two of each were timed
+(ddpscale.measurement.windows.warm_overheads).
 
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
 checkpoint writes), so there the projection is checked against it, made from the run's first
@@ -46,18 +48,71 @@ def _number(value) -> float | None:
         return None
 
 
-def epoch_costs(overheads, mean_overhead: float | None) -> tuple[float | None, float]:
-    """(seconds per epoch no training step took, the first epoch's one-off excess over that).
-    The first epoch holds one-off costs (a cold first validation with no sanity steps before it,
-    eval graphs compiling, the first checkpoint, the loader's first start): the per-epoch figure
-    comes from the epochs after it where there are any, and the first epoch's excess is added
-    once. One epoch timed: its cold figure, an overestimate. A record without the list: its mean."""
-    if isinstance(overheads, (list, tuple)) and overheads:
-        if len(overheads) == 1:
-            return float(overheads[0]), 0.0
-        warm = sum(overheads[1:]) / (len(overheads) - 1)
-        return warm, max(0.0, float(overheads[0]) - warm)
-    return mean_overhead, 0.0
+def warm_and_once(seconds) -> tuple[float | None, float]:
+    """(the warm figure, the first one's one-off excess over it) of the seconds of one kind of
+    event in the order they happened. The first in a process is cold (a validation with no
+    sanity steps before it, eval graphs compiling, the loader's first start, the first save):
+    the warm figure is the mean of the later ones where there are any. One timed: its cold
+    figure, an overestimate. None timed: None."""
+    seconds = [float(s) for s in seconds]
+    if not seconds:
+        return None, 0.0
+    if len(seconds) == 1:
+        return seconds[0], 0.0
+    warm = sum(seconds[1:]) / (len(seconds) - 1)
+    return warm, max(0.0, seconds[0] - warm)
+
+
+def events(epochs: int, check_val_every_n_epoch, validates) -> tuple[int, int]:
+    """(validations, checkpoint saves) a training of `epochs` epochs makes, as Lightning 2.6
+    decides them for ddpscale's trainer (val_check_interval is refused, so validation runs at the
+    end of every check_val_every_n_epoch-th epoch; the epoch checkpoint, save_on_train_epoch_end
+    unset, saves at every epoch's end when validation is every epoch or never, else after each
+    validation). tests/test_validation_timing.py checks both against real runs."""
+    every = int(check_val_every_n_epoch or 1)
+    validations = epochs // every if validates else 0
+    return validations, (epochs if every == 1 else validations)
+
+
+def _listed(record, key) -> list:
+    """A record's list, [] where it has none (a DataFrame row of a record without it holds NaN)."""
+    value = record.get(key)
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _in_epoch(pairs, epoch: int) -> float:
+    return sum(float(s) for e, s in pairs if e == epoch)
+
+
+def overhead_s(record, epochs: float) -> tuple[float | None, str | None]:
+    """(seconds the configured training spends outside its steps, None) or (None, why not).
+    Per epoch what no step took besides validation and saving (loader start, hooks); each
+    validation and save as often as the trainer's settings make them; each kind's first
+    one-off excess once. A record without the validation timings (written before they were
+    kept): its epochs' overheads, warm and once, as they came."""
+    overheads = record.get("epoch_overheads_s")
+    validations = record.get("validation_s")
+    if not isinstance(validations, (list, tuple)):
+        if isinstance(overheads, (list, tuple)) and overheads:
+            warm, once = warm_and_once(overheads)
+        else:
+            warm, once = _number(record.get("epoch_overhead_s")), 0.0
+        return (None, "not recorded: epoch_overhead_s") if warm is None else (epochs * warm + once, None)
+    saves = _listed(record, "checkpoint_save_s")
+    other = [max(0.0, float(o) - _in_epoch(validations, i) - _in_epoch(saves, i))
+             for i, o in enumerate(_listed(record, "epoch_overheads_s"))]
+    warm, once = warm_and_once(other)
+    total = epochs * (warm or 0.0) + once
+    n_validations, n_saves = events(int(epochs), _number(record.get("check_val_every_n_epoch")),
+                                    record.get("validates") in (True,))  # numpy's True too
+    for kind, n, pairs, after in (("validation", n_validations, validations, "after_stop_validation_s"),
+                                  ("checkpoint save", n_saves, saves, "after_stop_checkpoint_s")):
+        if n:
+            warm, once = warm_and_once([s for _, s in pairs] + _listed(record, after))
+            if warm is None:
+                return None, f"no {kind} was timed"
+            total += n * warm + once
+    return total, None
 
 
 def first_part(record) -> dict | None:
@@ -84,11 +139,22 @@ def first_part(record) -> dict | None:
     world = _number(record.get("world_size")) or 1
     spe = _number(record.get("samples_per_epoch"))
     epochs = math.ceil(steps * per_step * world / spe) if spe and per_step else 1
+    epochs = max(1, epochs)
     overheads = record.get("epoch_overheads_s")
-    return {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
+    part = {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
             "warmup_excess_s": steadystate.warmup_excess_s(list(seconds[:used]), list(samples[:used]), decision),
-            "epoch_overheads_s": list(overheads[:max(1, epochs)]) if isinstance(overheads, (list, tuple)) else None,
+            "epoch_overheads_s": list(overheads[:epochs]) if isinstance(overheads, (list, tuple)) else None,
             "steps": steps}
+    # the part's validations and saves; the run's next ones stand for those throughput mode
+    # times after its stop (until two of each), as warm as they are
+    for pairs_key, after_key in (("validation_s", "after_stop_validation_s"),
+                                 ("checkpoint_save_s", "after_stop_checkpoint_s")):
+        pairs = record.get(pairs_key)
+        if isinstance(pairs, (list, tuple)):
+            inside = [list(p) for p in pairs if p[0] < epochs]
+            part[pairs_key] = inside
+            part[after_key] = [s for e, s in pairs if e >= epochs][:max(0, 2 - len(inside))]
+    return part
 
 
 def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
@@ -106,16 +172,19 @@ def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
         return math.nan, f"not recorded: {', '.join(missing)}"
     if values["window_throughput_samples_s"] <= 0:
         return math.nan, "no steady window throughput measured"
-    per_epoch_overhead, one_off = epoch_costs(record.get("epoch_overheads_s"), values["epoch_overhead_s"])
-    per_epoch = values["samples_per_epoch"] / values["window_throughput_samples_s"] + per_epoch_overhead
-    return values["configured_epochs"] * per_epoch + one_off + values["warmup_excess_s"], None
+    overhead, why = overhead_s(record, values["configured_epochs"])
+    if why:
+        return math.nan, why
+    steps_s = values["configured_epochs"] * values["samples_per_epoch"] / values["window_throughput_samples_s"]
+    return steps_s + overhead + values["warmup_excess_s"], None
 
 
 def outside_training_s(record) -> float:
     """Seconds the run held its devices outside what the projection models (its windows and
     its epochs' non-training seconds): process start, process-group and data set-up, the
-    sanity check, a partial last window, the test pass and writing the record; the probe (a
-    measurement, not part of a training) left out. A full training pays these too, once, so
+    sanity check, a partial last window, the test pass and writing the record; the probe and
+    throughput mode's validations and saves after its stop (measurements, not part of a
+    training) left out. A full training pays these too, once, so
     its projected held device-hours add them, as "this answer cost" counts them in held time.
     NaN where a key is missing or the run was resumed (its held time spans attempts its windows
     do not)."""
@@ -125,7 +194,8 @@ def outside_training_s(record) -> float:
     if held is None or probe is None or attempts > 1 or not isinstance(seconds, (list, tuple)) \
             or not isinstance(overheads, (list, tuple)):
         return math.nan
-    return max(0.0, held - probe - sum(seconds) - sum(overheads))
+    after_stop = sum(_listed(record, "after_stop_validation_s")) + sum(_listed(record, "after_stop_checkpoint_s"))
+    return max(0.0, held - probe - sum(seconds) - sum(overheads) - after_stop)
 
 
 def measured_run(record) -> float:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.trainer.states import TrainerFn
 
 from ddpscale.cluster import ranks
 from ddpscale.cluster.topology import Topology
@@ -98,7 +99,7 @@ class CompileGrace(pl.Callback):
     Every rank compiles its own graphs, and with max-autotune one can finish many minutes after
     another: the waiting ranks' collective timed out and killed a healthy run. Compilation
     happens in the probe, the first training steps and the first validation (eval graphs), and
-    again in the test pass. The wait is collective_timeout_s again once every rank has trained
+    again in the test pass and a validation after throughput mode's stop. The wait is collective_timeout_s again once every rank has trained
     two steps (the first step's graphs and the optimizer's, run once more: a rank that got
     here has compiled them) and validated once, or begun a second epoch where none validates."""
 
@@ -146,8 +147,14 @@ class CompileGrace(pl.Callback):
         self.steps += 1
         self._settled()
 
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:  # throughput mode's validation after its stop
+            self._grace()
+
     def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
+        if trainer.state.fn != TrainerFn.FITTING:
+            self._restore()
+        elif not trainer.sanity_checking:
             self.validated = True
             self._settled()
 

@@ -22,6 +22,7 @@ class EpochCheckpoint(ModelCheckpoint):
         # the seconds of each save in this process, for the projection of the full training (a
         # save per epoch is part of what it costs); every rank waits for rank 0's write
         self.save_seconds: list[float] = []
+        self.save_epochs: list[int] = []  # the epoch each save ended
 
     @property
     def state_key(self) -> str:
@@ -37,9 +38,12 @@ class EpochCheckpoint(ModelCheckpoint):
         started = time.perf_counter()
         super()._save_checkpoint(trainer, filepath)
         self.save_seconds.append(time.perf_counter() - started)
+        self.save_epochs.append(int(trainer.current_epoch))
 
     def record(self) -> dict:
-        return {"checkpoint_s": sum(self.save_seconds), "checkpoint_saves": len(self.save_seconds)}
+        return {"checkpoint_s": sum(self.save_seconds), "checkpoint_saves": len(self.save_seconds),
+                # [epoch, seconds] of each save in this process, for the projection
+                "checkpoint_save_s": [[e, s] for e, s in zip(self.save_epochs, self.save_seconds)]}
 
 
 def epoch_checkpoint(ckpt_dir: str) -> EpochCheckpoint:

@@ -1,0 +1,63 @@
+"""Validations and checkpoint saves as real runs make them, against what the projection counts
+(ddpscale.report.projection.events): Lightning decides when they happen, so the count the
+projection multiplies by is checked against Lightning itself, not against our reading of it.
+
+The data: 840 training samples, batch 32, one device: 27 steps an epoch.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_throughput_mode import measured
+
+from ddpscale.report import projection
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def full(tmp_path, data_file, epochs: int, trainer_args: dict) -> dict:
+    return measured(tmp_path, data_file, 1, 1, "--measure", "full", "--max-epochs", str(epochs),
+                    "--trainer-args", json.dumps(trainer_args))
+
+
+@pytest.mark.parametrize("trainer_args,validated,saved", [
+    ({}, [0, 1, 2, 3], [0, 1, 2, 3]),
+    ({"check_val_every_n_epoch": 2}, [1, 3], [1, 3]),  # Lightning then saves after validation only
+    ({"limit_val_batches": 0}, [], [0, 1, 2, 3]),  # no validation: a save at every epoch's end
+    ({"check_val_every_n_epoch": 3, "limit_val_batches": 0}, [], []),
+])
+def test_the_projection_counts_the_validations_and_saves_lightning_makes(tmp_path, data_file, trainer_args,
+                                                                         validated, saved):
+    m = full(tmp_path, data_file, 4, trainer_args)
+    assert [e for e, _ in m["validation_s"]] == validated
+    assert [e for e, _ in m["checkpoint_save_s"]] == saved
+    assert all(s > 0 for _, s in m["validation_s"] + m["checkpoint_save_s"])
+    assert projection.events(4, m["check_val_every_n_epoch"], m["validates"]) == (len(validated), len(saved))
+    # full mode times nothing after its training
+    assert m["after_stop_validation_s"] == [] and m["after_stop_checkpoint_s"] == []
+
+
+def test_a_throughput_run_that_stopped_before_any_validation_times_two_of_each(tmp_path, data_file):
+    """check_val_every_n_epoch 2 and a stop in the first epoch: the run validated and saved
+    nothing while training, so after its stop it validates and saves twice (the first cold, the
+    second warm), and the projection counts 25 validations and saves in 50 epochs, not 50 or 0."""
+    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--measure-max-steps", "25",
+                 "--max-epochs", "50", "--trainer-args", json.dumps({"check_val_every_n_epoch": 2}),
+                 "--epoch-metric", "val_acc")
+    assert m["epochs_completed"] == 1 and m["validation_s"] == [] and m["checkpoint_save_s"] == []
+    assert len(m["after_stop_validation_s"]) == 2 and len(m["after_stop_checkpoint_s"]) == 2
+    assert projection.events(50, m["check_val_every_n_epoch"], m["validates"]) == (25, 25)
+    assert not (tmp_path / "ckpt" / "warm-save.ckpt").exists()  # the timed saves are scratch
+    assert m["val_history"] == []  # the validations after the stop trained nothing: no epoch's value
+    projected, why = projection.project_run(m)
+    assert why is None and projected > 50 * m["samples_per_epoch"] / m["window_throughput_samples_s"]
+
+
+def test_a_throughput_run_that_validated_at_its_stop_times_one_more(tmp_path, data_file):
+    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--measure-max-steps", "25",
+                 "--max-epochs", "50")
+    fit_validations = len(m["validation_s"])
+    assert fit_validations == m["epochs_completed"] == m["checkpoint_saves"] == 1  # at the stop, cold
+    assert len(m["after_stop_validation_s"]) == len(m["after_stop_checkpoint_s"]) == 1
