@@ -25,6 +25,13 @@ def finite(text: str) -> float:
     return value
 
 
+def job_limits(text: str) -> dict:
+    try:
+        return projection.parse_limits(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--metrics", nargs="+", required=True, metavar="PATH",
@@ -56,6 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--config-files", default=None, help="the config files of the runs, e.g. 'config/config.yaml + my.yaml'")
     p.add_argument("--dataset", type=json.loads, default=None, help="JSON: config dataset (generator and its settings)")
     p.add_argument("--data-args", type=json.loads, default=None, help="JSON: config data.init_args")
+    p.add_argument("--job-limits", type=job_limits, default={},
+                   help='JSON {topology: {"limit_s": s, "signal_s": s}}: the job time limit a full training of it '
+                        "runs under and the warning before it (the workflow sets it from a cluster profile), for "
+                        "the projection of a training longer than one job")
     p.add_argument("--out-dir", default="results/report", type=Path)
     return p.parse_args(argv)
 
@@ -80,7 +91,7 @@ def main(argv=None) -> int:
             threshold=args.efficiency_threshold, expected=args.expected, repeats=args.repeats,
             log_tails=log_tails(args.log_dir, args.expected),
             earlier=earlier.read_earlier(args.compare) if args.compare else None,
-            compared_with=str(args.compare) if args.compare else None,
+            compared_with=str(args.compare) if args.compare else None, job_limits=args.job_limits,
             description=measured.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
     except ValueError as exc:
         # A user-facing problem with the inputs: one line, no traceback.

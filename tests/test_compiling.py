@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -139,6 +140,7 @@ class FakeTrainer:
 
     def __init__(self):
         self.current_epoch = 0
+        self.state = SimpleNamespace(fn="fit")
 
 
 @pytest.fixture
@@ -171,6 +173,12 @@ def test_the_compile_wait_ends_once_every_graph_has_run(timeouts):
     grace.on_test_start(trainer, None)  # test graphs compile anew
     grace.on_test_end(trainer, None)
     assert timeouts == [1800, 300, 1800, 300]
+    # throughput mode's validation after its stop (trainer.validate) may compile eval graphs
+    # that the training never ran (check_val_every_n_epoch > 1)
+    trainer.state.fn = "validate"
+    grace.on_validation_start(trainer, None)
+    grace.on_validation_end(trainer, None)
+    assert timeouts == [1800, 300, 1800, 300, 1800, 300]
 
 
 def test_without_validation_the_wait_ends_when_the_second_epoch_starts(timeouts):

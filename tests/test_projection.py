@@ -255,3 +255,57 @@ def test_the_script_writes_the_projection_and_says_the_answers_cost(tmp_path):
     scaling = pd.read_csv(tmp_path / "out/scaling.tsv", sep="\t")
     assert {"measure", "throughput_half_width", "stop_reason"} <= set(scaling.columns)
     assert "The full training, projected" in (tmp_path / "out/report.html").read_text()
+
+
+def test_a_training_longer_than_its_job_limit_pays_each_later_job_s_start_again():
+    limit = {"limit_s": 14400, "signal_s": 120}  # 4 h, warned 2 min before: 14,280 s of work a job
+    # 10 h in one job; every later job repeats 600 s of start-up and warm-up: 13,680 s of work
+    held, n, why = projection.jobs(36000.0, 600.0, 3600.0, limit)
+    assert (n, why) == (3, None) and held == pytest.approx(36000.0 + 2 * 600.0)
+    # no warning before the limit: a killed job also loses half an epoch since its last save
+    held, n, _ = projection.jobs(36000.0, 600.0, 3600.0, {**limit, "signal_s": 0})
+    assert n == 3 and held == pytest.approx(36000.0 + 2 * (600.0 + 1800.0))
+    assert projection.jobs(14000.0, 600.0, 3600.0, limit) == (14000.0, 1, None)  # fits in one
+    assert projection.jobs(14000.0, 600.0, 3600.0, None) == (14000.0, 1, None)  # no limit (local)
+    held, n, why = projection.jobs(36000.0, 14280.0, 3600.0, limit)
+    assert math.isnan(held) and n == 0 and "spends it all starting again" in why
+
+
+def test_the_projected_held_hours_of_a_split_training_count_every_job_s_restart():
+    """A throughput run held 40 s: 3 s probing, 24 s in windows and its epoch, 1.5 s validating
+    and saving after its stop, 11.5 s outside training; a training of it in jobs of 30 min
+    repeats that, the warm-up (5 s) and the cold validation's and save's excess (4.5 s) in each
+    job after the first."""
+    record = {**TIMED, "held_s": 40.0, "probe_s": 3.0, "window_seconds": [10.0, 6.0], "attempts": 1}
+    projected = 10 * 360.0 + 10 * 3.5 + 4.5 + 5.0  # 3,644.5 s: over a 1,800 s job limit
+    assert projection.outside_training_s(record) == pytest.approx(11.5)
+    limits = {"1x1": {"limit_s": 1800, "signal_s": 0}}
+    table = projection.projection(pd.DataFrame([windows_run("1x1", **record)]), limits).iloc[0]
+    one_job = projected + 11.5
+    restart, lost = 11.5 + 5.0 + 4.5, projected / 10 / 2
+    more = math.ceil((one_job - 1800) / (1800 - restart - lost))
+    assert table["jobs"] == 1 + more == 3 and table["job_limit_s"] == 1800
+    assert table["projected_held_device_hours"] == pytest.approx((one_job + more * (restart + lost)) / 3600)
+    assert table["projected_device_hours"] == pytest.approx(projected / 3600)  # the training alone
+    unlimited = projection.projection(pd.DataFrame([windows_run("1x1", **record)])).iloc[0]
+    assert unlimited["jobs"] == 1 and unlimited["projected_held_device_hours"] == pytest.approx(one_job / 3600)
+
+
+def test_the_script_shows_the_jobs_a_training_needs_and_refuses_hostile_limits(tmp_path):
+    record = {**TIMED, "held_s": 40.0, "probe_s": 3.0, "window_seconds": [10.0, 6.0], "attempts": 1}
+    paths = write_fixtures(tmp_path, [windows_run("1x1", **record)])
+    limits = '{"1x1": {"limit_s": 1800, "signal_s": 0}}'
+    proc = run_report(paths, tmp_path / "out", "--job-limits", limits)
+    assert proc.returncode == 0, proc.stderr
+    assert pd.read_csv(tmp_path / "out/projection.tsv", sep="\t").loc[0, "jobs"] == 3
+    html = (tmp_path / "out/report.html").read_text()
+    assert "Jobs (time limit)" in html and "3 (30 min)" in html and "in 3 jobs of the 30 min time limit" in html
+    for hostile in ('{"1x1": {"limit_s": 1800}}', '{"1x1": {"limit_s": -5, "signal_s": 0}}',
+                    '{"1x1": {"limit_s": 100, "signal_s": 100}}', '{"1x1": {"limit_s": NaN, "signal_s": 0}}',
+                    '{"1x1": {"limit_s": 1e400, "signal_s": 0}}', '[1800]', '$(reboot)',
+                    '{"1x1": {"limit_s": true, "signal_s": 0}}', '{"1x1": {"limit_s": 60, "signal_s": 0, "x": 1}}'):
+        with pytest.raises(ValueError, match="--job-limits"):
+            projection.parse_limits(hostile)
+    proc = run_report(paths, tmp_path / "bad", "--job-limits", "{\"1x1\": 5}")
+    assert proc.returncode == 2 and "--job-limits" in proc.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "bad").exists()

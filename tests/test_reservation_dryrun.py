@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -89,3 +90,17 @@ def test_whole_nodes_are_what_a_run_is_billed_for_with_site_exclusive(workspace)
     commands = [line for line in stderr.splitlines() if "scripts/train.py" in line and "--topology" in line]
     held = {line.split("--topology ")[1].split()[0]: line.split("--held-devices ")[1].split()[0] for line in commands}
     assert held == {"1x1": "2", "1x2": "2", "2x2": "4"}, commands
+
+
+def test_the_report_is_told_each_topology_s_job_time_limit(workspace):
+    """A full training longer than its job's time limit runs as several jobs, each paying its
+    start again: the report's projection needs the limit (and the warning signal before it)
+    that the profile gives each topology's training job."""
+    profile, _, stderr = dry_run(workspace, (), "--printshellcmds")
+    report = [line for line in stderr.splitlines() if "scripts/report.py" in line and "--metrics" in line]
+    assert report, stderr[-3000:]
+    words = shlex.split(report[0])
+    limits = json.loads(words[words.index("--job-limits") + 1])
+    signal = profile["set-resources"]["train"]["site_signal_s"]
+    assert limits == {name: {"limit_s": profile_runtime(profile, rule) * 60, "signal_s": signal}
+                      for name, rule in TOPOLOGIES.items()}

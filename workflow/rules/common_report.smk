@@ -82,6 +82,10 @@ def get_report_flags(wildcards):
         flags["--accuracy-target"] = config["accuracy"]["target"]
     if config["report"]["compare_with"]:
         flags["--compare"] = config["report"]["compare_with"]
+    # the job time limit a full training of each topology would run under (cluster profiles)
+    limits = reservation.job_limits(reservation.training_jobs(STAGE_TOPOLOGIES, [0], SITE, get_stage_runtimes()), SITE)
+    if limits:
+        flags["--job-limits"] = json.dumps(limits, sort_keys=True)
     return as_flags(flags) + " --expected " + " ".join(TOPOLOGY_NAMES)
 
 

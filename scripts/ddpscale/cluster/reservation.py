@@ -55,6 +55,15 @@ def training_jobs(stage_topologies: dict, repeats: list[int], site: Site, runtim
     return jobs
 
 
+def job_limits(jobs: list[Job], site: Site) -> dict:
+    """{topology: {"limit_s", "signal_s"}}: the time limit each topology's training job runs
+    under on a cluster, for the report's projection of a training longer than one job
+    (report.py --job-limits); none locally, or where the profile sets no time limit."""
+    if site.is_local:
+        return {}
+    return {j.topology: {"limit_s": j.runtime_min * 60, "signal_s": site.signal_s} for j in jobs if j.runtime_min}
+
+
 def reserved_hours(job: Job) -> float | None:
     """GPU-hours the job may hold: devices x time limit; None without a time limit."""
     return None if job.runtime_min is None else job.devices * job.runtime_min / 60

@@ -25,6 +25,7 @@ Pure pandas, unit-tested on hand-made records.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -38,7 +39,8 @@ INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s
           "warmup_excess_s")
 
 PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_batch", "from_steps", "projected_s",
-                      "projected_device_hours", "projected_held_device_hours", "measured_s", "error", "why_na")
+                      "projected_device_hours", "projected_held_device_hours", "jobs", "job_limit_s", "measured_s",
+                      "error", "why_na")
 
 
 def _number(value) -> float | None:
@@ -85,7 +87,14 @@ def _in_epoch(pairs, epoch: int) -> float:
 
 
 def overhead_s(record, epochs: float) -> tuple[float | None, str | None]:
-    """(seconds the configured training spends outside its steps, None) or (None, why not).
+    """(seconds the configured training spends outside its steps, None) or (None, why not)."""
+    total, _, why = overheads(record, epochs)
+    return total, why
+
+
+def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
+    """(seconds the configured training spends outside its steps, the one-off part of them,
+    None) or (None, 0, why not).
     Per epoch what no step took besides validation and saving (loader start, hooks); each
     validation and save as often as the trainer's settings make them; each kind's first
     one-off excess once. A record without the validation timings (written before they were
@@ -97,12 +106,12 @@ def overhead_s(record, epochs: float) -> tuple[float | None, str | None]:
             warm, once = warm_and_once(overheads)
         else:
             warm, once = _number(record.get("epoch_overhead_s")), 0.0
-        return (None, "not recorded: epoch_overhead_s") if warm is None else (epochs * warm + once, None)
+        return (None, 0.0, "not recorded: epoch_overhead_s") if warm is None else (epochs * warm + once, once, None)
     saves = _listed(record, "checkpoint_save_s")
     other = [max(0.0, float(o) - _in_epoch(validations, i) - _in_epoch(saves, i))
              for i, o in enumerate(_listed(record, "epoch_overheads_s"))]
     warm, once = warm_and_once(other)
-    total = epochs * (warm or 0.0) + once
+    total, once_total = epochs * (warm or 0.0) + once, once
     n_validations, n_saves = events(int(epochs), _number(record.get("check_val_every_n_epoch")),
                                     record.get("validates") in (True,))  # numpy's True too
     for kind, n, pairs, after in (("validation", n_validations, validations, "after_stop_validation_s"),
@@ -110,9 +119,9 @@ def overhead_s(record, epochs: float) -> tuple[float | None, str | None]:
         if n:
             warm, once = warm_and_once([s for _, s in pairs] + _listed(record, after))
             if warm is None:
-                return None, f"no {kind} was timed"
-            total += n * warm + once
-    return total, None
+                return None, 0.0, f"no {kind} was timed"
+            total, once_total = total + n * warm + once, once_total + once
+    return total, once_total, None
 
 
 def first_part(record) -> dict | None:
@@ -161,6 +170,13 @@ def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
     """(projected seconds of the configured training, None) or (NaN, why it cannot be projected).
     A full run is projected from its first part only (first_part, computed here unless the
     caller has it), as throughput mode would have measured it."""
+    projected, _, why = _project(record, part)
+    return projected, why
+
+
+def _project(record, part: dict | None) -> tuple[float, float, str | None]:
+    """project_run's figure, and what of it a new process pays again (the warm-up and the
+    first validation's, save's and epoch's one-off excess), for a training split into jobs."""
     record = dict(record)
     if record.get("measure") != THROUGHPUT:
         part = part if part is not None else first_part(record)
@@ -169,14 +185,14 @@ def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
     values = {key: _number(record.get(key)) for key in INPUTS}
     missing = [key for key, value in values.items() if value is None]
     if missing:
-        return math.nan, f"not recorded: {', '.join(missing)}"
+        return math.nan, math.nan, f"not recorded: {', '.join(missing)}"
     if values["window_throughput_samples_s"] <= 0:
-        return math.nan, "no steady window throughput measured"
-    overhead, why = overhead_s(record, values["configured_epochs"])
+        return math.nan, math.nan, "no steady window throughput measured"
+    overhead, once, why = overheads(record, values["configured_epochs"])
     if why:
-        return math.nan, why
+        return math.nan, math.nan, why
     steps_s = values["configured_epochs"] * values["samples_per_epoch"] / values["window_throughput_samples_s"]
-    return steps_s + overhead + values["warmup_excess_s"], None
+    return steps_s + overhead + values["warmup_excess_s"], once + values["warmup_excess_s"], None
 
 
 def outside_training_s(record) -> float:
@@ -210,24 +226,74 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, record in runs.iterrows():
         part = first_part(record) if full else None
-        projected, why = project_run(record, part)
+        projected, again, why = _project(record, part)
+        outside = outside_training_s(record)
+        epochs = _number(record.get("configured_epochs"))
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
                      "projected_s": projected, "why_na": why,
                      "measured_s": measured_run(record) if full else math.nan,
                      "from_steps": part["steps"] if part else _number(record.get("steps_measured")),
-                     "outside_s": outside_training_s(record)})
+                     "outside_s": outside,
+                     # what each job after the first pays again: start-up and set-up, the warm-up,
+                     # the cold first validation, save and epoch
+                     "restart_s": outside + again,
+                     "epoch_s": projected / epochs if epochs else math.nan})
     return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s", "from_steps",
-                                       "outside_s"])
+                                       "outside_s", "restart_s", "epoch_s"])
+
+
+def parse_limits(text: str) -> dict:
+    """report.py --job-limits: JSON {topology: {"limit_s": seconds > 0, "signal_s": seconds >= 0
+    and below the limit}}, as the workflow writes it from the profile; anything else refused."""
+    try:
+        limits = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"--job-limits is not JSON ({err})") from None
+    if not isinstance(limits, dict):
+        raise ValueError("--job-limits must map topologies to {\"limit_s\", \"signal_s\"}")
+    for topology, limit in limits.items():
+        if not isinstance(limit, dict) or set(limit) != {"limit_s", "signal_s"} or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in limit.values()) \
+                or not 0 <= limit["signal_s"] < limit["limit_s"]:
+            raise ValueError(f"--job-limits: {topology!r} must be {{\"limit_s\": seconds > 0, \"signal_s\": seconds "
+                             f">= 0 and below it}}, got {limit!r}")
+    return limits
+
+
+def jobs(held_s: float, restart_s: float, epoch_s: float, limit: dict | None) -> tuple[float, int, str | None]:
+    """(held seconds, jobs, None) of a training that holds its devices held_s in one job, split
+    into as many jobs as the job time limit makes it (limit: {"limit_s", "signal_s"}; None: one
+    job). A job warned `signal_s` before its limit saves and exits there; each later job pays
+    restart_s again; where there is no warning, a killed job loses on average half an epoch
+    since its last epoch checkpoint. (NaN, 0, why) where a job cannot get past its restart."""
+    if math.isnan(held_s):
+        return held_s, 0, None
+    if limit is None:
+        return held_s, 1, None
+    usable = limit["limit_s"] - limit["signal_s"]
+    if held_s <= usable:
+        return held_s, 1, None
+    if math.isnan(restart_s):
+        return math.nan, 0, "the start-up a resumed job repeats is not known (a resumed run)"
+    lost = 0.0 if limit["signal_s"] else epoch_s / 2
+    per_job = usable - restart_s - lost
+    if per_job <= 0:
+        return math.nan, 0, (f"a job of the {duration(limit['limit_s'])} time limit spends it all starting again "
+                             f"({duration(restart_s + lost)})")
+    more = math.ceil((held_s - usable) / per_job)
+    return held_s + more * (restart_s + lost), 1 + more, None
 
 
 def _reasons(values: pd.Series) -> str | None:
     return "; ".join(dict.fromkeys(str(v) for v in values if isinstance(v, str))) or None
 
 
-def projection(runs: pd.DataFrame) -> pd.DataFrame:
+def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
     """Per topology (in world-size order): the median over repeats of the projected and, in full
     mode, the measured full training; error = projected / measured - 1. A topology with a repeat
     that cannot be projected is n/a, with the reason (a median of the rest would hide it).
+    limits: {topology: {"limit_s", "signal_s"}}, the job time limit a training of it runs under
+    (the profile's; none locally): a training longer than one job is split into jobs (jobs).
     attrs: measure, answer_device_hours (+ answer_why_na), full_device_hours (throughput mode:
     one full training of every topology; + full_why_na)."""
     each = per_run(runs)
@@ -241,6 +307,10 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
         # the projected training plus what a training holds its devices for besides (start-up,
         # set-up, the test pass): the same things the answer's held cost counts
         outside = float(group["outside_s"].median()) if group["outside_s"].notna().all() else math.nan
+        restart = float(group["restart_s"].median()) if group["restart_s"].notna().all() else math.nan
+        epoch_s = group["epoch_s"].dropna()
+        held, split, split_why = jobs(projected + outside, restart, float(epoch_s.median()) if len(epoch_s) else math.nan,
+                                      (limits or {}).get(topology))
         billed = float(held_devices(runs[runs["topology"] == topology]).iloc[0])
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
                      # what is projected: so many epochs at this global batch (weak scaling grows it)
@@ -249,9 +319,11 @@ def projection(runs: pd.DataFrame) -> pd.DataFrame:
                      "from_steps": float(group["from_steps"].median()) if group["from_steps"].notna().any() else math.nan,
                      "global_batch": _number(record.get("effective_batch")),
                      "projected_s": projected, "projected_device_hours": projected * world / 3600.0,
-                     "projected_held_device_hours": (projected + outside) * billed / 3600.0,
+                     "projected_held_device_hours": held * billed / 3600.0,
+                     "jobs": split if split else math.nan,
+                     "job_limit_s": (limits or {}).get(topology, {}).get("limit_s", math.nan),
                      "measured_s": measured, "error": projected / measured - 1.0 if measured else math.nan,
-                     "why_na": why})
+                     "why_na": why or split_why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
     table = table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
     mode = measure_mode(runs)
@@ -312,12 +384,18 @@ def what(row) -> str:
     return text + (f" at global batch {batch:,.0f}" if known(batch) else "")
 
 
+def in_jobs(row) -> str:
+    """' in 3 jobs of the 4.0 h time limit' where the training outlasts one job, else ''."""
+    n, limit = row.get("jobs"), row.get("job_limit_s")
+    return f" in {n:.0f} jobs of the {duration(limit)} time limit" if known(n) and n > 1 and known(limit) else ""
+
+
 def sentence(table: pd.DataFrame, label: str) -> str:
     """'full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20 GPU-hours; on 2x4 (...): ...'
     (n/a rows left out)."""
     known_rows = table[table["projected_s"].notna()]
     parts = [f"{r['topology']} ({what(r)}): {duration(r['projected_s'])}, "
-             f"{hours(r['projected_device_hours'])} {label}" for _, r in known_rows.iterrows()]
+             f"{hours(r['projected_device_hours'])} {label}{in_jobs(r)}" for _, r in known_rows.iterrows()]
     return "full training on " + "; on ".join(parts) if parts else ""
 
 

@@ -43,14 +43,14 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
           target: float | None = None,
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
           earlier: pd.DataFrame | None = None, compared_with: str | None = None,
-          description: dict | None = None) -> ReportData:
+          description: dict | None = None, job_limits: dict | None = None) -> ReportData:
     summary = analysis.summarize(runs, baseline, metric, tolerance, mode)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary = verdict.add_caveats(summary)
     summary.attrs["threshold"] = threshold
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
-    projected = projection.projection(runs)
+    projected = projection.projection(runs, job_limits)
     return ReportData(
         summary=summary, runs=runs, probes=probes,
         steps=steps, prediction=breakdown.predict(done, probes),
