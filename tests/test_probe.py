@@ -276,3 +276,29 @@ def test_probe_on_one_gpu(tmp_path, data_file):
     probe = json.loads(out.read_text())
     assert probe["device_kind"] == "cuda" and probe["device_name"] == torch.cuda.get_device_name(0)
     check_step(probe["step"], 1)
+
+
+NO_BATCH_IDX = '''
+import torch.nn.functional as F
+from ddpscale.workloads.models import SpiralMLP
+
+
+class NoBatchIdx(SpiralMLP):
+    """training_step without batch_idx, as Lightning allows and its GAN tutorial writes it."""
+
+    def training_step(self, batch):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_training_step_without_batch_idx_is_probed_and_counted(tmp_path, data_file):
+    from conftest import run_user_module
+
+    done = run_user_module(tmp_path, NO_BATCH_IDX, "nobatchidx.NoBatchIdx", data_file, "--probe", devices=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    # the probe timed its steps and the FLOP count ran: both call training_step themselves
+    assert metrics["probe"]["step"]["compute_s"] > 0 and metrics["flops_per_sample"] > 0

@@ -18,7 +18,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ddpscale.measurement import peaks
-from ddpscale.measurement.stepprobe import loss_of
+from ddpscale.measurement.stepprobe import loss_of, training_step
 from ddpscale.measurement.timing import batch_len
 
 # Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
@@ -65,7 +65,7 @@ def training_flops(module, batch) -> tuple[float, float]:
     module.train()
     with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_LOG_WARNING)
-        loss_of(module.training_step(batch, 0)).backward()
+        loss_of(training_step(module, batch, 0)).backward()
     module.zero_grad(set_to_none=True)
     total = counter.get_total_flops()
     conv = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items() if "convolution" in str(op))

@@ -30,6 +30,7 @@ import time
 
 import torch
 from pytorch_lightning.overrides.distributed import prepare_for_backward
+from pytorch_lightning.utilities.signature_utils import is_param_in_hook_signature
 from torch import nn
 
 from ddpscale.measurement import loopsync
@@ -46,6 +47,14 @@ def loss_of(output, batch_idx: int | None = None) -> torch.Tensor:
     return loss
 
 
+def training_step(module, batch, batch_idx: int):
+    """module.training_step called as Lightning calls it: batch_idx is optional in Lightning (its
+    GAN tutorial writes `training_step(self, batch)`), passed where the signature takes it."""
+    if is_param_in_hook_signature(module.training_step, "batch_idx", min_args=2):
+        return module.training_step(batch, batch_idx)
+    return module.training_step(batch)
+
+
 class _TrainingStep(nn.Module):
     """What DDP wraps: forward is the module's training_step, in the precision's context."""
 
@@ -57,7 +66,7 @@ class _TrainingStep(nn.Module):
 
     def forward(self, batch, batch_idx: int):
         with self.context():
-            out = self.module.training_step(batch, batch_idx)
+            out = training_step(self.module, batch, batch_idx)
         if self.after_inner_forward is not None:
             self.after_inner_forward()
         return out
