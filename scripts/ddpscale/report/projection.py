@@ -97,7 +97,9 @@ def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
     None) or (None, 0, why not).
     Per epoch what no step took besides validation and saving (loader start, hooks); each
     validation and save as often as the trainer's settings make them; each kind's first
-    one-off excess once. A record without the validation timings (written before they were
+    one-off excess once. Where one epoch was timed (a throughput run's usual case), its loader
+    start and hooks are that epoch's, cold where the loader's workers persist: a few seconds an
+    epoch too many at most. A record without the validation timings (written before they were
     kept): its epochs' overheads, warm and once, as they came."""
     overheads = record.get("epoch_overheads_s")
     validations = record.get("validation_s")
