@@ -82,7 +82,7 @@ def test_the_first_epoch_s_one_off_cost_is_added_once_not_every_epoch():
     assert projection.warm_and_once([30.0]) == (30.0, 0.0)
     assert projection.warm_and_once([]) == (None, 0.0)
     # an older record without the list: its mean, every epoch
-    assert projection.overhead_s({"epoch_overhead_s": 14.0}, 10) == (140.0, None)
+    assert projection.overheads({"epoch_overhead_s": 14.0}, 10) == (140.0, 0.0, None)
 
 
 # A throughput run that stopped in its first epoch: 8 s outside its steps there, of which a
@@ -96,11 +96,11 @@ TIMED = {**KNOWN, "epoch_overhead_s": 8.0, "epoch_overheads_s": [8.0], "validati
 def test_validations_and_saves_are_counted_as_the_trainer_makes_them_cold_ones_once():
     # 10 epochs: 10 x (2 s + 1 s validation + 0.5 s save) + the first validation's 3 s and the
     # first save's 1.5 s excess once; not 10 x the cold epoch's 8 s
-    assert projection.overhead_s(TIMED, 10) == (pytest.approx(10 * 3.5 + 3.0 + 1.5), None)
+    assert projection.overheads(TIMED, 10) == (pytest.approx(10 * 3.5 + 3.0 + 1.5), 4.5, None)
     # check_val_every_n_epoch 2: Lightning validates, and so saves, every second epoch only
     every_2 = {**TIMED, "check_val_every_n_epoch": 2}
     assert projection.events(10, 2, True) == (5, 5)
-    assert projection.overhead_s(every_2, 10) == (pytest.approx(10 * 2.0 + 5 * 1.5 + 3.0 + 1.5), None)
+    assert projection.overheads(every_2, 10) == (pytest.approx(10 * 2.0 + 5 * 1.5 + 3.0 + 1.5), 4.5, None)
     # no validation: a save at every epoch's end, every second epoch's: none at all
     assert projection.events(10, 1, False) == (0, 10) and projection.events(10, 2, False) == (0, 0)
     # the run as a whole
@@ -123,7 +123,7 @@ def test_a_full_run_s_first_part_takes_its_validations_and_the_next_ones_for_the
     part = projection.first_part(record)
     assert part["epoch_overheads_s"] == [8.0] and part["validation_s"] == [[0, 4.0]]
     assert part["after_stop_validation_s"] == [1.0] and part["after_stop_checkpoint_s"] == [0.5]
-    assert projection.overhead_s({**record, **part}, 10) == (pytest.approx(10 * 3.5 + 4.5), None)
+    assert projection.overheads({**record, **part}, 10) == (pytest.approx(10 * 3.5 + 4.5), 4.5, None)
 
 
 def test_a_full_run_is_projected_from_its_first_part_so_the_check_can_fail():

@@ -71,7 +71,7 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.samples_per_epoch = epoch_samples(trainer, self.per_device_batch)
-        # how often the configured training validates (and so saves: saves_per_training)
+        # how often the configured training validates, and so saves (ddpscale.report.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
         self.validates = bool(trainer.enable_validation)
 

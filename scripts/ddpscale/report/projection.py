@@ -7,7 +7,7 @@ configured training would take on each topology before paying for it. Per run:
                         + what the configured training spends outside its steps
                         + the warm-up's excess over the steady rate
 
-where the seconds outside the steps (overhead_s) are, per epoch, what no step took besides
+where the seconds outside the steps (overheads) are, per epoch, what no step took besides
 validating and saving (the loader's start, hooks between epochs), plus each validation and
 each checkpoint save as often as the trainer's settings make them (check_val_every_n_epoch:
 events). The first of each kind in a process is cold (no sanity validation before the first,
@@ -86,12 +86,6 @@ def _in_epoch(pairs, epoch: int) -> float:
     return sum(float(s) for e, s in pairs if e == epoch)
 
 
-def overhead_s(record, epochs: float) -> tuple[float | None, str | None]:
-    """(seconds the configured training spends outside its steps, None) or (None, why not)."""
-    total, _, why = overheads(record, epochs)
-    return total, why
-
-
 def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
     """(seconds the configured training spends outside its steps, the one-off part of them,
     None) or (None, 0, why not).
@@ -101,17 +95,16 @@ def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
     start and hooks are that epoch's, cold where the loader's workers persist: a few seconds an
     epoch too many at most. A record without the validation timings (written before they were
     kept): its epochs' overheads, warm and once, as they came."""
-    overheads = record.get("epoch_overheads_s")
+    per_epoch = _listed(record, "epoch_overheads_s")
     validations = record.get("validation_s")
     if not isinstance(validations, (list, tuple)):
-        if isinstance(overheads, (list, tuple)) and overheads:
-            warm, once = warm_and_once(overheads)
+        if per_epoch:
+            warm, once = warm_and_once(per_epoch)
         else:
             warm, once = _number(record.get("epoch_overhead_s")), 0.0
         return (None, 0.0, "not recorded: epoch_overhead_s") if warm is None else (epochs * warm + once, once, None)
     saves = _listed(record, "checkpoint_save_s")
-    other = [max(0.0, float(o) - _in_epoch(validations, i) - _in_epoch(saves, i))
-             for i, o in enumerate(_listed(record, "epoch_overheads_s"))]
+    other = [max(0.0, float(o) - _in_epoch(validations, i) - _in_epoch(saves, i)) for i, o in enumerate(per_epoch)]
     warm, once = warm_and_once(other)
     total, once_total = epochs * (warm or 0.0) + once, once
     n_validations, n_saves = events(int(epochs), _number(record.get("check_val_every_n_epoch")),
