@@ -123,7 +123,8 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     flags = runargs.run_flags(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
                                precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
-    trainer = runargs.build_trainer(flags, callbacks)
+    # with the logger a run has (beside its checkpoints here): the pipeline as users get it
+    trainer = runargs.build_trainer(flags, callbacks, log_dir=os.path.join(ckpt_dir, "logs"))
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own
         trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
     if "no-sigterm-broadcast" in variant.options:

@@ -10,6 +10,7 @@ measure exits 3 with its reason.
 
 import argparse
 import sys
+import tempfile
 
 import pytorch_lightning as pl
 import torch
@@ -49,8 +50,11 @@ def probe(args) -> dict | None:
     probed = ProbeBeforeTraining(args, {name: getattr(args, name) for name in SIZES}, alone=True)
     # the world-size check of train.py first: a group short of ranks stops before the probe
     check = ScalingMetrics(expected_world_size=topology(args).world_size)
-    trainer = build_trainer(args, [check, probed], max_epochs=1)
-    trainer.fit(model, datamodule=datamodule)
+    # a module that logs through self.logger needs a logger; what the probe's one epoch logs is
+    # of no use, and probe.json is all this script leaves
+    with tempfile.TemporaryDirectory(prefix="ddpscale-probe-logs-") as logs:
+        trainer = build_trainer(args, [check, probed], logs, max_epochs=1)
+        trainer.fit(model, datamodule=datamodule)
     if trainer.global_rank != 0:
         return None
     if probed.failure is not None:

@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     # nor does it ask whether the accuracy metric is logged: a warning that it is not would send
     # the user to fix a name this run's report never reads
     accuracy_metric = args.accuracy_metric if args.measure == "full" else None
-    trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(accuracy_metric, test_pass)])
+    trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(accuracy_metric, test_pass)],
+                            runinfo.logger_dir(args.metrics))
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
     settings = {**settings, "identity": identity}

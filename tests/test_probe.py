@@ -302,3 +302,36 @@ def test_a_training_step_without_batch_idx_is_probed_and_counted(tmp_path, data_
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     # the probe timed its steps and the FLOP count ran: both call training_step themselves
     assert metrics["probe"]["step"]["compute_s"] > 0 and metrics["flops_per_sample"] > 0
+
+
+LOGS_THROUGH_LOGGER = '''
+from ddpscale.workloads.models import SpiralMLP
+
+
+class LogsThroughLogger(SpiralMLP):
+    """Logs through self.logger as Lightning's docs teach: hyperparameters at the start, a
+    metric of its own every few steps."""
+
+    def on_train_start(self):
+        self.logger.log_hyperparams({"note": "from the module", "lr": 0.01})
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx % 10 == 0:
+            self.logger.log_metrics({"my_metric": float(batch_idx)}, step=self.global_step)
+        return loss
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_run_s_folder(tmp_path, data_file):
+    from conftest import run_user_module
+
+    done = run_user_module(tmp_path, LOGS_THROUGH_LOGGER, "logsmod.LogsThroughLogger", data_file, "--probe",
+                           devices=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = tmp_path / "logs" / "attempt-1"  # beside metrics.json, one folder per attempt
+    assert "from the module" in (logs / "hparams.yaml").read_text()
+    assert "my_metric" in (logs / "metrics.csv").read_text().splitlines()[0]
+    assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2

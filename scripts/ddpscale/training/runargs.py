@@ -103,15 +103,26 @@ def build_modules(args):
     return model, data_cls(**data_args)
 
 
-def build_trainer(args, run_callbacks: list, max_epochs: int | None = None):
-    """The Trainer of a run, as train.py trains and probe.py probes (max_epochs: args.max_epochs)."""
+def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epochs: int | None = None):
+    """The Trainer of a run, as train.py trains and probe.py probes (max_epochs: args.max_epochs).
+    Its logger is a CSVLogger in log_dir (a folder of the run's own, one version per attempt, so
+    a retry does not delete what the last one logged): a module that logs through self.logger,
+    as Lightning's docs teach, finds one, and what it costs is in what the run measures. No
+    log_dir (a test's trainer): no logger."""
+    import warnings
     from datetime import timedelta
 
     import pytorch_lightning as pl
+    from pytorch_lightning.loggers import CSVLogger
     from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
     from pytorch_lightning.strategies import DDPStrategy
 
     env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
+    if log_dir:
+        # Lightning's hint for an epoch shorter than log_every_n_steps: logging counts steps
+        # across epochs, so a short epoch's steps are still logged; in every small run's log
+        # it would only be noise
+        warnings.filterwarnings("ignore", message=r".*smaller than the logging interval")
     return pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
         # one device trains as a user would without DDP; more devices use DDP
@@ -120,7 +131,9 @@ def build_trainer(args, run_callbacks: list, max_epochs: int | None = None):
         plugins=[env], precision=args.precision,
         max_epochs=args.max_epochs if max_epochs is None else max_epochs,
         accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        logger=(CSVLogger(save_dir=log_dir, name="", version=f"attempt-{getattr(args, 'attempt', 1)}")
+                if log_dir else False),
+        enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, **json.loads(args.trainer_args),
     )
 

@@ -20,8 +20,15 @@ from ddpscale.training import identity
 from ddpscale.training.runargs import run_seed
 
 LAST = "last.ckpt"
+# where the run's logger writes (runargs.build_trainer), beside its record
+LOGS = "logs"
 FINGERPRINT = "fingerprint.json"
 FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
+
+
+def logger_dir(record_path: str) -> str:
+    """The folder a run's logger writes in: beside its record (metrics.json)."""
+    return str(Path(record_path).parent / LOGS)
 
 
 def run_identity(args, settings: dict, root_device: torch.device) -> dict:
