@@ -140,6 +140,7 @@ def main(argv=None) -> int:
     fit_start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
+    early_stop = runinfo.early_stop(trainer, args.measure, args.max_epochs, len(measured.timing.epoch_times))
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
     if args.measure == "throughput":  # a warm validation and save for the projection
         windows.warm_overheads(trainer, model, datamodule, measured.windows, len(measured.checkpoint.save_seconds),
@@ -167,6 +168,7 @@ def main(argv=None) -> int:
                                       record["device_name"], args.precision))
         record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])
         record["compile"] = args.compile
+        record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
         record["transport"] = transport  # per rank: backend, transport, interface
         record["site_interconnect"] = args.site_interconnect
         record["identity"] = identity

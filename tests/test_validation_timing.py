@@ -61,3 +61,41 @@ def test_a_throughput_run_that_validated_at_its_stop_times_one_more(tmp_path, da
     fit_validations = len(m["validation_s"])
     assert fit_validations == m["epochs_completed"] == m["checkpoint_saves"] == 1  # at the stop, cold
     assert len(m["after_stop_validation_s"]) == len(m["after_stop_checkpoint_s"]) == 1
+
+
+EARLY_STOPPING = '''
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+from ddpscale.workloads.models import SpiralMLP
+
+
+class StopsEarly(SpiralMLP):
+    """configure_callbacks as Lightning's docs write it: an EarlyStopping (here one that stops
+    at the first epoch that does not raise val_loss: the second) and a ModelCheckpoint of its
+    own, with no folder named."""
+
+    def configure_callbacks(self):
+        return [EarlyStopping(monitor="val_loss", mode="max", patience=0), ModelCheckpoint(monitor="val_loss")]
+'''
+
+
+def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_path, data_file):
+    from conftest import ROOT, run_user_module
+    from test_projection import build
+
+    before = set(ROOT.iterdir())
+    done = run_user_module(tmp_path, EARLY_STOPPING, "stopsearly.StopsEarly", data_file, "--max-epochs", "4",
+                           "--measure", "full")
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["early_stop"] == {"by": "EarlyStopping", "epochs_trained": 2, "configured_epochs": 4}
+    assert m["epochs_completed"] == 2
+    # the module's own checkpoint lands in the run's folder (under its logger), not where it ran
+    assert list((tmp_path / "logs" / "attempt-1" / "checkpoints").glob("*.ckpt"))
+    assert set(ROOT.iterdir()) == before
+    # the report marks the row, and checks the projection of the 2 epochs it trained, not of 4
+    data = build([m])
+    assert "stopped early: 2 of 4 epochs (EarlyStopping)" in data.summary.loc[0, "caveats"]
+    row = data.projection.iloc[0]
+    two = projection.project_run({**m, "configured_epochs": 2})[0]
+    assert row["epochs"] == 4 and row["error"] == pytest.approx(two / row["measured_s"] - 1)

@@ -42,7 +42,7 @@ COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 # transport: the network the collectives crossed ('gloo on eth0', 'NCCL over InfiniBand (...)');
 # nccl_over_sockets: a multi-node run whose NCCL used sockets where the site says InfiniBand.
 CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscribed",
-                  "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets")
+                  "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets", "early_stop")
 
 # Spread over repeats of the two figures a user compares: min, max, and a 95% interval
 # of the mean (Student's t) once there are 3 or more repeats.
@@ -136,6 +136,14 @@ def _join_known(values: pd.Series):
     return "; ".join(dict.fromkeys(str(v) for v in values if v is not None and known(v))) or None
 
 
+def early_stop_text(value) -> str | None:
+    """'stopped early: 6 of 8 epochs (EarlyStopping)' for a run's early_stop record, else None."""
+    if not isinstance(value, dict):
+        return None
+    return (f"stopped early: {value.get('epochs_trained')} of {value.get('configured_epochs')} epochs "
+            f"({value.get('by')})")
+
+
 def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
               tolerance: float, mode: str = "auto") -> pd.DataFrame:
     """Median over repeats per topology, then speedup etc. against baseline.
@@ -155,6 +163,8 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     runs = runs.copy()
     measure = measure_mode(runs)
     runs["stop_reason"] = column(runs, "stop_reason")
+    # a module's EarlyStopping ended the run before its configured epochs: every figure is of fewer
+    runs["early_stop"] = [early_stop_text(v) for v in column(runs, "early_stop")]
     logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
@@ -177,6 +187,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         batch_per_device=("batch_per_device", "first"),
         effective_batch=("effective_batch", "first"),
         stop_reason=("stop_reason", _join_known),
+        early_stop=("early_stop", _join_known),
     )
     # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
     for col in COMPUTE_COLUMNS:

@@ -224,8 +224,13 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
         projected, again, why = _project(record, part)
         outside = outside_training_s(record)
         epochs = _number(record.get("configured_epochs"))
+        # a full run its module stopped early (EarlyStopping) measured fewer epochs than
+        # configured: its check compares the projection of the epochs it trained
+        stopped = record.get("early_stop")
+        compared = (_project({**record, "configured_epochs": stopped["epochs_trained"]}, part)[0]
+                    if full and isinstance(stopped, dict) else projected)
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
-                     "projected_s": projected, "why_na": why,
+                     "projected_s": projected, "why_na": why, "compared_s": compared,
                      "measured_s": measured_run(record) if full else math.nan,
                      "from_steps": part["steps"] if part else _number(record.get("steps_measured")),
                      "outside_s": outside,
@@ -233,8 +238,8 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
                      # the cold first validation, save and epoch
                      "restart_s": outside + again,
                      "epoch_s": projected / epochs if epochs else math.nan})
-    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "measured_s", "from_steps",
-                                       "outside_s", "restart_s", "epoch_s"])
+    return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "compared_s", "measured_s",
+                                       "from_steps", "outside_s", "restart_s", "epoch_s"])
 
 
 def parse_limits(text: str) -> dict:
@@ -297,6 +302,7 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
         why = _reasons(group["why_na"])
         projected = math.nan if why else float(group["projected_s"].median())
         measured = float(group["measured_s"].median()) if group["measured_s"].notna().all() else math.nan
+        compared = math.nan if why else float(group["compared_s"].median())
         world = int(group["world_size"].iloc[0])
         record = runs[runs["topology"] == topology].iloc[0]
         # the projected training plus what a training holds its devices for besides (start-up,
@@ -317,7 +323,7 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
                      "projected_held_device_hours": held * billed / 3600.0,
                      "jobs": split if split else math.nan,
                      "job_limit_s": (limits or {}).get(topology, {}).get("limit_s", math.nan),
-                     "measured_s": measured, "error": projected / measured - 1.0 if measured else math.nan,
+                     "measured_s": measured, "error": compared / measured - 1.0 if measured else math.nan,
                      "why_na": why or split_why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
     table = table.sort_values(["world_size"], kind="stable").reset_index(drop=True)

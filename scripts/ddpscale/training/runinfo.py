@@ -186,6 +186,19 @@ def scalars(trainer: pl.Trainer) -> dict:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
 
 
+def early_stop(trainer: pl.Trainer, measure: str, max_epochs: int, epochs_completed: int) -> dict | None:
+    """How a full training ended before its configured epochs because something asked it to: a
+    module's EarlyStopping (configure_callbacks) or its own code setting trainer.should_stop.
+    {"by": the callbacks that stopped it, or "the module", "epochs_trained", "configured_epochs"};
+    None where it trained them all, and in throughput mode, which stops by design. Called right
+    after fit: a test pass attaches the module's callbacks anew, a fresh EarlyStopping with them."""
+    if measure != "full" or not trainer.should_stop or epochs_completed >= max_epochs:
+        return None
+    by = sorted({type(c).__name__ for c in trainer.callbacks if getattr(c, "stopped_epoch", 0)})
+    return {"by": ", ".join(by) or "the module (trainer.should_stop)", "epochs_trained": epochs_completed,
+            "configured_epochs": max_epochs}
+
+
 def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
                    started: str, batch_per_device: int, effective_batch: int) -> dict:
     hosts = sorted({r["host"] for r in ranks})
