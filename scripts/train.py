@@ -119,8 +119,8 @@ def main(argv=None) -> int:
     # nor does it ask whether the accuracy metric is logged: a warning that it is not would send
     # the user to fix a name this run's report never reads
     accuracy_metric = args.accuracy_metric if args.measure == "full" else None
-    trainer = build_trainer(args, [*measured.all(), metriccheck.MetricCheck(accuracy_metric, test_pass)],
-                            runinfo.logger_dir(args.metrics))
+    ours = [*measured.all(), metriccheck.MetricCheck(accuracy_metric, test_pass)]
+    trainer = build_trainer(args, ours, runinfo.logger_dir(args.metrics))
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(args, settings, trainer.strategy.root_device)
     settings = {**settings, "identity": identity}
@@ -141,6 +141,7 @@ def main(argv=None) -> int:
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     fit_wall_s = time.perf_counter() - fit_start
     early_stop = runinfo.early_stop(trainer, args.measure, args.max_epochs, len(measured.timing.epoch_times))
+    added = runinfo.module_callbacks(trainer, ours)
     logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
     if args.measure == "throughput":  # a warm validation and save for the projection
         windows.warm_overheads(trainer, model, datamodule, measured.windows, len(measured.checkpoint.save_seconds),
@@ -169,6 +170,7 @@ def main(argv=None) -> int:
         record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])
         record["compile"] = args.compile
         record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
+        record["module_callbacks"] = added
         record["transport"] = transport  # per rank: backend, transport, interface
         record["site_interconnect"] = args.site_interconnect
         record["identity"] = identity

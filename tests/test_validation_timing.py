@@ -1,6 +1,7 @@
 """Validations and checkpoint saves as real runs make them, against what the projection counts
 (ddpscale.report.projection.events): Lightning decides when they happen, so the count the
-projection multiplies by is checked against Lightning itself, not against our reading of it.
+projection multiplies by is checked against Lightning itself, not against our reading of it;
+and a module's own callbacks (configure_callbacks) ending a training early, as the report says it.
 
 The data: 840 training samples, batch 32, one device: 27 steps an epoch.
 """
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from test_throughput_mode import measured
 
+from ddpscale.report import measured as description
 from ddpscale.report import projection
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -89,13 +92,14 @@ def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["early_stop"] == {"by": "EarlyStopping", "epochs_trained": 2, "configured_epochs": 4}
-    assert m["epochs_completed"] == 2
+    assert m["epochs_completed"] == 2 and m["module_callbacks"] == ["EarlyStopping", "ModelCheckpoint"]
     # the module's own checkpoint lands in the run's folder (under its logger), not where it ran
     assert list((tmp_path / "logs" / "attempt-1" / "checkpoints").glob("*.ckpt"))
     assert set(ROOT.iterdir()) == before
     # the report marks the row, and checks the projection of the 2 epochs it trained, not of 4
     data = build([m])
     assert "stopped early: 2 of 4 epochs (EarlyStopping)" in data.summary.loc[0, "caveats"]
+    assert description.describe(pd.DataFrame([m]))["module_callbacks"] == "EarlyStopping, ModelCheckpoint"
     row = data.projection.iloc[0]
     two = projection.project_run({**m, "configured_epochs": 2})[0]
     assert row["epochs"] == 4 and row["error"] == pytest.approx(two / row["measured_s"] - 1)

@@ -12,7 +12,8 @@ import pandas as pd
 
 # scaling.tsv columns, in this order, the same value on every row of one report
 COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "dataset", "config_files",
-           "max_epochs", "batch_scaling", "batch_size", "precision", "compile", "optimizers", "trainer_settings")
+           "max_epochs", "batch_scaling", "batch_size", "precision", "compile", "optimizers", "trainer_settings",
+           "module_callbacks")
 
 
 def _one(runs: pd.DataFrame, col: str) -> str:
@@ -82,6 +83,8 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         "optimizers": _each_run(runs, "optimizers", lambda v: " + ".join(v) or "none", "unknown"),
         # Trainer arguments beyond ddpscale's own (a LightningCLI config's), as the Trainer held them
         "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's", "ddpscale's"),
+        # what the module's configure_callbacks added to the Trainer (EarlyStopping, checkpoints)
+        "module_callbacks": _each_run(runs, "module_callbacks", lambda v: ", ".join(v) or "none", "none"),
     }
 
 
@@ -107,4 +110,4 @@ LABELS = {"experiment": "Experiment", "model_class": "Model", "model_parameters"
           "data_class": "Data module", "dataset": "Dataset", "config_files": "Config files",
           "max_epochs": "Epochs", "batch_scaling": "Batch scaling", "batch_size": "Batch size",
           "precision": "Precision", "compile": "torch.compile", "optimizers": "Optimizer",
-          "trainer_settings": "Trainer settings"}
+          "trainer_settings": "Trainer settings", "module_callbacks": "The module's callbacks"}

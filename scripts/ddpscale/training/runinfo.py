@@ -199,6 +199,12 @@ def early_stop(trainer: pl.Trainer, measure: str, max_epochs: int, epochs_comple
             "configured_epochs": max_epochs}
 
 
+def module_callbacks(trainer: pl.Trainer, ours: list) -> list[str]:
+    """The class names of the callbacks the Trainer ran besides ddpscale's own: those the
+    module's configure_callbacks added. Called right after fit, as early_stop is."""
+    return [type(c).__name__ for c in trainer.callbacks if not any(c is mine for mine in ours)]
+
+
 def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
                    started: str, batch_per_device: int, effective_batch: int) -> dict:
     hosts = sorted({r["host"] for r in ranks})
