@@ -168,13 +168,13 @@ def main(argv=None) -> int:
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
         record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])
-        record["compile"] = args.compile
+        record["compile"] = compiling.said(args.compile, trainer.lightning_module)
         record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
         record["module_callbacks"] = added
         record["transport"] = transport  # per rank: backend, transport, interface
         record["site_interconnect"] = args.site_interconnect
         record["identity"] = identity
-        if args.compile != "none":
+        if record["compile"] != "none":
             record.update(compiling.stats())
         runinfo.finish(args.ckpt_dir, settings, record)
         write_json_atomic(args.metrics, record)  # last: its presence marks the run as done

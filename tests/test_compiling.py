@@ -314,3 +314,32 @@ def test_the_training_job_ends_with_that_line_not_a_traceback(tmp_path, data_fil
         "ddpscale train: compile: reduce-overhead replays CUDA graphs, and the next replay overwrote a tensor "
         "that the module kept from a compiled step (mine.py:7 in validation_step); keep a copy (.clone()) of "
         "what it holds across steps, or set compile: default in the config")
+
+
+COMPILES_ITSELF = '''
+import torch
+
+from ddpscale.workloads.models import SpiralMLP
+
+
+class CompilesItself(SpiralMLP):
+    """Compiles a part of itself in configure_model, idempotent as Lightning's docs ask (the
+    hook runs again for the test pass)."""
+
+    def configure_model(self):
+        if not getattr(self, "compiled", False):
+            self.net = torch.compile(self.net)
+            self.compiled = True
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_module_that_compiles_itself_is_said_to_be_compiled(tmp_path, data_file):
+    system_tools.require(("g++",), "g++")
+    done = run_user_module(tmp_path, COMPILES_ITSELF, "selfcompiled.CompilesItself", data_file, "--max-epochs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    # config compile is none, and the report would have said so
+    assert metrics["compile"] == compiling.BY_THE_MODULE and metrics["compile_graphs"] >= 1
+    assert compiling.said("none", SpiralMLP()) == "none" and compiling.said("default", SpiralMLP()) == "default"

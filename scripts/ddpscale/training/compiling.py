@@ -76,6 +76,23 @@ def unwrap(model):
     return to_uncompiled(model)
 
 
+BY_THE_MODULE = "by the module"
+
+
+def said(mode: str, module) -> str:
+    """The run's compile setting as it was: config `compile`, or where that is none and the
+    module compiled parts of itself (torch.compile in configure_model or __init__: a submodule
+    that is an OptimizedModule, or a compiled forward), BY_THE_MODULE, so the report does not
+    say "none" for compiled code."""
+    if mode != "none":
+        return mode
+    import torch._dynamo
+
+    compiled = any(isinstance(m, torch._dynamo.eval_frame.OptimizedModule) for m in module.modules())
+    compiled = compiled or hasattr(getattr(module, "forward", None), "_torchdynamo_orig_callable")
+    return BY_THE_MODULE if compiled else "none"
+
+
 def stats() -> dict:
     """Graphs dynamo compiled in this process, its graph breaks (each one splits a step into
     separately compiled pieces with Python between them) and its recompilations: a guard that

@@ -73,7 +73,8 @@ class SpiralMLP(pl.LightningModule):
         """Analytic training FLOPs per sample (matrix multiplies, 2 per multiply-add): forward
         and weight gradients for every layer, input gradients for all but the first (the data
         needs none). The pipeline checks torch's count against this."""
-        weights = [layer.in_features * layer.out_features for layer in self.net if isinstance(layer, nn.Linear)]
+        # modules(), not the Sequential itself: a module compiled in place (torch.compile) wraps it
+        weights = [layer.in_features * layer.out_features for layer in self.net.modules() if isinstance(layer, nn.Linear)]
         return 6 * sum(weights) - 2 * weights[0]
 
     def configure_optimizers(self):
