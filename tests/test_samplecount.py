@@ -177,3 +177,17 @@ def test_a_sampler_sharded_twice_is_named():
     assert samplecount.sharded_twice(DataLoader(dataset, sampler=DistributedSampler(dataset, 2, 1)), 2) is None
     weighted = DistributedSamplerWrapper(WeightedRandomSampler([1.0] * 40, 40), num_replicas=2, rank=1)
     assert samplecount.sharded_twice({"a": DataLoader(dataset, sampler=weighted)}, 2) is None
+
+
+def test_a_batch_that_is_a_mapping_of_any_kind_counts_its_samples_not_its_keys():
+    """Hugging Face's padding collator yields a BatchEncoding, a UserDict: not a dict, so it
+    was counted by its number of keys (3 here) instead of its 8 samples."""
+    from collections import UserDict
+
+    from ddpscale.measurement.timing import batch_len
+
+    encoding = UserDict({"input_ids": torch.zeros(8, 16), "attention_mask": torch.ones(8, 16),
+                         "labels": torch.zeros(8)})
+    assert batch_len(encoding) == 8
+    assert batch_len({"x": torch.zeros(8, 2)}) == batch_len((torch.zeros(8, 2), torch.zeros(8))) == 8
+    assert batch_len([{"x": torch.zeros(8, 2)}, torch.zeros(8)]) == 8  # nested

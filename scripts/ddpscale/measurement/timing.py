@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 
 import pytorch_lightning as pl
 import torch
@@ -38,10 +39,10 @@ def check_world_size(formed: int, expected: int) -> None:
 
 
 def batch_len(batch) -> int:
-    while isinstance(batch, (list, tuple)):
-        batch = batch[0]
-    if isinstance(batch, dict):
-        batch = next(iter(batch.values()))
+    """Samples in a batch, from its first leaf: a mapping of any kind (a dict, Hugging Face's
+    BatchEncoding, a UserDict) by its first value, not its number of keys."""
+    while isinstance(batch, (list, tuple, Mapping)):
+        batch = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
     return len(batch)
 
 
