@@ -164,7 +164,8 @@ def main(argv=None) -> int:
         record["held_devices"] = args.held_devices or record["world_size"]
         record["fit_wall_s"] = fit_wall_s - record["probe_s"]
         # throughput mode's figure replaces the epochs' (ddpscale.measurement.windows)
-        record.update(windows.run_entries(args.measure, args.max_epochs, measured.windows.record()))
+        record.update(windows.run_entries(args.measure, args.max_epochs, measured.windows.record(),
+                                          uncounted=record["samples_uncounted"]))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], args.precision))
         record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])

@@ -19,7 +19,7 @@ def test_training_flops_of_an_mlp_match_the_matmuls():
     # (its input needs no gradient): 256. Total 896.
     model = SpiralMLP(hidden=[16], dropout=0.0, input_dim=8, num_classes=4)
     batch = (torch.randn(5, 8), torch.randint(0, 4, (5,)))
-    assert flops.training_flops_per_sample(model, batch) == 896
+    assert flops.training_flops_per_sample(model, batch, 5) == 896
     assert all(p.grad is None for p in model.parameters()), "counting must leave no gradients behind"
 
 
@@ -33,7 +33,7 @@ class LogsInTrainingStep(SpiralMLP):
 def test_count_runs_outside_the_trainer_even_when_the_module_logs():
     batch = (torch.randn(4, 2), torch.randint(0, 2, (4,)))
     args = {"hidden": [4], "dropout": 0.0}
-    assert flops.count(LogsInTrainingStep, args, batch, "32-true") == (2 * 2 * 4 + 2 * 4 * 2) + (2 * 4 * 2) * 2 + 2 * 2 * 4
+    assert flops.count(LogsInTrainingStep, args, batch, len(batch[0]), "32-true") == (2 * 2 * 4 + 2 * 4 * 2) + (2 * 4 * 2) * 2 + 2 * 2 * 4
 
 
 SPIRAL = {"hidden": [64, 32, 16], "dropout": 0.2}
@@ -41,7 +41,7 @@ SPIRAL = {"hidden": [64, 32, 16], "dropout": 0.2}
 
 def test_the_reference_workload_counts_its_analytic_flops():
     batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
-    assert flops.count(SpiralMLP, SPIRAL, batch, "32-true") == 16064 == SpiralMLP(**SPIRAL).flops_per_sample()
+    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), "32-true") == 16064 == SpiralMLP(**SPIRAL).flops_per_sample()
 
 
 def test_a_batch_on_another_device_than_the_trained_module_is_still_counted():
@@ -52,14 +52,14 @@ def test_a_batch_on_another_device_than_the_trained_module_is_still_counted():
     batch = (torch.empty(32, 2, device="meta"), torch.empty(32, dtype=torch.long, device="meta"))
     with pytest.raises(RuntimeError):
         trained(batch[0])  # what the old count did
-    assert flops.count(SpiralMLP, SPIRAL, batch, "32-true", trained=trained) == 16064
+    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), "32-true", trained=trained) == 16064
 
 
 @pytest.mark.parametrize("precision", ["bf16-true", "16-true", "bf16-mixed", "64-true"])
 def test_weights_and_inputs_of_other_dtypes_are_counted(precision):
     # bf16-true with a DataLoader failed with "mat1 and mat2 must have the same dtype"
     batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
-    assert flops.count(SpiralMLP, SPIRAL, batch, precision) == 16064
+    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), precision) == 16064
 
 
 class NotOnMeta(SpiralMLP):
@@ -73,7 +73,7 @@ class NotOnMeta(SpiralMLP):
 def test_a_module_that_cannot_be_built_on_meta_is_counted_on_the_trained_copy():
     trained = NotOnMeta(**SPIRAL)
     batch = (torch.randn(8, 2), torch.randint(0, 2, (8,)))
-    assert flops.count(NotOnMeta, SPIRAL, batch, "32-true", trained=trained) == 16064
+    assert flops.count(NotOnMeta, SPIRAL, batch, len(batch[0]), "32-true", trained=trained) == 16064
     assert all(p.grad is None for p in trained.parameters())
 
 
@@ -82,7 +82,7 @@ def test_a_module_that_cannot_be_counted_gives_none_and_says_why(capsys):
         def training_step(self, batch, batch_idx):
             raise RuntimeError("needs the trainer")
 
-    assert flops.count(Broken, SPIRAL, (torch.randn(4, 2), torch.zeros(4, dtype=torch.long)), "32-true") is None
+    assert flops.count(Broken, SPIRAL, (torch.randn(4, 2), torch.zeros(4, dtype=torch.long)), 4, "32-true") is None
     assert "could not count FLOPs (RuntimeError: needs the trainer); MFU will be n/a" in capsys.readouterr().out
 
 
@@ -221,14 +221,14 @@ class TinyConvNet(torch.nn.Module):
 
 def test_the_count_splits_out_convolutions():
     batch = (torch.randn(3, 1, 6, 6), torch.zeros(3, dtype=torch.long))
-    per_sample, conv_share = flops.training_flops(TinyConvNet(), batch)
+    per_sample, conv_share = flops.training_flops(TinyConvNet(), batch, 3)
     # conv forward 2*(2*4*4)*(1*3*3) = 576 per sample, its weight gradient the same (input needs none)
     conv = 2 * 576
     linear = 2 * 32 * 2 * 2  # forward and weight gradient; the input gradient goes to the conv
     linear += 2 * 32 * 2
     assert per_sample == conv + linear and conv_share == pytest.approx(conv / (conv + linear))
     mlp = SpiralMLP(hidden=[16], dropout=0.0, input_dim=8, num_classes=4)
-    assert flops.training_flops(mlp, (torch.randn(5, 8), torch.randint(0, 4, (5,))))[1] == 0.0
+    assert flops.training_flops(mlp, (torch.randn(5, 8), torch.randint(0, 4, (5,))), 5)[1] == 0.0
 
 
 def test_utilisation_over_all_devices():

@@ -184,10 +184,90 @@ def test_a_batch_that_is_a_mapping_of_any_kind_counts_its_samples_not_its_keys()
     was counted by its number of keys (3 here) instead of its 8 samples."""
     from collections import UserDict
 
-    from ddpscale.measurement.timing import batch_len
-
     encoding = UserDict({"input_ids": torch.zeros(8, 16), "attention_mask": torch.ones(8, 16),
                          "labels": torch.zeros(8)})
-    assert batch_len(encoding) == 8
-    assert batch_len({"x": torch.zeros(8, 2)}) == batch_len((torch.zeros(8, 2), torch.zeros(8))) == 8
-    assert batch_len([{"x": torch.zeros(8, 2)}, torch.zeros(8)]) == 8  # nested
+    assert samplecount.structure_sizes(encoding) == [8]
+    assert samplecount.samples_of(encoding, 0, None) == (8, None)
+    assert samplecount.structure_sizes([{"x": torch.zeros(8, 2)}, torch.zeros(8)]) == [8]  # nested
+    assert samplecount.structure_sizes({"text": ["a", "b", "c"], "y": torch.zeros(3)}) == [3]  # strings
+
+
+def plan(batch_size=8, drop_last=False, drawn=20):
+    return samplecount.LoaderPlan(batch_size, drop_last, drawn)
+
+
+def test_the_loader_says_how_many_samples_each_batch_of_an_epoch_holds():
+    """20 samples in batches of 8: 8, 8, then a short last batch of 4 (or none with drop_last)."""
+    assert [plan().expected(i) for i in range(3)] == [(8, True), (8, True), (4, True)]
+    assert plan(drop_last=True, drawn=16).expected(1) == (8, True)
+    assert plan(drawn=None).expected(0) == (8, False)  # an iterable dataset: at most 8
+    loader = DataLoader(TensorDataset(torch.zeros(20, 3)), batch_size=8)
+    assert samplecount.loader_plan(loader) == plan()
+    assert [samplecount.samples_of(b, i, plan())[0] for i, b in enumerate(loader)] == [8, 8, 4]
+
+
+def test_a_first_element_that_is_not_batched_is_not_what_is_counted():
+    """(a per-batch scalar tensor of shape (2,), inputs, targets): the old count took the first
+    leaf and said 2."""
+    batch = (torch.tensor([0.5, 0.1]), torch.zeros(8, 5), torch.zeros(8))
+    n, why = samplecount.samples_of(batch, 0, plan(drawn=64))
+    assert (n, why) == (8, None)
+
+
+def test_a_sequence_first_batch_disagrees_with_the_loader_until_its_dimension_is_declared():
+    """(time 50, batch 8, features) and (time 50, batch 8) targets: dimension 0 says 50."""
+    batch = (torch.zeros(50, 8, 3), torch.zeros(50, 8))
+    n, why = samplecount.samples_of(batch, 0, plan())
+    assert n is None and "8 samples" in why and "50 along dimension 0" in why and "batch.dim" in why
+    assert "\n" not in why
+    assert samplecount.samples_of(batch, 0, plan(), dim=1) == (8, None)
+    # nothing to check it against (a batch sampler of the user's own): still no guess
+    assert samplecount.samples_of((torch.zeros(50, 8, 3), torch.zeros(8)), 0, None)[0] is None
+
+
+def test_the_modules_own_count_is_taken_and_checked():
+    """Two augmented views of 8 samples (16 rows): the module says 8; a wrong answer is refused."""
+    batch = torch.zeros(16, 3)
+    assert samplecount.samples_of(batch, 0, plan())[0] is None
+    assert samplecount.samples_of(batch, 0, plan(), stated=8) == (8, None)
+    for bad in (True, -1, 8.0, "8", None.__class__):
+        n, why = samplecount.samples_of(batch, 0, plan(), stated=bad)
+        assert n is None and "samples_in_batch" in why
+    assert samplecount.samples_of(batch, 0, plan(), stated=7)[0] is None  # not what the loader drew
+
+
+def test_an_iterable_dataset_is_counted_by_its_batch_up_to_the_batch_size():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(torch.zeros(19, 2))
+
+    loader = DataLoader(Stream(), batch_size=8)
+    assert samplecount.loader_plan(loader) == plan(drawn=None)
+    assert [samplecount.samples_of(b, i, samplecount.loader_plan(loader))[0] for i, b in enumerate(loader)] == [8, 8, 3]
+    n, why = samplecount.samples_of(torch.zeros(9, 2), 0, plan(drawn=None))
+    assert n is None and "at most 8" in why
+
+
+def test_a_batch_sampler_of_the_users_own_is_counted_by_the_batch_alone():
+    class Halves(torch.utils.data.Sampler):
+        def __iter__(self):
+            return iter([[0, 1, 2], [3, 4]])
+
+        def __len__(self):
+            return 2
+
+    loader = DataLoader(TensorDataset(torch.zeros(5, 2), torch.zeros(5)), batch_sampler=Halves())
+    assert samplecount.loader_plan(loader) is None
+    assert [samplecount.samples_of(b, i, None)[0] for i, b in enumerate(loader)] == [3, 2]
+    explicit = DataLoader(TensorDataset(torch.zeros(5, 2)),
+                          batch_sampler=torch.utils.data.BatchSampler(range(5), 2, drop_last=True))
+    assert samplecount.loader_plan(explicit) == plan(2, True, 5)
+
+
+def test_the_counter_says_once_and_keeps_counting(capsys):
+    counter = samplecount.BatchCounter()
+    counter.start_epoch(DataLoader(TensorDataset(torch.zeros(20, 3)), batch_size=8))
+    assert counter.count((torch.zeros(8, 3),)) == 8 and counter.problem is None
+    assert counter.count(torch.zeros(50, 8)) == 8  # the loader's figure, but marked
+    assert counter.problem and counter.count(torch.zeros(50, 4)) == 4
+    assert capsys.readouterr().out.count("samples not counted") == 1

@@ -32,7 +32,7 @@ def test_empty_config_gets_every_default():
     assert config["repeats"] == "auto"
     assert config["compile"] == "none"
     assert config["max_epochs"] == 4
-    assert config["batch"] == {"scaling": "weak", "size": 32}
+    assert config["batch"] == {"scaling": "weak", "size": 32, "dim": 0}
     assert config["dataloader"] == {
         "num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
     }
@@ -46,7 +46,7 @@ def test_empty_config_gets_every_default():
 def test_partial_nested_section_is_completed():
     config = {"batch": {"scaling": "strong"}}
     validate(config, SCHEMA)
-    assert config["batch"] == {"scaling": "strong", "size": 32}
+    assert config["batch"] == {"scaling": "strong", "size": 32, "dim": 0}
 
 
 def test_dataset_generator_none_is_allowed():
@@ -66,6 +66,9 @@ def test_dataset_null_is_refused_clearly():
     ({"batch": {"scalling": "weak"}}, ["'scalling' was unexpected", "schema['properties']['batch']"]),
     ({"batch": {"scaling": "medium", "size": 64}}, ["'medium' is not one of ['weak', 'strong']",
                                                     "instance['batch']['scaling']"]),
+    ({"batch": {"dim": -1}}, ["-1 is less than the minimum of 0", "instance['batch']['dim']"]),
+    ({"batch": {"dim": 1.5}}, ["1.5 is not of type 'integer'", "instance['batch']['dim']"]),
+    ({"batch": {"dim": "1; $(reboot)"}}, ["is not of type 'integer'", "instance['batch']['dim']"]),
     ({"repeats": 0}, ["0 is less than the minimum of 1", "instance['repeats']"]),
     ({"max_epochs": 1}, ["1 is less than the minimum of 2", "instance['max_epochs']"]),
     ({"topologies": ["1x1", "2by4"]}, ["'2by4' does not match", "instance['topologies'][1]"]),

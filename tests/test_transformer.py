@@ -66,7 +66,7 @@ def test_flops_per_token_is_what_flop_counter_mode_counts(tie_weights, backend):
 def test_the_pipelines_count_is_the_analytic_one():
     model = small_model(tie_weights=True)
     batch = token_batch(37, 4, 11)
-    assert flops.training_flops_per_sample(model, batch) == flops_per_sample(37, 11, 24, 3, 3) == model.flops_per_sample()
+    assert flops.training_flops_per_sample(model, batch, 4) == flops_per_sample(37, 11, 24, 3, 3) == model.flops_per_sample()
     assert all(p.grad is None for p in model.parameters())
 
 

@@ -143,6 +143,8 @@ def run_flags(topology_name):
                 flags[flag] = config["throughput"][key]
     if GENERATED:
         flags["--data-file"] = get_data_file()
+    if config["batch"]["dim"]:  # only where set: every other config's runs keep their flags
+        flags["--batch-dim"] = config["batch"]["dim"]
     if config["data"]["files"]:  # checksummed into the run's identity
         flags["--data-files"] = json.dumps(config["data"]["files"])
     # a LightningCLI config's Trainer arguments and optimizers (only where it has them: the flags of

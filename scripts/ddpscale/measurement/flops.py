@@ -19,7 +19,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ddpscale.measurement import peaks
 from ddpscale.measurement.stepprobe import loss_of, training_step
-from ddpscale.measurement.timing import batch_len
 
 # Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
 _LOG_WARNING = r"You are trying to `self\.log\(\)` but the `self\.trainer` reference is not registered"
@@ -58,10 +57,10 @@ def to_device(batch, device: torch.device, dtype=None):
     return batch
 
 
-def training_flops(module, batch) -> tuple[float, float]:
-    """FLOPs of one training step (forward + backward) on this batch, divided by its size, and
-    the share of them in convolutions (cuDNN's, which TF32 may speed apart from matmuls)."""
-    size = batch_len(batch)
+def training_flops(module, batch, size: int) -> tuple[float, float]:
+    """FLOPs of one training step (forward + backward) on this batch, divided by its size (its
+    samples, as ddpscale.measurement.samplecount counts them), and the share of them in
+    convolutions (cuDNN's, which TF32 may speed apart from matmuls)."""
     module.train()
     with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_LOG_WARNING)
@@ -72,9 +71,9 @@ def training_flops(module, batch) -> tuple[float, float]:
     return total / size, (conv / total if total else 0.0)
 
 
-def training_flops_per_sample(module, batch) -> float:
+def training_flops_per_sample(module, batch, size: int) -> float:
     """FLOPs of one training step (forward + backward) on this batch, divided by its size."""
-    return training_flops(module, batch)[0]
+    return training_flops(module, batch, size)[0]
 
 
 def utilisation(flops_per_sample: float | None, throughput: float | None, world_size: int,
@@ -124,7 +123,8 @@ def float32_record() -> dict:
             "cudnn_allow_tf32": bool(legacy_or(lambda: backends.cudnn.allow_tf32, lambda: conv() == "tf32"))}
 
 
-def count_split(model_cls, model_args: dict, batch, precision: str, trained=None) -> tuple[float, float] | None:
+def count_split(model_cls, model_args: dict, batch, size: int, precision: str,
+                trained=None) -> tuple[float, float] | None:
     """FLOPs per training sample of one step on this batch's shapes and their share in
     convolutions (training_flops); None if they cannot be counted.
 
@@ -138,7 +138,7 @@ def count_split(model_cls, model_args: dict, batch, precision: str, trained=None
         with torch.device("meta"):
             module = model_cls(**model_args)
             module = module.to(dtype) if dtype is not None else module
-            return training_flops(module, to_device(batch, torch.device("meta"), dtype))
+            return training_flops(module, to_device(batch, torch.device("meta"), dtype), size)
     except Exception as err:
         meta_error = err
     if trained is not None:
@@ -146,7 +146,7 @@ def count_split(model_cls, model_args: dict, batch, precision: str, trained=None
         try:
             trained.trainer = None  # outside the loop: self.log() must only warn, not raise
             param = next(trained.parameters())
-            return training_flops(trained, to_device(batch, param.device, dtype))
+            return training_flops(trained, to_device(batch, param.device, dtype), size)
         except Exception as err:
             meta_error = err
         finally:
@@ -157,9 +157,9 @@ def count_split(model_cls, model_args: dict, batch, precision: str, trained=None
     return None
 
 
-def count(model_cls, model_args: dict, batch, precision: str, trained=None) -> float | None:
+def count(model_cls, model_args: dict, batch, size: int, precision: str, trained=None) -> float | None:
     """FLOPs per training sample of one step on this batch's shapes; None if it cannot be counted."""
-    split = count_split(model_cls, model_args, batch, precision, trained)
+    split = count_split(model_cls, model_args, batch, size, precision, trained)
     return None if split is None else split[0]
 
 

@@ -14,11 +14,28 @@ Lightning keeps a DistributedSampler it finds and wraps any other sampler in its
 DistributedSamplerWrapper, which shards the sampler's indices by rank: a custom sampler that
 already shards by rank (but is not a DistributedSampler) is then sharded twice, and each rank
 reads about 1/world^2 of the data. That is what sharded_twice() warns about.
+
+How many samples a batch holds is not guessed from its first tensor (a padding collator's
+BatchEncoding, a sequence-first tensor, a tuple whose first element is not batched all fool
+that). It comes from the loader's own accounting where it has one (LoaderPlan: batch i of a
+rank's n drawn samples holds min(batch_size, n - i * batch_size)), cross-checked against
+every tensor of the batch along the batch dimension (config batch.dim, 0 by default), or from
+the module's own `samples_in_batch(batch)` where it states it. Where the two disagree, or
+neither can tell, the batch is uncounted and the run says why (samples_of): a per-sample
+figure is then n/a, never a wrong one.
 """
 
 from __future__ import annotations
 
-from torch.utils.data import DistributedSampler, Sampler
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Sampler
+
+# What the run says where a batch cannot be counted: the two ways to tell ddpscale
+DECLARE = ("set config batch.dim to the dimension of the batch's tensors that indexes samples, or give "
+           "the module a samples_in_batch(self, batch) method that returns the number")
 
 
 def real_samples(n: int, rank: int, world: int) -> int:
@@ -85,3 +102,136 @@ def epoch_samples_here(loader, batches: int, batch_size: int) -> int:
         except TypeError:  # a sampler without a length
             drawn = None
     return counted(full if drawn is None else min(full, drawn), shard_of(loader))
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """What a rank's train loader says of its batches: their size (batch_size), whether a
+    short last batch is dropped, and the samples its sampler draws in an epoch (None where it
+    has no length: an iterable dataset)."""
+    batch_size: int
+    drop_last: bool
+    drawn: int | None
+
+    def expected(self, position: int) -> tuple[int, bool]:
+        """(samples of the batch at this position of the epoch, whether exact): exact where the
+        sampler's length says; otherwise batch_size is only the most a batch holds."""
+        if self.drawn is not None and position * self.batch_size < self.drawn:
+            return (self.batch_size if self.drop_last else
+                    min(self.batch_size, self.drawn - position * self.batch_size)), True
+        return self.batch_size, False
+
+
+def loader_plan(loader) -> LoaderPlan | None:
+    """The loader's own accounting, or None where it keeps none a batch can be checked against:
+    a batch sampler of the user's own (its batches may be of any size), no automatic batching,
+    several loaders at once."""
+    from ddpscale.workloads.resident import ResidentBatches
+
+    if isinstance(loader, ResidentBatches):
+        return LoaderPlan(loader.batch_size, loader.drop_last, loader.samples_per_rank())
+    if not isinstance(loader, DataLoader):
+        return None
+    size, drop_last = loader.batch_size, loader.drop_last
+    if size is None and type(loader.batch_sampler) is BatchSampler:  # torch's own, given explicitly
+        size, drop_last = loader.batch_sampler.batch_size, loader.batch_sampler.drop_last
+    if not isinstance(size, int) or size < 1:
+        return None
+    try:
+        drawn = len(loader.sampler) if isinstance(loader.sampler, Sampler) else None
+    except TypeError:  # a sampler without a length: an iterable dataset's
+        drawn = None
+    return LoaderPlan(size, bool(drop_last), drawn)
+
+
+def _plain(value) -> bool:
+    return isinstance(value, (str, bytes, int, float, bool)) or value is None
+
+
+def structure_sizes(batch, dim: int = 0) -> list[int]:
+    """The distinct sizes along `dim` of every tensor in the batch (mappings of any kind, lists
+    and tuples, nested), and the length of each list of plain values (a collated text field)."""
+    found: list[int] = []
+
+    def walk(value) -> None:
+        if isinstance(value, torch.Tensor) or hasattr(value, "__array_interface__"):
+            shape = tuple(value.shape)
+            if len(shape) > dim:
+                found.append(int(shape[dim]))
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            if value and all(_plain(item) for item in value):
+                found.append(len(value))
+            else:
+                for item in value:
+                    walk(item)
+
+    walk(batch)
+    return sorted(set(found))
+
+
+def samples_of(batch, position: int, plan: LoaderPlan | None, dim: int = 0,
+               stated: int | None = None) -> tuple[int | None, str | None]:
+    """(samples in this batch, None) or (None, why it cannot be told), the why one line that
+    ends with the fix. position: the batch's place in its epoch on this rank; stated: what the
+    module's samples_in_batch(batch) returned, if it has one."""
+    if stated is not None:
+        if isinstance(stated, bool) or not isinstance(stated, int) or stated < 0:
+            return None, (f"the module's samples_in_batch() returned {stated!r}, not a count of samples; "
+                          "return a non-negative int")
+        sizes, said = [stated], f"the module's samples_in_batch() says {stated}"
+    else:
+        sizes = structure_sizes(batch, dim)
+        said = (f"its tensors have {' or '.join(map(str, sizes))} along dimension {dim}" if sizes
+                else "it holds no tensor with a dimension " + str(dim))
+    if plan is not None:
+        expected, exact = plan.expected(position)
+        if exact:
+            if stated is None and not sizes or expected in sizes:
+                return expected, None
+            return None, (f"the train loader gives batch {position} of this rank {expected} samples "
+                          f"(batch_size {plan.batch_size}, {plan.drawn} drawn) but {said}; {DECLARE}")
+        fitting = [s for s in sizes if 0 < s <= expected]
+        if len(sizes) == 1 and fitting:
+            return sizes[0], None
+        if stated is None and len(fitting) > 1:
+            return None, (f"the train loader has no length and {said}, which could each be the batch's "
+                          f"samples (at most {expected}); {DECLARE}")
+        return None, (f"the train loader's batches hold at most {expected} samples but {said}; {DECLARE}")
+    if len(sizes) == 1:
+        return sizes[0], None
+    return None, (f"the train loader keeps no count of its batches (a batch sampler of its own, or "
+                  f"several loaders) and {said}; {DECLARE}")
+
+
+class BatchCounter:
+    """This rank's count of the training batches of an epoch (samples_of), for every figure per
+    sample: the epoch's samples, the throughput windows, the FLOPs per sample. The first batch
+    that cannot be counted is remembered (`problem`), said once, and every later figure per
+    sample is n/a; its count is then the loader's (or the structure's) best figure."""
+
+    def __init__(self, dim: int = 0):
+        self.dim = dim
+        self.plan: LoaderPlan | None = None
+        self.position = 0
+        self.last = 0  # the latest batch's samples, for callbacks that come after the counting one
+        self.problem: str | None = None
+
+    def start_epoch(self, loader) -> None:
+        self.plan, self.position = loader_plan(loader), 0
+
+    def count(self, batch, module=None) -> int:
+        hook = getattr(module, "samples_in_batch", None)
+        n, why = samples_of(batch, self.position, self.plan, self.dim, hook(batch) if callable(hook) else None)
+        if n is None:
+            if self.problem is None:
+                self.problem = why
+                print(f"ddpscale: samples not counted: {why}; throughput, FLOPs per sample and MFU will be n/a",
+                      flush=True)
+            sizes = structure_sizes(batch, self.dim)
+            n = self.plan.expected(self.position)[0] if self.plan else (sizes[0] if sizes else 0)
+        self.position += 1
+        self.last = n
+        return n

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Mapping
 
 import pytorch_lightning as pl
 import torch
@@ -38,17 +37,13 @@ def check_world_size(formed: int, expected: int) -> None:
                              f"{expected}: the launcher did not start every rank")
 
 
-def batch_len(batch) -> int:
-    """Samples in a batch, from its first leaf: a mapping of any kind (a dict, Hugging Face's
-    BatchEncoding, a UserDict) by its first value, not its number of keys."""
-    while isinstance(batch, (list, tuple, Mapping)):
-        batch = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
-    return len(batch)
-
-
 class ScalingMetrics(pl.Callback):
-    def __init__(self, warmup_epochs: int = 1, expected_world_size: int | None = None):
+    def __init__(self, warmup_epochs: int = 1, expected_world_size: int | None = None, batch_dim: int = 0):
         self.warmup_epochs = warmup_epochs
+        # every batch's samples, the one count all figures per sample use (ddpscale.measurement.samplecount)
+        self.counter = samplecount.BatchCounter(batch_dim)
+        # why the samples could not be counted on some rank (the figures per sample are then n/a)
+        self.uncounted: str | None = None
         self.expected_world_size = expected_world_size
         self.epoch_times: list[float] = []  # train + validation of each finished epoch
         self.train_times: list[float] = []  # training batches only
@@ -81,7 +76,7 @@ class ScalingMetrics(pl.Callback):
     def state_dict(self) -> dict:
         return {"epoch_times": self.epoch_times, "train_times": self.train_times,
                 "samples": self.samples, "attempts": self.attempts, "epoch_attempts": self.epoch_attempts,
-                "partial": self._partial, "held_s": self.held_s()}
+                "partial": self._partial, "held_s": self.held_s(), "uncounted": self.uncounted}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch_times = list(state["epoch_times"])
@@ -92,6 +87,7 @@ class ScalingMetrics(pl.Callback):
         self.epoch_attempts = list(state.get("epoch_attempts", [1] * len(self.epoch_times)))
         self._partial = state.get("partial")
         self.held_before_s = float(state.get("held_s", 0.0))  # 0 from a checkpoint that predates it
+        self.uncounted = state.get("uncounted")
 
     # -- hooks ------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -128,6 +124,7 @@ class ScalingMetrics(pl.Callback):
         self._reset_epoch()
         # a padded shard's repeats are not counted (ddpscale.measurement.samplecount)
         self._shard = samplecount.shard_of(trainer.train_dataloader)
+        self.counter.start_epoch(trainer.train_dataloader)
         sync_device(pl_module.device)
         self._t0 = time.perf_counter()
         self._epoch_open = True
@@ -144,7 +141,7 @@ class ScalingMetrics(pl.Callback):
                          "train_time_s": carry["train_time_s"] + elapsed}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._count = samplecount.counted(self._count + batch_len(batch), self._shard)
+        self._count = samplecount.counted(self._count + self.counter.count(batch, pl_module), self._shard)
         # a manual-optimisation step that returns nothing reaches here as {}
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
@@ -180,9 +177,15 @@ class ScalingMetrics(pl.Callback):
         loss_sum = self._loss_sum if self._loss_sum is not None else torch.zeros((), device=pl_module.device)
         # float64: a float32 count is inexact above 2^24 samples; float64 holds 2^53
         totals = torch.stack([torch.tensor(self._count, dtype=torch.float64, device=pl_module.device),
-                              loss_sum.double()])
-        # one all-reduce per epoch: exact sample count, and every rank sees a NaN on any rank
+                              loss_sum.double(),
+                              torch.tensor(float(self.counter.problem is not None), dtype=torch.float64,
+                                           device=pl_module.device)])
+        # one all-reduce per epoch: exact sample count, every rank sees a NaN on any rank, and
+        # whether any rank met a batch it could not count
         totals = trainer.strategy.reduce(totals, reduce_op="sum")
+        if totals[2] > 0 and self.uncounted is None:
+            self.uncounted = self.counter.problem or ("a batch on another rank could not be counted "
+                                                      "(its log says why); " + samplecount.DECLARE)
         if not torch.isfinite(totals[1]):
             raise NonFiniteLossError(
                 f"training loss became non-finite (NaN or inf) in epoch {trainer.current_epoch}; "
@@ -212,6 +215,8 @@ class ScalingMetrics(pl.Callback):
         steady_samples = sum(self.samples[i] for i in steady)
         steady_time = sum(self.train_times[i] for i in steady)
         steady_epoch_times = [self.epoch_times[i] for i in steady]
+        if self.uncounted:  # never a wrong number: what the counts were is not what was trained
+            steady_samples = None
         return {
             "epochs_completed": len(self.epoch_times),
             "warmup_epochs": self.warmup_epochs,
@@ -220,14 +225,15 @@ class ScalingMetrics(pl.Callback):
             "fit_time_s": sum(self.epoch_times),
             # every finished epoch's training samples over all ranks, warm-up included: what the
             # fit time bought (under weak scaling with fixed steps per epoch, more ranks train more)
-            "samples_trained": sum(self.samples),
+            "samples_trained": None if self.uncounted else sum(self.samples),
+            "samples_uncounted": self.uncounted,
             # devices held, set-up, probe, checkpoints and test pass included (called just before
             # the record is written); held_from: where it starts (ddpscale.measurement.held)
             "held_s": self.held_s(),
             "held_from": self.held_from,
             "steady_samples": steady_samples,
             "steady_time_s": steady_time,
-            "throughput_samples_s": steady_samples / steady_time if steady_time > 0 else None,
+            "throughput_samples_s": steady_samples / steady_time if steady_samples is not None and steady_time > 0 else None,
             "time_per_epoch_s": sum(steady_epoch_times) / len(steady_epoch_times) if steady_epoch_times else None,
             "steady_epochs": steady,
             "epoch_attempts": list(self.epoch_attempts),

@@ -28,12 +28,16 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from ddpscale.measurement import samplecount, steadystate
 from ddpscale.measurement.devicesync import sync_device
-from ddpscale.measurement.timing import batch_len
 
 
 class WindowedThroughput(pl.Callback):
-    def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int):
+    def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int,
+                 counter: samplecount.BatchCounter | None = None):
         self.rule = rule
+        # the run's one count of each batch's samples: ScalingMetrics' counter, which counts
+        # before this callback reads it (callbacks.RunCallbacks.all); its own where it has none
+        self.counter = counter or samplecount.BatchCounter()
+        self._counts = counter is None
         self.stop = stop  # throughput mode: stop once decided; full mode: measure only
         self.per_device_batch = per_device_batch
         self.seconds: list[float] = []  # per window, the slowest rank's
@@ -82,6 +86,8 @@ class WindowedThroughput(pl.Callback):
         # (ddpscale.measurement.samplecount): the rank's samples so far this epoch, before capping
         self._shard = samplecount.shard_of(trainer.train_dataloader)
         self._epoch_seen = 0
+        if self._counts:
+            self.counter.start_epoch(trainer.train_dataloader)
 
     def _end_epoch(self, pl_module) -> None:
         if self._epoch_t0 is not None:
@@ -101,7 +107,7 @@ class WindowedThroughput(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
         before = samplecount.counted(self._epoch_seen, self._shard)
-        self._epoch_seen += batch_len(batch)
+        self._epoch_seen += self.counter.count(batch, pl_module) if self._counts else self.counter.last
         self._count += samplecount.counted(self._epoch_seen, self._shard) - before
         if self._steps >= self.rule.window_steps:
             self._close(trainer, pl_module)
@@ -243,11 +249,14 @@ def epoch_samples(trainer, per_device_batch: int) -> int | None:
     return None if bool((every < 0).any()) else int(every.sum())
 
 
-def run_entries(measure: str, configured_epochs: int, windows: dict) -> dict:
+def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: str | None = None) -> dict:
     """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
     the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
     configured training ended before a window did (a tiny run), the run was a full one and its
-    steady epochs' figure stands (throughput_from says which)."""
+    steady epochs' figure stands (throughput_from says which). uncounted: why some batch's
+    samples could not be counted (ScalingMetrics.uncounted): no figure per sample then."""
+    if uncounted:
+        windows = {**windows, "window_throughput_samples_s": None, "throughput_half_width": None}
     out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
     if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
         out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,

@@ -41,8 +41,11 @@ COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 # crossed. compile_recompiles: torch.compile recompilations beyond each function's first compile.
 # transport: the network the collectives crossed ('gloo on eth0', 'NCCL over InfiniBand (...)');
 # nccl_over_sockets: a multi-node run whose NCCL used sockets where the site says InfiniBand.
+# early_stop: a module's EarlyStopping ended the run; samples_uncounted: why some batch's samples
+# could not be counted (ddpscale.measurement.samplecount): its figures per sample are n/a.
 CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscribed",
-                  "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets", "early_stop")
+                  "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets", "early_stop",
+                  "samples_uncounted")
 
 # Spread over repeats of the two figures a user compares: min, max, and a 95% interval
 # of the mean (Student's t) once there are 3 or more repeats.
@@ -165,6 +168,9 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     runs["stop_reason"] = column(runs, "stop_reason")
     # a module's EarlyStopping ended the run before its configured epochs: every figure is of fewer
     runs["early_stop"] = [early_stop_text(v) for v in column(runs, "early_stop")]
+    # some batch's samples could not be counted: its figures per sample are n/a, and this says why
+    runs["samples_uncounted"] = [f"samples not counted: {v}" if isinstance(v, str) and v else None
+                                 for v in column(runs, "samples_uncounted")]
     logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
@@ -188,6 +194,7 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         effective_batch=("effective_batch", "first"),
         stop_reason=("stop_reason", _join_known),
         early_stop=("early_stop", _join_known),
+        samples_uncounted=("samples_uncounted", _join_known),
     )
     # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
     for col in COMPUTE_COLUMNS:

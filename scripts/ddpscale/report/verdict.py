@@ -47,15 +47,16 @@ def oversubscription(row) -> str | None:
 
 def markers(row) -> list[str]:
     """Why a row's numbers do not mean what they seem: oversubscribed, nodes on one host, a
-    training a module's callback stopped before its configured epochs."""
+    training a module's callback stopped before its configured epochs, samples that could not
+    be counted (its figures per sample n/a)."""
     out = [oversubscription(row)]
     if flag(row, "simulated_nodes_on_one_host"):
         out.append(SIMULATED_NODES)
     if flag(row, "nccl_over_sockets"):
         out.append(OVER_SOCKETS)
-    stopped = row.get("early_stop")
-    if isinstance(stopped, str) and stopped:
-        out.append(stopped)
+    for said in (row.get("early_stop"), row.get("samples_uncounted")):
+        if isinstance(said, str) and said:
+            out.append(said)
     return [m for m in out if m]
 
 

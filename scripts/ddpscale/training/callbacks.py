@@ -23,7 +23,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from ddpscale.cluster import ranks
 from ddpscale.cluster.topology import Topology
-from ddpscale.measurement import flops, gpufacts, steadystate
+from ddpscale.measurement import flops, gpufacts, samplecount, steadystate
 from ddpscale.measurement import probe as step_probe
 from ddpscale.measurement.timing import ScalingMetrics
 from ddpscale.measurement.windows import WindowedThroughput
@@ -172,9 +172,10 @@ class FlopsCount(pl.Callback):
 
     FLOAT32_KEYS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32")
 
-    def __init__(self, model_args: str, precision: str):
+    def __init__(self, model_args: str, precision: str, batch_dim: int = 0):
         self.model_args = model_args
         self.precision = precision
+        self.batch_dim = batch_dim
         self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None, "flops_conv_share": None,
                        **dict.fromkeys(self.FLOAT32_KEYS)}
 
@@ -192,10 +193,17 @@ class FlopsCount(pl.Callback):
             return
         if self.record["float32_matmul_precision"] is None:  # no epoch ended in this attempt
             self.record.update(flops.float32_record())
-        batch = next(iter(trainer.datamodule.train_dataloader()))
+        loader = trainer.datamodule.train_dataloader()
+        batch = next(iter(loader))
+        # per sample as the run counts its samples: the loader's first batch, checked (samplecount)
+        hook = getattr(pl_module, "samples_in_batch", None)
+        size, why = samplecount.samples_of(batch, 0, samplecount.loader_plan(loader), self.batch_dim,
+                                           hook(batch) if callable(hook) else None)
         # from_compiled swaps methods in place: the class is still the user's own
-        split = flops.count_split(type(pl_module), json.loads(self.model_args), batch, self.precision,
-                                  trained=compiling.unwrap(pl_module))
+        split = (flops.count_split(type(pl_module), json.loads(self.model_args), batch, size, self.precision,
+                                   trained=compiling.unwrap(pl_module)) if size else None)
+        if not size:
+            print(f"ddpscale: FLOPs per sample not counted: {why or 'the first batch holds no samples'}", flush=True)
         counted, conv_share = split if split is not None else (None, None)
         stated = getattr(pl_module, "flops_per_sample", None)
         analytic = stated() if callable(stated) else None
@@ -294,17 +302,19 @@ class RunCallbacks:
 
 
 def build(args, topo: Topology, per_device: int) -> RunCallbacks:
-    timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size)
+    timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size,
+                            batch_dim=args.batch_dim)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placement = PlacementCheck(args.accelerator, args.devices)
-    windows = WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device)
+    windows = WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device,
+                                 counter=timing.counter)
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
         stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
         placement=placement,
         gpu=GpuFacts(placement, args.warmup_epochs, windows if args.measure == "throughput" else None),
-        flops=FlopsCount(args.model_args, args.precision),
+        flops=FlopsCount(args.model_args, args.precision, args.batch_dim),
         probe=ProbeBeforeTraining(args) if args.probe else None,
         checkpoint=epoch_checkpoint(args.ckpt_dir),
         windows=windows,

@@ -30,6 +30,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scaling", choices=["weak", "strong"], required=True)
     p.add_argument("--batch-size", type=int, required=True, help="per device (weak) or global (strong)")
+    p.add_argument("--batch-dim", type=int, default=0,
+                   help="the dimension of the batch's tensors that indexes samples (config batch.dim)")
     p.add_argument("--precision", default="32-true")
     p.add_argument("--compile", default="none", choices=compiling.MODES, help="torch.compile mode, or none")
     p.add_argument("--accumulate-grad-batches", type=int, default=1)
