@@ -9,6 +9,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+TEST_STAMP := $(VENV)/.test-installed-$(shell cat requirements.txt requirements-test.txt | sha1sum | cut -c1-12)
 
 .PHONY: run test bench gpu-check status setup lint fmt clean
 
@@ -27,10 +28,16 @@ $(STAMP): requirements.txt $(VENV)/bin/python
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# Test-only packages (requirements-test.txt), on top of the stack; its stamp names both files.
+$(TEST_STAMP): requirements-test.txt $(STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-test.txt 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+	rm -f $(VENV)/.test-installed-*
+	touch $(TEST_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest
 
 # Performance figures (a printed table, never pass/fail): docs/performance.md explains them.
