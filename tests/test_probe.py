@@ -335,3 +335,82 @@ def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_ru
     assert "from the module" in (logs / "hparams.yaml").read_text()
     assert "my_metric" in (logs / "metrics.csv").read_text().splitlines()[0]
     assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+# -- the probe's cost, bounded by the run's ----------------------------------------------------
+
+def test_the_probe_costs_what_its_sizes_say_in_training_batches():
+    from ddpscale.measurement import probe as probe_record
+
+    # one rank: the block alone (20) plus warm-up and 5 rounds of 20 compute-only batches
+    assert probe_record.cost_steps(probe_record.DEFAULTS, 1) == 20 + (3 + 100)
+    # several: three kinds of block, and the all-reduce benchmark (3 steps per call, 13 calls)
+    assert probe_record.cost_steps(probe_record.DEFAULTS, 2) == 20 + 3 * 103 + 3 * 13
+    # accumulation of 4: 5 optimizer steps of 4 micro-batches a block; the baseline's batches
+    # at other sizes (0.5 + 0.25 of its own) add their blocks
+    assert probe_record.cost_steps(probe_record.DEFAULTS, 1, accumulate=4, other_batches=0.75) == \
+        20 + 1.75 * (3 + 25) * 4
+
+
+@pytest.mark.parametrize("step_s,planned,expected", [
+    (0.001, 300, 20),  # a probe of a fraction of a second: the default, whatever the run
+    (0.1, 40, 10),  # 12.3 s by default, over 10 s and 20% of 4 s: the next size down
+    (0.1, 4000, 20),  # 12.3 s against 20% of 400 s
+    (1.0, 40, None),  # even the smallest, 13 s, is over 10 s and 20% of 40 s: skipped
+])
+def test_the_probe_is_sized_to_a_share_of_the_run_or_skipped_with_the_reason(step_s, planned, expected):
+    from ddpscale.measurement import probe as probe_record
+
+    sizes, said = probe_record.sized(step_s, planned, 1)
+    assert (sizes or {}).get("steps") == expected
+    assert ("skipped" in said) == (expected is None) and "\n" not in said
+    if sizes:
+        assert step_s * probe_record.cost_steps(sizes, 1) <= max(0.2 * step_s * planned, 10.0)
+    assert probe_record.sized(step_s, None, 1)[0] == probe_record.DEFAULTS  # a run of unknown length
+
+
+SLOW_STEP = '''
+import time
+
+from ddpscale.workloads.models import SpiralMLP
+
+
+class SlowStep(SpiralMLP):
+    """A step as slow as a large model's: the run's 4 batches take a few seconds."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(STEP_S)
+        return super().training_step(batch, batch_idx)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("step_s,steps", [(0.1, 10), (0.9, None)])
+def test_a_slow_module_s_probe_is_sized_to_its_short_run_or_skipped(tmp_path, data_file, step_s, steps):
+    """4 planned batches (2 epochs of 2): at 0.1 s a step the default probe (123 batches, 12 s)
+    would cost three times the training; it times 10 steps x 4 rounds instead. At 0.9 s even
+    the smallest probe (13 batches) would: it is skipped, with the reason, and training goes on."""
+    from conftest import run_user_module
+
+    done = run_user_module(tmp_path, SLOW_STEP.replace("STEP_S", str(step_s)), "slowstep.SlowStep", data_file,
+                           "--probe", "--trainer-args", json.dumps({"limit_train_batches": 2}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = json.loads((tmp_path / "metrics.json").read_text())["probe"]
+    if steps is None:
+        assert probe["status"] == "n/a" and probe["reason"].startswith("skipped: even its smallest size")
+        assert "ddpscale probe: n/a for 1x1: skipped" in done.stdout
+    else:
+        assert probe["step"]["steps"] == steps and probe["step"]["rounds"] == 4
+        assert probe["sized"].startswith("10 steps x 4 rounds")
+
+
+def test_the_report_states_each_probe_s_size_and_time():
+    from ddpscale.report.html_tables import probe_costs
+
+    probes = {"1x2": {"world_size": 2, "sized": "10 steps x 4 rounds, about 5.2 s, within 20% of ...",
+                      "probe_wall_s": 5.43},
+              "1x1": {"world_size": 1, "sized": "20 steps x 5 rounds, about 0.3 s, within ...", "probe_wall_s": 0.31}}
+    said = probe_costs(probes)
+    assert "1x1 20 steps x 5 rounds, 0.3 s; 1x2 10 steps x 4 rounds, 5.4 s." in said
+    assert probe_costs({"1x1": {"world_size": 1, "probe_wall_s": 0.3}}) == ""  # a record from before sizing

@@ -181,6 +181,18 @@ class Runner:
                 self.backward(loss_of(self.forward(batches[k % len(batches)], k), k))
         self.optimizer_step(optimizer)
 
+    def time_alone(self, batches: list, accumulate: int = 1) -> float:
+        """Seconds per micro-batch of one optimizer step on this rank alone, the second of two
+        (the first is cold): what the probe's size is chosen by, before it times anything."""
+        seconds = 0.0
+        for i in range(2):
+            sync_device(self.device)
+            start = time.perf_counter()
+            self.step(batches, i, synced=False, accumulate=accumulate)
+            sync_device(self.device)
+            seconds = (time.perf_counter() - start) / accumulate
+        return seconds
+
     def try_alone(self, batches: list, steps: int, accumulate: int = 1) -> None:
         """One block on this rank alone, before any DDP: every batch index the timed blocks
         use, so a step that fails does so here, where no other rank waits for this one."""

@@ -257,7 +257,8 @@ class ProbeBeforeTraining(pl.Callback):
         trainer.fit_loop.setup_data()
         started = time.perf_counter()
         with rng_untouched(trainer.strategy.root_device):
-            outcome = probing.probe(trainer, pl_module, self.args, **self.sizes)
+            outcome = probing.probe(trainer, pl_module, self.args, **self.sizes,
+                                    planned_steps=planned_batches(trainer, self.args), sized=not self.alone)
         self.seconds = time.perf_counter() - started
         self.failure = outcome.failure
         if trainer.global_rank == 0:
@@ -267,6 +268,20 @@ class ProbeBeforeTraining(pl.Callback):
         self.probed = True
         if self.alone:
             trainer.should_stop = True  # the fit loop ends before its first epoch
+
+
+def planned_batches(trainer, args) -> float | None:
+    """The training batches (micro-batches) this run plans on each rank, what the probe's cost
+    is bounded by: every epoch's in full mode; in throughput mode, which stops once steady, the
+    windows its rule looks at first (min_windows of window_steps). None where an epoch has no
+    length (an iterable dataset)."""
+    per_epoch = trainer.num_training_batches
+    if per_epoch == float("inf"):
+        return None
+    planned = per_epoch * trainer.max_epochs
+    if getattr(args, "measure", "full") == "throughput":
+        planned = min(planned, getattr(args, "min_windows", 30) * getattr(args, "window_steps", 20))
+    return float(planned)
 
 
 @dataclass

@@ -86,6 +86,8 @@ class _Probe:
         self.doing = "starting"
         self.runner = self.view = self.batches = self.waits = None
         self.step = self.gradient = self.allreduce = self.allreduce_ddp = None  # what it measured
+        self.step_s = None  # a warm step alone (seconds per micro-batch): what the probe is sized by
+        self.sized = "default size"  # how it was sized (probe_record.sized), for the record
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
@@ -109,8 +111,27 @@ class _Probe:
         self.doing = "drawing batches from the train dataloader"
         self.batches, self.waits = stepprobe.draw_batches(probecopy.batch_source(self.view),
                                                           self.sizes["steps"], self.device)
+        self.doing = "timing a training step on this rank alone"
+        self.step_s = self.runner.time_alone(self.batches, self.accumulate)
+
+    def rest_alone(self) -> None:
+        """Phase 1, once sized: every batch index the timed blocks use, still alone."""
         self.doing = "running training steps on this rank alone"
+        self.batches, self.waits = self.batches[:self.sizes["steps"]], self.waits[:self.sizes["steps"]]
         self.runner.try_alone(self.batches, self.sizes["steps"], self.accumulate)
+
+    def size(self, step_s: float, planned_steps: float | None) -> str | None:
+        """Fit the probe to the run (probe_record.sized): the sizes it will time with, and
+        what was decided; the reason where it is skipped instead."""
+        own = per_device_batch(self.args)
+        others = getattr(self.args, "probe_batch_sizes", None) if self.trainer.world_size == 1 else None
+        other_batches = sum(b / own for b in set(others or []) if b != own)
+        sizes, self.sized = probe_record.sized(step_s, planned_steps, self.trainer.world_size, self.accumulate,
+                                               other_batches)
+        if sizes is None:
+            return self.sized
+        self.sizes.update(sizes)
+        return None
 
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
@@ -196,15 +217,23 @@ def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
     return (failures[0] if failures else None), gathered
 
 
-def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters: int) -> Outcome:
+def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters: int,
+          planned_steps: float | None = None, sized: bool = False) -> Outcome:
     """Collective: every rank calls it. The run's train dataloader must be built already
-    (trainer.fit_loop.setup_data())."""
+    (trainer.fit_loop.setup_data()). sized: fit the probe to the run's planned training
+    (planned_steps micro-batches; None where unknown), or skip it with the reason
+    (probe_record.sized); else it times with the sizes given (scripts/probe.py)."""
     started = time.perf_counter()
     run = _Probe(trainer, module, args, {"steps": steps, "rounds": rounds, "warmup": warmup, "iters": iters})
+    skipped = None
     try:
-        failure, places = _agree(run.attempt(run.alone), host=socket.gethostname(), node_rank=trainer.node_rank)
-        for phase in (run.time_steps, run.benchmark):
-            if failure is None:
+        failure, places = _agree(run.attempt(run.alone), host=socket.gethostname(), node_rank=trainer.node_rank,
+                                 step_s=run.step_s)
+        if failure is None and sized:
+            # the slowest rank's step: every rank takes the same decision
+            skipped = run.size(max(p["step_s"] for p in places), planned_steps)
+        for phase in (run.rest_alone, run.time_steps, run.benchmark):
+            if failure is None and skipped is None:
                 failure, _ = _agree(run.attempt(phase))
     finally:
         run.free()
@@ -212,12 +241,15 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
         return Outcome(None, failure)
     if failure is not None:
         return Outcome(probe_record.na_record(args.topology, trainer.world_size, failure.reason), failure)
+    if skipped is not None:
+        return Outcome(probe_record.na_record(args.topology, trainer.world_size, skipped), None)
     backend = dist.get_backend() if trainer.world_size > 1 else "none"
     record = probe_record.record(
         topology=args.topology, num_nodes=args.nodes, devices_per_node=args.devices, places=places,
         backend=backend, device=run.device, precision=args.precision, gradient=run.gradient,
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
+    record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
     # what report.py --probes checks against the runs it joins (report.probecheck)
     record["model"] = {"class": getattr(args, "model_class", None), "args": _json(getattr(args, "model_args", None))}
     return Outcome(record, None)
