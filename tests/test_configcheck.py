@@ -249,3 +249,46 @@ def test_unreadable_yaml_is_one_line_with_its_line_number(text, line, words):
 
 def test_readable_yaml_has_no_problem():
     assert yaml_problem((ROOT / "config/config.yaml").read_text()) is None
+
+
+@pytest.mark.parametrize("ddp, expected", [
+    ({"bucket_cap_mb": -1}, "ddp.bucket_cap_mb is -1; it must be greater than 0"),
+    ({"bucket_cap_mb": 0}, "ddp.bucket_cap_mb is 0; it must be greater than 0"),
+    ({"bucket_cap_mb": 1e9}, "ddp.bucket_cap_mb is 1000000000.0; it must be at most 4096"),
+    ({"bucket_cap_mb": float("inf")}, "ddp.bucket_cap_mb is inf; it must be at most 4096"),
+    ({"bucket_cap_mb": True}, "ddp.bucket_cap_mb is true (true/false) but must be a number or null"),
+    ({"bucket_cap_mb": "25; rm -rf ~"}, "ddp.bucket_cap_mb is '25; rm -rf ~' (text) but must be a number or null"),
+    ({"find_unused_parameters": "yes"}, "ddp.find_unused_parameters is 'yes' (text) but must be true or false"),
+    ({"comm_hook": "$(touch /tmp/x)"}, "ddp.comm_hook is '$(touch /tmp/x)' but must be one of: none, "
+                                       "fp16_compress, bf16_compress"),
+    ({"comm_hook": "fp16-compress"}, "did you mean 'fp16_compress'?"),
+    ({"comm_hook": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook"},
+     "must be one of: none, fp16_compress, bf16_compress"),
+    ({"find_unused_parameter": True}, "unknown key 'find_unused_parameter' in ddp; did you mean "
+                                      "'find_unused_parameters'?"),
+])
+def test_hostile_ddp_settings_are_one_line_naming_the_key_and_the_file(ddp, expected):
+    [message] = schema_problems(shipped(ddp=ddp), SCHEMA, "my.yaml")
+    assert message.startswith("my.yaml: ") and expected in message and "\n" not in message
+
+
+def test_a_nan_bucket_passes_the_schema_and_is_refused_after_it():
+    # every comparison with NaN is false, so the schema's bounds let it through
+    config = validated(shipped(ddp={"bucket_cap_mb": float("nan")}))
+    assert schema_problems(config, SCHEMA) == []
+    [message] = [p for p in setting_problems(config, topologies(config), "my.yaml") if "ddp" in p]
+    assert message == ("my.yaml: ddp.bucket_cap_mb is nan but must be a number of MiB above 0 and at most 4096; "
+                       "give e.g. 25 (torch's default), or null for torch's default")
+
+
+def test_ddp_defaults_are_torch_s_and_a_block_may_name_some_keys_only():
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    config = validated(shipped(ddp={"static_graph": True}))
+    assert config["ddp"] == {"find_unused_parameters": False, "static_graph": True, "gradient_as_bucket_view": False,
+                             "bucket_cap_mb": None, "comm_hook": "none"}
+    assert setting_problems(config, topologies(config)) == []
+    wrapper = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    for key in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb"):
+        assert validated({})["ddp"][key] == wrapper[key].default

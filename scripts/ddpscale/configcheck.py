@@ -16,6 +16,7 @@ import yaml
 
 from ddpscale.cluster.topology import Topology
 from ddpscale.configsource import DEFAULT_CONFIG
+from ddpscale.training import ddpsettings
 from ddpscale.workloads.spiral import split_sizes
 
 # config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.training.metriccheck)
@@ -242,7 +243,8 @@ def file_problems(config: dict, where: str, exists) -> list[str]:
 
 def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
     """Checks across keys of a validated config (defaults filled), one line per problem."""
-    return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+    return (epoch_problems(config, where) + loader_problems(config, where)
+            + ddpsettings.problems(config["ddp"], where) + dataset_problems(config, topologies, where))
 
 
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
