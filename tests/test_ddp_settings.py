@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_user_module
+from ddpscale.measurement import commbench
 from ddpscale.training import ddpsettings, runargs
 
 SET = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": True,
@@ -70,6 +71,24 @@ def test_the_record_says_whether_ddp_ran_and_at_what_width_the_gradient_went():
                                      "comm_hook fp16_compress")
 
 
+def test_a_16_bit_hook_halves_the_comm_model_s_bytes():
+    buckets = commbench.ddp_buckets(100 * commbench.MIB, 50)
+    assert buckets == [50 * commbench.MIB, 50 * commbench.MIB]
+    assert commbench.on_the_wire(buckets, None) == (buckets, None)
+    sent, dtype = commbench.on_the_wire(buckets, ddpsettings.HOOK_BYTES["bf16_compress"])
+    assert sent == [25 * commbench.MIB, 25 * commbench.MIB] and dtype == "float16"
+
+
+def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
+    from ddpscale.measurement import stepprobe
+
+    seen = []
+    state = stepprobe._Calls()
+    state.hook = lambda group, bucket: seen.append(bucket) or "compressed"
+    assert stepprobe.counting_allreduce(state, "bucket") == "compressed"
+    assert seen == ["bucket"] and state.calls == 1
+
+
 # -- the Trainer ---------------------------------------------------------------------------
 
 def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
@@ -83,6 +102,7 @@ def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
     assert strategy._ddp_comm_hook is default_hooks.fp16_compress_hook
     assert strategy._timeout.total_seconds() == 300
     assert probing.bucket_cap_mb(strategy) == 50
+    assert probing.comm_bytes_per_element(flags(1, 2, SET)) == 2
     plain = runargs.build_trainer(flags(1, 2), []).strategy
     assert probing.bucket_cap_mb(plain) is None and plain._ddp_comm_hook is None
     assert plain._ddp_kwargs == {"find_unused_parameters": False, "static_graph": False,

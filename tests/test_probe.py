@@ -335,3 +335,18 @@ def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_ru
     assert "from the module" in (logs / "hparams.yaml").read_text()
     assert "my_metric" in (logs / "metrics.csv").read_text().splitlines()[0]
     assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+@pytest.mark.slow
+def test_the_probe_s_ddp_takes_the_run_s_settings_and_times_a_16_bit_hook_at_half_the_bytes(tmp_path, data_file):
+    """config ddp reaches the probe as it reaches training: its own DDP wrapper gets the
+    strategy's kwargs and comm hook, and the comm term's buckets the configured cap and width."""
+    out = tmp_path / "probe.json"
+    settings = {"bucket_cap_mb": 4 / 1024, "comm_hook": "fp16_compress", "gradient_as_bucket_view": True}
+    result = run(probe_command(out, data_file, 1, 2, "--ddp", json.dumps(settings)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(out.read_text())
+    assert probe["step"]["allreduce_calls_per_batch"] >= 2  # a 4 KiB cap splits the 11 KiB gradient
+    as_ddp = probe["allreduce_ddp"]
+    assert as_ddp["comm_bytes_per_element"] == 2 and as_ddp["time_s"] > 0
+    assert as_ddp["bytes"] == probe["gradient_bytes"] // 2 and as_ddp["buckets"] == 3
