@@ -24,6 +24,8 @@ COMM_HOOKS = ("none", "fp16_compress", "bf16_compress")
 # the width each hook sends a gradient at, in bytes per element (None: the gradient's own)
 HOOK_BYTES = {"none": None, "fp16_compress": 2, "bf16_compress": 2}
 HOOK_MODULE = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"
+# a LightningCLI config names a hook by its import path (DDPStrategy's ddp_comm_hook): only these
+HOOK_PATHS = {f"{HOOK_MODULE}.{name}_hook": name for name in COMM_HOOKS if name != "none"}
 # schema's bound: beyond 4 GiB a bucket is no bucket at all (one all-reduce of every gradient)
 MAX_BUCKET_CAP_MB = 4096
 
@@ -97,6 +99,6 @@ def said(ddp: dict | None) -> str:
     """The report's words: 'torch's defaults', or the settings that differ from them."""
     if not isinstance(ddp, dict):
         return "unknown"
-    changed = [f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in ddp.items()
-               if k in DEFAULTS and v != DEFAULTS[k]]
+    changed = [f"{k} {str(ddp[k]).lower() if isinstance(ddp[k], bool) else ddp[k]}" for k in DEFAULTS
+               if k in ddp and ddp[k] != DEFAULTS[k]]
     return ", ".join(changed) or "torch's defaults"
