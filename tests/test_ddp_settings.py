@@ -79,6 +79,25 @@ def test_a_16_bit_hook_halves_the_comm_model_s_bytes():
     assert sent == [25 * commbench.MIB, 25 * commbench.MIB] and dtype == "float16"
 
 
+def test_torch_s_unused_parameter_error_becomes_one_line_naming_the_key():
+    torch_says = ("Expected to have finished reduction in the prior iteration before starting a new one. This "
+                  "error indicates that your module has parameters that were not used in producing loss. ...\n"
+                  "Parameter indices which did not receive grad for rank 1: 8 9\n In addition, ...")
+    line = ddpsettings.unused_parameters_line(RuntimeError(torch_says))
+    assert line.startswith("DDP got no gradient for some of the module's parameters: a training step did not use "
+                           "them (Parameter indices which did not receive grad for rank 1: 8 9); set "
+                           "ddp.find_unused_parameters: true in your config") and "\n" not in line
+    static = ddpsettings.unused_parameters_line(RuntimeError(
+        "Expected to have finished reduction ... this is not compatible with static_graph set to True."))
+    assert static.endswith("set ddp.static_graph: false in your config")
+    assert ddpsettings.unused_parameters_line(RuntimeError("CUDA out of memory")) is None
+    # Lightning's DDPStrategy replaces torch's text with its own (pytorch_lightning 2.6, on_exception)
+    lightning_says = ddpsettings.unused_parameters_line(RuntimeError(
+        "It looks like your LightningModule has parameters that were not used in producing the loss returned by "
+        "training_step. If this is intentional, ..."))
+    assert "a training step did not use them; set ddp.find_unused_parameters: true" in lightning_says
+
+
 def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
     from ddpscale.measurement import stepprobe
 
@@ -146,5 +165,7 @@ def test_a_module_with_an_unused_parameter_needs_find_unused_parameters(tmp_path
     (tmp_path / "off").mkdir()
     refused = run_user_module(tmp_path / "off", UNUSED, "unusedmod.WithUnusedHead", data_file, "--max-epochs", "2",
                               "--warmup-epochs", "1", devices=2, timeout=200)
-    assert refused.returncode != 0
-    assert "did not receive grad" in refused.stderr or "unused parameters" in refused.stderr, refused.stderr[-3000:]
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert ("ddpscale train: DDP got no gradient for some of the module's parameters: a training step did not use "
+            "them; set ddp.find_unused_parameters: true") in refused.stderr
+    assert "ddpscale launch: rank 0 exited with code 3" in refused.stderr  # ddpscale's line, not a traceback

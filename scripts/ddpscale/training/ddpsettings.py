@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 # torch.nn.parallel.DistributedDataParallel's defaults (torch 2.13), so a config that says
 # nothing trains as DDP does out of the box; bucket_cap_mb None is torch's own 25 MiB
@@ -102,3 +103,23 @@ def said(ddp: dict | None) -> str:
     changed = [f"{k} {str(ddp[k]).lower() if isinstance(ddp[k], bool) else ddp[k]}" for k in DEFAULTS
                if k in ddp and ddp[k] != DEFAULTS[k]]
     return ", ".join(changed) or "torch's defaults"
+
+
+def unused_parameters_line(err: BaseException) -> str | None:
+    """torch's error for a parameter that got no gradient under DDP (Reducer: "Expected to have
+    finished reduction in the prior iteration ..."), as one line with the config key that fixes
+    it; None for any other error. Lightning's DDPStrategy.on_exception replaces torch's text with
+    its own advice, which names its strategy= arguments, not ddpscale's key; where torch's text
+    is left, the indices it lists stay in the line: they say which parameters went unused."""
+    text = str(err)
+    if ("Expected to have finished reduction" not in text
+            and "has parameters that were not used in producing the loss" not in text):
+        return None
+    unused = re.search(r"Parameter indices which did not receive grad for rank \d+: [\d ]+", text)
+    detail = f" ({unused.group(0).strip()})" if unused else ""
+    if "static_graph set to True" in text:
+        return (f"DDP's static graph changed between steps: a parameter used in one step went unused in "
+                f"another{detail}; set ddp.static_graph: false in your config")
+    return (f"DDP got no gradient for some of the module's parameters: a training step did not use them"
+            f"{detail}; set ddp.find_unused_parameters: true in your config (in a LightningCLI config, "
+            "trainer.strategy: ddp_find_unused_parameters_true), or use every parameter in training_step")
