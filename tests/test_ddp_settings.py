@@ -156,12 +156,14 @@ def test_a_module_with_an_unused_parameter_needs_find_unused_parameters(tmp_path
     (tmp_path / "on").mkdir()
     found = run_user_module(tmp_path / "on", UNUSED, "unusedmod.WithUnusedHead", data_file, "--max-epochs", "2",
                             "--warmup-epochs", "1", "--ddp", json.dumps({"find_unused_parameters": True}),
-                            devices=2, timeout=200)
+                            "--probe", devices=2, timeout=200)
     assert found.returncode == 0, found.stderr[-3000:]
     record = json.loads((tmp_path / "on" / "metrics.json").read_text())
     assert record["ddp"] == {**ddpsettings.DEFAULTS, "find_unused_parameters": True, "used": True,
                              "comm_bytes_per_element": None}
     assert record["identity"]["settings"]["ddp"]["find_unused_parameters"] is True
+    # the probe's own DDP wrapper got the setting too: without it, its synced steps fail as training's do
+    assert record["probe"]["status"] == "ok", record["probe"]
     (tmp_path / "off").mkdir()
     refused = run_user_module(tmp_path / "off", UNUSED, "unusedmod.WithUnusedHead", data_file, "--max-epochs", "2",
                               "--warmup-epochs", "1", devices=2, timeout=200)
