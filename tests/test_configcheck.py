@@ -272,13 +272,16 @@ def test_hostile_ddp_settings_are_one_line_naming_the_key_and_the_file(ddp, expe
     assert message.startswith("my.yaml: ") and expected in message and "\n" not in message
 
 
-def test_a_nan_bucket_passes_the_schema_and_is_refused_after_it():
-    # every comparison with NaN is false, so the schema's bounds let it through
-    config = validated(shipped(ddp={"bucket_cap_mb": float("nan")}))
-    assert schema_problems(config, SCHEMA) == []
-    [message] = [p for p in setting_problems(config, topologies(config), "my.yaml") if "ddp" in p]
-    assert message == ("my.yaml: ddp.bucket_cap_mb is nan but must be a number of MiB above 0 and at most 4096; "
-                       "give e.g. 25 (torch's default), or null for torch's default")
+def test_a_nan_or_an_infinity_is_refused_where_the_schema_s_bounds_let_it_through():
+    # every comparison with NaN is false, so `exclusiveMinimum` and `maximum` pass it
+    [message] = schema_problems(shipped(ddp={"bucket_cap_mb": float("nan")}), SCHEMA, "my.yaml")
+    assert message == "my.yaml: ddp.bucket_cap_mb is nan, which no setting can use; give a finite number"
+    # a key with a minimum only took .inf (a collective that waits forever)
+    [message] = schema_problems(shipped(collective_timeout_s=float("inf")), SCHEMA, lambda path: f"{path[0]}.yaml")
+    assert message == ("collective_timeout_s.yaml: collective_timeout_s is inf, which no setting can use; "
+                       "give a finite number")
+    [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "split": [0.7, float("nan"), 0.15]}), SCHEMA)
+    assert message.startswith("config/config.yaml: dataset.split[1] is nan")
 
 
 def test_ddp_defaults_are_torch_s_and_a_block_may_name_some_keys_only():

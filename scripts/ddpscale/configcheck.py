@@ -16,7 +16,6 @@ import yaml
 
 from ddpscale.cluster.topology import Topology
 from ddpscale.configsource import DEFAULT_CONFIG
-from ddpscale.training import ddpsettings
 from ddpscale.workloads.spiral import split_sizes
 
 # config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.training.metriccheck)
@@ -148,8 +147,25 @@ def schema_problems(config: dict, schema: dict, where: str = DEFAULT_CONFIG) -> 
     errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     # A value of the wrong type fails its enum or bounds too: the type says it best, once.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    named = {tuple(e.absolute_path) for e in errors}
     return [schema_error_message(e, where) for e in errors
-            if e.validator == "type" or tuple(e.absolute_path) not in mistyped]
+            if e.validator == "type" or tuple(e.absolute_path) not in mistyped] + [
+        non_finite_message(path, value, where) for path, value in non_finite(config) if path not in named]
+
+
+def non_finite(tree, path=()) -> list[tuple[tuple, float]]:
+    """(path, value) of every NaN or infinite number (YAML's .nan, .inf): every comparison with
+    NaN is false, so the schema's bounds let it through, and a bound-less key takes .inf."""
+    if isinstance(tree, dict):
+        return [found for key, value in tree.items() for found in non_finite(value, (*path, key))]
+    if isinstance(tree, list):
+        return [found for i, value in enumerate(tree) for found in non_finite(value, (*path, i))]
+    return [(path, tree)] if isinstance(tree, float) and not math.isfinite(tree) else []
+
+
+def non_finite_message(path: tuple, value: float, where) -> str:
+    where = where(path) if callable(where) else where
+    return f"{where}: {key_name(path)} is {value!r}, which no setting can use; give a finite number"
 
 
 def epoch_problems(config: dict, where: str) -> list[str]:
@@ -243,8 +259,7 @@ def file_problems(config: dict, where: str, exists) -> list[str]:
 
 def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
     """Checks across keys of a validated config (defaults filled), one line per problem."""
-    return (epoch_problems(config, where) + loader_problems(config, where)
-            + ddpsettings.problems(config["ddp"], where) + dataset_problems(config, topologies, where))
+    return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
 
 
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
