@@ -20,7 +20,8 @@ from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement import held, valhistory, windows
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.training import callbacks, compiling, cudacheck, metriccheck, plugins, runinfo, transportinfo
+from ddpscale.training import (callbacks, compiling, cudacheck, ddpsettings, metriccheck, plugins, runinfo,
+                               transportinfo)
 from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
                                        run_seed, set_threads)
 from ddpscale.training.signals import StopRequested, exit_code, stop_message
@@ -205,7 +206,7 @@ if __name__ == "__main__":
         say(f"ddpscale train: {err}")
         sys.exit(3)
     except RuntimeError as err:
-        line = compiling.overwritten_output_line(err)
+        line = compiling.overwritten_output_line(err) or ddpsettings.unused_parameters_line(err)
         if line is None:
             raise
         say(f"ddpscale train: {line}")

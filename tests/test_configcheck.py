@@ -249,3 +249,49 @@ def test_unreadable_yaml_is_one_line_with_its_line_number(text, line, words):
 
 def test_readable_yaml_has_no_problem():
     assert yaml_problem((ROOT / "config/config.yaml").read_text()) is None
+
+
+@pytest.mark.parametrize("ddp, expected", [
+    ({"bucket_cap_mb": -1}, "ddp.bucket_cap_mb is -1; it must be greater than 0"),
+    ({"bucket_cap_mb": 0}, "ddp.bucket_cap_mb is 0; it must be greater than 0"),
+    ({"bucket_cap_mb": 1e9}, "ddp.bucket_cap_mb is 1000000000.0; it must be at most 4096"),
+    ({"bucket_cap_mb": float("inf")}, "ddp.bucket_cap_mb is inf; it must be at most 4096"),
+    ({"bucket_cap_mb": True}, "ddp.bucket_cap_mb is true (true/false) but must be a number or null"),
+    ({"bucket_cap_mb": "25; rm -rf ~"}, "ddp.bucket_cap_mb is '25; rm -rf ~' (text) but must be a number or null"),
+    ({"find_unused_parameters": "yes"}, "ddp.find_unused_parameters is 'yes' (text) but must be true or false"),
+    ({"comm_hook": "$(touch /tmp/x)"}, "ddp.comm_hook is '$(touch /tmp/x)' but must be one of: none, "
+                                       "fp16_compress, bf16_compress"),
+    ({"comm_hook": "fp16-compress"}, "did you mean 'fp16_compress'?"),
+    ({"comm_hook": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook"},
+     "must be one of: none, fp16_compress, bf16_compress"),
+    ({"find_unused_parameter": True}, "unknown key 'find_unused_parameter' in ddp; did you mean "
+                                      "'find_unused_parameters'?"),
+])
+def test_hostile_ddp_settings_are_one_line_naming_the_key_and_the_file(ddp, expected):
+    [message] = schema_problems(shipped(ddp=ddp), SCHEMA, "my.yaml")
+    assert message.startswith("my.yaml: ") and expected in message and "\n" not in message
+
+
+def test_a_nan_or_an_infinity_is_refused_where_the_schema_s_bounds_let_it_through():
+    # every comparison with NaN is false, so `exclusiveMinimum` and `maximum` pass it
+    [message] = schema_problems(shipped(ddp={"bucket_cap_mb": float("nan")}), SCHEMA, "my.yaml")
+    assert message == "my.yaml: ddp.bucket_cap_mb is nan, which no setting can use; give a finite number"
+    # a key with a minimum only took .inf (a collective that waits forever)
+    [message] = schema_problems(shipped(collective_timeout_s=float("inf")), SCHEMA, lambda path: f"{path[0]}.yaml")
+    assert message == ("collective_timeout_s.yaml: collective_timeout_s is inf, which no setting can use; "
+                       "give a finite number")
+    [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "split": [0.7, float("nan"), 0.15]}), SCHEMA)
+    assert message.startswith("config/config.yaml: dataset.split[1] is nan")
+
+
+def test_ddp_defaults_are_torch_s_and_a_block_may_name_some_keys_only():
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    config = validated(shipped(ddp={"static_graph": True}))
+    assert config["ddp"] == {"find_unused_parameters": False, "static_graph": True, "gradient_as_bucket_view": False,
+                             "bucket_cap_mb": None, "comm_hook": "none"}
+    assert setting_problems(config, topologies(config)) == []
+    wrapper = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    for key in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb"):
+        assert validated({})["ddp"][key] == wrapper[key].default

@@ -37,7 +37,8 @@ def test_every_trainer_argument_is_classified_with_lightnings_own_default():
 
     params = {name: p.default for name, p in inspect.signature(pl.Trainer.__init__).parameters.items() if name != "self"}
     assert lightningcli.TRAINER_DEFAULTS == params
-    kinds = [set(lightningcli.MAPPED), set(lightningcli.PASSED), set(lightningcli.OWNED), set(lightningcli.REFUSED)]
+    kinds = [set(lightningcli.MAPPED), set(lightningcli.PASSED), set(lightningcli.READ), set(lightningcli.OWNED),
+             set(lightningcli.REFUSED)]
     assert set().union(*kinds) == set(params) and sum(map(len, kinds)) == len(params), "each argument in one kind"
 
 
@@ -60,8 +61,9 @@ def test_a_subclass_mode_cli_config_brings_model_data_and_what_changes_the_measu
     assert applied.trainer_args == {"gradient_clip_val": 0.5}
     line = lightningcli.overridden_line("cli.yaml", applied)
     assert line == ("ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: data batch_size (32) "
-                    "(the batch per device comes from batch.size and batch.scaling); trainer.strategy (ddp); "
-                    "trainer.devices (4)")
+                    "(the batch per device comes from batch.size and batch.scaling); trainer.devices (4)")
+    assert lightningcli.read_line("cli.yaml", applied) == (
+        "ddpscale: cli.yaml: read into ddpscale's settings: trainer.strategy (ddp) as ddp: torch's defaults")
     assert applied.layer["model"]["init_args"]["width"] == 12 and applied.layer["max_epochs"] == 3
 
 
@@ -101,3 +103,87 @@ def test_the_cli_loader_knobs_become_the_dataloader_settings():
     applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
     assert applied.config["dataloader"]["num_workers"] == 4 and applied.config["dataloader"]["pin_memory"] is True
     assert applied.config["data"]["init_args"] == {"root": "x"}
+
+
+def test_every_ddp_strategy_argument_has_lightnings_and_torchs_default():
+    """--print_config writes each of them; a new one fails here until it is classified."""
+    import torch
+    from pytorch_lightning.strategies import DDPStrategy
+
+    params = {**{n: p.default for n, p in inspect.signature(DDPStrategy.__init__).parameters.items()
+                 if n not in ("self", "kwargs")},
+              **{n: p.default for n, p in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__)
+                 .parameters.items() if n not in ("self", "module", "device_ids")}}
+    params["timeout"] = str(params["timeout"])  # as --print_config writes a timedelta
+    assert lightningcli.STRATEGY_DEFAULTS == params
+
+
+@pytest.mark.parametrize("strategy, ddp", [
+    ("ddp", {}),
+    ("ddp_find_unused_parameters_true", {"find_unused_parameters": True}),
+    ("DDP_FIND_UNUSED_PARAMETERS_FALSE", {"find_unused_parameters": False}),
+    ({"class_path": "lightning.pytorch.strategies.DDPStrategy",
+      "init_args": {"find_unused_parameters": True, "static_graph": True, "bucket_cap_mb": 50,
+                    "ddp_comm_hook": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook"}},
+     {"find_unused_parameters": True, "static_graph": True, "bucket_cap_mb": 50, "comm_hook": "bf16_compress"}),
+    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"gradient_as_bucket_view": True}},
+     {"gradient_as_bucket_view": True}),
+])
+def test_a_ddp_strategy_is_read_into_the_ddp_block(strategy, ddp):
+    config = ddpscale_config()
+    applied = lightningcli.apply({"trainer": {"strategy": strategy}}, config, "cli.yaml", lambda key: False)
+    assert applied.problems == [] and applied.overridden == []
+    assert applied.config["ddp"] == {**config["ddp"], **ddp} and applied.layer.get("ddp", {}) == ddp
+    assert lightningcli.read_line("cli.yaml", applied).startswith("ddpscale: cli.yaml: read into ddpscale's settings: "
+                                                                 "trainer.strategy (")
+
+
+def test_the_cli_file_s_ddp_settings_win_over_the_config_s_as_its_max_epochs_do():
+    config = ddpscale_config()
+    config["ddp"].update(static_graph=True, bucket_cap_mb=25)
+    cli = {"trainer": {"max_epochs": 7, "strategy": {"class_path": "pytorch_lightning.strategies.DDPStrategy",
+                                                     "init_args": {"bucket_cap_mb": 100, "timeout": "0:05:00"}}}}
+    applied = lightningcli.apply(cli, config, "cli.yaml", lambda key: True)
+    assert applied.config["ddp"]["static_graph"] is True and applied.config["ddp"]["bucket_cap_mb"] == 100
+    assert applied.layer["ddp"] == {"bucket_cap_mb": 100} and applied.config["max_epochs"] == 7
+    assert applied.overridden == ["trainer.strategy.init_args.timeout (0:05:00)"]
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ("fsdp", "cli.yaml: trainer.strategy is 'fsdp', but ddpscale measures DDP, built per topology; use ddp, "
+             "ddp_find_unused_parameters_true or pytorch_lightning.strategies.DDPStrategy, or remove it and set ddp: "
+             "in your ddpscale config"),
+    ("deepspeed_stage_2", "trainer.strategy is 'deepspeed_stage_2', but ddpscale measures DDP"),
+    ("ddp_spawn", "trainer.strategy is 'ddp_spawn', but ddpscale measures DDP"),
+    ({"class_path": "lightning.pytorch.strategies.FSDPStrategy"},
+     "trainer.strategy is 'lightning.pytorch.strategies.FSDPStrategy', but ddpscale measures DDP"),
+    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"find_unused": True}},
+     "cli.yaml: trainer.strategy.init_args.find_unused is not an argument of DDPStrategy or DistributedDataParallel; "
+     "remove it or fix its name"),
+    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"ddp_comm_hook": "os.system"}},
+     "trainer.strategy.init_args.ddp_comm_hook is 'os.system', but ddpscale runs only torch's named hooks"),
+    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"broadcast_buffers": False}},
+     "trainer.strategy.init_args.broadcast_buffers is False, but ddpscale sets only find_unused_parameters, "
+     "static_graph, gradient_as_bucket_view, bucket_cap_mb and ddp_comm_hook of DDP (config ddp); remove it"),
+    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": [1]},
+     "trainer.strategy.init_args is [1]; give DDPStrategy's arguments by name under it"),
+])
+def test_another_strategy_or_an_unknown_argument_is_refused_in_one_line(strategy, expected):
+    applied = lightningcli.apply({"trainer": {"strategy": strategy}}, ddpscale_config(), "cli.yaml", lambda key: False)
+    [problem] = applied.problems
+    assert expected in problem and "\n" not in problem and "ddp" not in applied.layer
+
+
+@pytest.mark.slow
+def test_a_print_config_ddp_strategy_is_read_with_its_settings_only():
+    """--print_config writes every DDPStrategy and DDP argument; only those the user set are read."""
+    hook = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook"
+    cli = print_config("--trainer.strategy", "pytorch_lightning.strategies.DDPStrategy",
+                       "--trainer.strategy.init_args.find_unused_parameters", "true",
+                       "--trainer.strategy.init_args.ddp_comm_hook", hook)
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: key[1] == "class_path")
+    assert applied.problems == []
+    assert applied.layer["ddp"] == {"find_unused_parameters": True, "comm_hook": "fp16_compress"}
+    assert lightningcli.read_line("cli.yaml", applied) == (
+        "ddpscale: cli.yaml: read into ddpscale's settings: trainer.strategy (DDPStrategy) as ddp: "
+        "find_unused_parameters true, comm_hook fp16_compress")

@@ -23,7 +23,7 @@ def test_the_description_reads_the_runs_and_the_workflow():
         "dataset": "spiral (generated): 10000 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
         "config_files": "config/config.yaml + my.yaml", "max_epochs": "3", "batch_scaling": "strong",
         "batch_size": "64", "precision": "32-true", "compile": "none", "optimizers": "unknown",
-        "trainer_settings": "ddpscale's", "module_callbacks": "none"}
+        "trainer_settings": "ddpscale's", "module_callbacks": "none", "ddp": "torch's defaults"}
     assert measured.headline(text) == "spiralmlp: SpiralMLP (3,234 parameters) on SpiralDataModule"
     table = measured.with_columns(pd.DataFrame({"topology": ["1x1", "1x2"], "speedup": [1.0, 1.8]}), text)
     assert list(table.columns) == ["topology", *measured.COLUMNS, "speedup"]
@@ -57,3 +57,14 @@ def test_the_optimizer_and_further_trainer_settings_are_named():
     assert text["optimizers"] == "AdamW" and text["trainer_settings"] == "gradient_clip_val 0.5"
     plain = measured.describe(pd.DataFrame([make_run("1x1", optimizers=["SGD"], trainer_settings={})]))
     assert plain["trainer_settings"] == "ddpscale's"
+
+
+def test_the_ddp_settings_are_named_where_they_are_not_torch_s():
+    """A 1-device run records the settings unused; the report names the settings, not that."""
+    ddp = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": False,
+           "bucket_cap_mb": 50, "comm_hook": "bf16_compress", "comm_bytes_per_element": 2}
+    runs = pd.DataFrame([make_run("1x1", ddp={**ddp, "used": False}), make_run("1x2", ddp={**ddp, "used": True})])
+    assert measured.describe(runs)["ddp"] == "find_unused_parameters true, bucket_cap_mb 50, comm_hook bf16_compress"
+    plain = {k: v for k, v in ddp.items() if k == "comm_bytes_per_element"}
+    assert measured.describe(pd.DataFrame([make_run("1x2", ddp=plain)]))["ddp"] == "torch's defaults"
+    assert measured.LABELS["ddp"] == "DDP settings"

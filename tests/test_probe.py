@@ -414,3 +414,18 @@ def test_the_report_states_each_probe_s_size_and_time():
     said = probe_costs(probes)
     assert "1x1 20 steps x 5 rounds, 0.3 s; 1x2 10 steps x 4 rounds, 5.4 s." in said
     assert probe_costs({"1x1": {"world_size": 1, "probe_wall_s": 0.3}}) == ""  # a record from before sizing
+
+
+@pytest.mark.slow
+def test_the_probe_s_ddp_takes_the_run_s_settings_and_times_a_16_bit_hook_at_half_the_bytes(tmp_path, data_file):
+    """config ddp reaches the probe as it reaches training: its own DDP wrapper gets the
+    strategy's kwargs and comm hook, and the comm term's buckets the configured cap and width."""
+    out = tmp_path / "probe.json"
+    settings = {"bucket_cap_mb": 4 / 1024, "comm_hook": "fp16_compress", "gradient_as_bucket_view": True}
+    result = run(probe_command(out, data_file, 1, 2, "--ddp", json.dumps(settings)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(out.read_text())
+    assert probe["step"]["allreduce_calls_per_batch"] >= 2  # a 4 KiB cap splits the 11 KiB gradient
+    as_ddp = probe["allreduce_ddp"]
+    assert as_ddp["comm_bytes_per_element"] == 2 and as_ddp["time_s"] > 0
+    assert as_ddp["bytes"] == probe["gradient_bytes"] // 2 and as_ddp["buckets"] == 3

@@ -37,6 +37,8 @@ def test_empty_config_gets_every_default():
         "num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
     }
     assert config["dataset"]["split"] == [0.7, 0.15, 0.15]
+    assert config["ddp"] == {"find_unused_parameters": False, "static_graph": False, "gradient_as_bucket_view": False,
+                             "bucket_cap_mb": None, "comm_hook": "none"}
     assert config["model"] == {"class_path": "ddpscale.workloads.models.SpiralMLP", "init_args": {}}
     assert config["accuracy"] == {"metric": "test_acc", "mode": "auto", "tolerance": 0.02, "epoch_metric": "auto",
                                   "target": None}
@@ -76,6 +78,11 @@ def test_dataset_null_is_refused_clearly():
     ({"dataloader": {"num_workers": -1}}, ["-1 is less than the minimum of 0",
                                             "instance['dataloader']['num_workers']"]),
     ({"accelerator": "tpu"}, ["'tpu' is not one of", "instance['accelerator']"]),
+    ({"ddp": {"bucket_cap_mb": -1}}, ["-1 is less than or equal to the minimum of 0",
+                                      "instance['ddp']['bucket_cap_mb']"]),
+    ({"ddp": {"bucket_cap_mb": 1e6}}, ["1000000.0 is greater than the maximum of 4096"]),
+    ({"ddp": {"comm_hook": "my.module.hook"}}, ["'my.module.hook' is not one of ['none', 'fp16_compress'"]),
+    ({"ddp": {"timeout": 60}}, ["'timeout' was unexpected", "schema['properties']['ddp']"]),
     ({"compile": "fast"}, ["'fast' is not one of ['none', 'default', 'reduce-overhead', 'max-autotune']",
                            "instance['compile']"]),
 ])

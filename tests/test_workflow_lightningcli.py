@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 CLI_ARGS = ("--subclass", "--model", "usermods.renamed.RingsClassifier", "--model.width", "12",
             "--data", "usermods.renamed.RingsData", "--data.batch_size", "32", "--data.samples", "400",
-            "--trainer.max_epochs", "2", "--trainer.devices", "4", "--trainer.strategy", "ddp",
+            "--trainer.max_epochs", "2", "--trainer.devices", "4",
+            "--trainer.strategy", "ddp_find_unused_parameters_true",
             "--trainer.gradient_clip_val", "0.5", "--optimizer", "torch.optim.AdamW", "--optimizer.lr", "0.01",
             "--lr_scheduler", "torch.optim.lr_scheduler.StepLR", "--lr_scheduler.step_size", "1",
             "--seed_everything", "7")
@@ -44,8 +45,9 @@ def test_a_lightningcli_config_is_the_experiment(cli_workspace):
     result = workspace.snakemake("--configfile", "my.yaml")
     assert result.returncode == 0, result.stderr[-4000:]
     assert ("ddpscale: cli.yaml: set by ddpscale for every topology, so overridden: data batch_size (32) (the "
-            "batch per device comes from batch.size and batch.scaling); trainer.strategy (ddp); trainer.devices (4)"
-            ) in result.stderr
+            "batch per device comes from batch.size and batch.scaling); trainer.devices (4)") in result.stderr
+    assert ("ddpscale: cli.yaml: read into ddpscale's settings: trainer.strategy (ddp_find_unused_parameters_true) "
+            "as ddp: find_unused_parameters true") in result.stderr
     results = workspace.path / "results/ringsclassifier"  # the CLI's model names the experiment
     width = 12  # RingsClassifier: Linear(2, width), ReLU, Linear(width, 3)
 
@@ -56,6 +58,7 @@ def test_a_lightningcli_config_is_the_experiment(cli_workspace):
         assert metrics["max_epochs"] == 2 and metrics["epochs_completed"] == 2
         assert metrics["trainer_settings"] == {"gradient_clip_val": 0.5}, "read back from the Trainer"
         assert metrics["optimizers"] == ["AdamW"], "LightningCLI's optimizer replaced the module's SGD"
+        assert metrics["ddp"]["find_unused_parameters"] is True and metrics["ddp"]["used"] is (world > 1)
         assert metrics["batch_per_device"] == 64 // world, "ddpscale's batch, not the CLI's 32"
         assert metrics["probe"]["status"] == "ok", metrics["probe"]
         assert "valid/accuracy" in metrics["logged_metrics"]
@@ -63,6 +66,7 @@ def test_a_lightningcli_config_is_the_experiment(cli_workspace):
     assert set(table["config_files"]) == {"config/config.yaml + my.yaml + cli.yaml"}
     assert set(table["dataset"]) == {"the data module's own (RingsData: samples 400)"}
     assert set(table["trainer_settings"]) == {"gradient_clip_val 0.5"} and set(table["optimizers"]) == {"AdamW"}
+    assert set(table["ddp"]) == {"find_unused_parameters true"}
     assert table["accuracy_test"].tolist() == ["baseline", "one seed: not tested"]  # compared, one seed each
 
     status = subprocess.run([WORKFLOW_PYTHON, "scripts/status.py", "--configfile", "my.yaml"], cwd=workspace.path,

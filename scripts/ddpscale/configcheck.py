@@ -147,8 +147,25 @@ def schema_problems(config: dict, schema: dict, where: str = DEFAULT_CONFIG) -> 
     errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     # A value of the wrong type fails its enum or bounds too: the type says it best, once.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    named = {tuple(e.absolute_path) for e in errors}
     return [schema_error_message(e, where) for e in errors
-            if e.validator == "type" or tuple(e.absolute_path) not in mistyped]
+            if e.validator == "type" or tuple(e.absolute_path) not in mistyped] + [
+        non_finite_message(path, value, where) for path, value in non_finite(config) if path not in named]
+
+
+def non_finite(tree, path=()) -> list[tuple[tuple, float]]:
+    """(path, value) of every NaN or infinite number (YAML's .nan, .inf): every comparison with
+    NaN is false, so the schema's bounds let it through, and a bound-less key takes .inf."""
+    if isinstance(tree, dict):
+        return [found for key, value in tree.items() for found in non_finite(value, (*path, key))]
+    if isinstance(tree, list):
+        return [found for i, value in enumerate(tree) for found in non_finite(value, (*path, i))]
+    return [(path, tree)] if isinstance(tree, float) and not math.isfinite(tree) else []
+
+
+def non_finite_message(path: tuple, value: float, where) -> str:
+    where = where(path) if callable(where) else where
+    return f"{where}: {key_name(path)} is {value!r}, which no setting can use; give a finite number"
 
 
 def epoch_problems(config: dict, where: str) -> list[str]:

@@ -82,9 +82,9 @@ def apply_lightning_config():
     config.update(applied.config)
     CONFIG_LAYERS.append((path, applied.layer))
     check_config_schema()
-    line = lightningcli.overridden_line(path, applied)
-    if line:
-        print(line, file=sys.stderr)
+    for line in (lightningcli.read_line(path, applied), lightningcli.overridden_line(path, applied)):
+        if line:
+            print(line, file=sys.stderr)
     return applied
 
 

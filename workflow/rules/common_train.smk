@@ -6,6 +6,8 @@ from ddpscale import measuremode  # noqa: E402
 from ddpscale.cluster.resources import run_accelerator  # noqa: E402
 from ddpscale.cluster.topology import batch_per_device  # noqa: E402
 from ddpscale.report.status_sources import live_training_job, query_squeue  # noqa: E402
+from ddpscale.training.ddpsettings import DEFAULTS as DDP_DEFAULTS  # noqa: E402
+from ddpscale.training.ddpsettings import flag as ddp_flag  # noqa: E402
 
 
 def get_resources(wildcards):
@@ -151,6 +153,10 @@ def run_flags(topology_name):
     # every other config, and so its finished runs, stay as they were)
     if LIGHTNING and LIGHTNING.trainer_args:
         flags["--trainer-args"] = json.dumps(LIGHTNING.trainer_args, sort_keys=True)
+    # DDP's settings, only where they are not torch's defaults (likewise): they change what is
+    # measured, so a change reruns every run (the 1-device run records them as unused)
+    if config["ddp"] != DDP_DEFAULTS:
+        flags["--ddp"] = ddp_flag(config["ddp"])
     if LIGHTNING and LIGHTNING.optimizers:
         flags["--optimizers"] = json.dumps(LIGHTNING.optimizers, sort_keys=True)
     return flags

@@ -153,7 +153,7 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
     import torch
     import torch.distributed as dist
 
-    dtype = dtype or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or torch.float32)
     if not _initialized():
         return [{"bytes": n, "time_s": 0.0, "algbw_gbps": None, "busbw_gbps": None, "iters": 0} for n in sizes]
     world = dist.get_world_size()
@@ -169,6 +169,20 @@ def allreduce_benchmark(sizes: list[int], device, dtype=None, warmup: int = 5, i
     return results
 
 
+def on_the_wire(buckets: list[int], bytes_per_element: int | None) -> tuple[list[int], str | None]:
+    """The buckets as a comm hook sends them, and the torch dtype's name to time them in: a
+    16-bit hook (fp16_compress, bf16_compress) casts each fp32 bucket to half its bytes before
+    the all-reduce; None (no hook) sends them as they are. The model assumes fp32 gradients,
+    as DDP's buckets hold under 32-true and the mixed precisions (64-true's would send a
+    quarter). bf16 is timed as float16: the same bytes, and gloo reduces float16 on CPU."""
+    if bytes_per_element is None:
+        return list(buckets), None
+    names = {2: "float16"}
+    if bytes_per_element not in names:
+        raise ValueError(f"no comm model for a hook that sends {bytes_per_element} bytes per element")
+    return [math.ceil(n / 4) * bytes_per_element for n in buckets], names[bytes_per_element]
+
+
 def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, iters: int = 20) -> dict:
     """Seconds for one gradient synchronisation issued as DDP issues it: every bucket's
     all-reduce launched without waiting for the one before, then all waited for; timed as
@@ -180,7 +194,7 @@ def allreduce_as_ddp(buckets: list[int], device, dtype=None, warmup: int = 5, it
     out = {"bucket_bytes": list(buckets), "buckets": len(buckets), "bytes": sum(buckets)}
     if not _initialized():
         return {**out, "time_s": 0.0, "iters": 0}
-    dtype = dtype or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or torch.float32)
     element = torch.empty((), dtype=dtype).element_size()
     tensors = [torch.ones(math.ceil(n / element), dtype=dtype, device=device) for n in buckets]
 

@@ -94,15 +94,18 @@ def draw_batches(next_batch, count: int, device: torch.device) -> tuple[list, li
 
 class _Calls:
     calls = 0
+    hook = None  # the run's own comm hook (config ddp.comm_hook), else DDP's plain all-reduce
 
 
 def counting_allreduce(state: _Calls, bucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP's own all-reduce of a gradient bucket (default_hooks.allreduce_hook), counted: the
-    record then shows how often a micro-batch really synchronised, not how often it should."""
+    """The run's all-reduce of a gradient bucket (its comm hook's, else DDP's own
+    default_hooks.allreduce_hook), counted: the record then shows how often a micro-batch
+    really synchronised, not how often it should. DDP takes one hook only, so the count wraps
+    the run's: the probe's steps compress their gradients as training's do."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     state.calls += 1
-    return default_hooks.allreduce_hook(None, bucket)
+    return (state.hook or default_hooks.allreduce_hook)(None, bucket)
 
 
 # DDP checks the annotation itself; `from __future__ import annotations` left it a string
@@ -115,7 +118,7 @@ class Runner:
     steps reach backward() and optimizer_step() through its caller's view of the trainer."""
 
     def __init__(self, module, optimizers: list, device: torch.device, *, context=contextlib.nullcontext,
-                 scaler: bool = False, ddp_kwargs: dict | None = None):
+                 scaler: bool = False, ddp_kwargs: dict | None = None, comm_hook=None):
         self.module, self.optimizers, self.device = module, list(optimizers), device
         self.manual = not module.automatic_optimization
         self.scaler = torch.amp.GradScaler(device.type) if scaler else None
@@ -123,6 +126,7 @@ class Runner:
         self.ddp_kwargs = dict(ddp_kwargs or {})
         self.ddp = None
         self.counter = _Calls()
+        self.counter.hook = comm_hook  # the run's DDPStrategy(ddp_comm_hook=...), the same in the probe
 
     def wrap(self) -> None:
         """The DDP wrapper (collective: every rank, once)."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddpscale.training.ddpsettings import said as ddp_said
+
 # scaling.tsv columns, in this order, the same value on every row of one report
 COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "dataset", "config_files",
            "max_epochs", "batch_scaling", "batch_size", "precision", "compile", "optimizers", "trainer_settings",
-           "module_callbacks")
+           "module_callbacks", "ddp")
 
 
 def _one(runs: pd.DataFrame, col: str) -> str:
@@ -85,6 +87,9 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's", "ddpscale's"),
         # what the module's configure_callbacks added to the Trainer (EarlyStopping, checkpoints)
         "module_callbacks": _each_run(runs, "module_callbacks", lambda v: ", ".join(v) or "none", "none"),
+        # DistributedDataParallel's settings where they are not torch's defaults (a 1-device run
+        # records them unused: it trains without DDP)
+        "ddp": _each_run(runs, "ddp", ddp_said, "torch's defaults"),
     }
 
 
@@ -110,4 +115,5 @@ LABELS = {"experiment": "Experiment", "model_class": "Model", "model_parameters"
           "data_class": "Data module", "dataset": "Dataset", "config_files": "Config files",
           "max_epochs": "Epochs", "batch_scaling": "Batch scaling", "batch_size": "Batch size",
           "precision": "Precision", "compile": "torch.compile", "optimizers": "Optimizer",
-          "trainer_settings": "Trainer settings", "module_callbacks": "The module's callbacks"}
+          "trainer_settings": "Trainer settings", "module_callbacks": "The module's callbacks",
+          "ddp": "DDP settings"}

@@ -4,9 +4,10 @@ Many Lightning users describe their training in the YAML a LightningCLI reads (w
 `python main.py fit --print_config` writes): `model:` and `data:` (a class_path and init_args,
 or the init arguments alone when the CLI was made with fixed classes), `trainer:` with every
 Trainer argument, `seed_everything`, `optimizer` and `lr_scheduler`. ddpscale takes from it the
-model, the data and the trainer settings that change what is measured; it sets per topology
-what it owns (devices, nodes, strategy, loggers, callbacks, the batch per device) and names
-those as overridden in one line; a setting it cannot measure under is refused in one line.
+model, the data and the trainer settings that change what is measured (a DDP strategy's
+settings become config ddp); it sets per topology what it owns (devices, nodes, loggers,
+callbacks, the batch per device) and names those as overridden in one line; a setting it cannot
+measure under (another strategy than DDP) is refused in one line.
 
 Pure: the file is read as YAML; nothing is imported (the parse stays fast, the classes are
 checked with the rest of the contract).
@@ -18,6 +19,7 @@ import copy
 from dataclasses import dataclass, field
 
 from ddpscale.configcheck import ALIASES
+from ddpscale.training import ddpsettings
 from ddpscale.training.contract import LOADER_KEYS
 
 # pl.Trainer.__init__'s defaults in pytorch_lightning 2.6, as --print_config writes them; a key
@@ -42,8 +44,10 @@ MAPPED = ("max_epochs", "precision", "accumulate_grad_batches")
 PASSED = ("gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benchmark", "inference_mode",
           "use_distributed_sampler", "detect_anomaly", "sync_batchnorm", "limit_train_batches",
           "limit_val_batches", "limit_test_batches", "check_val_every_n_epoch", "reload_dataloaders_every_n_epochs")
+# Read into ddpscale's own settings where they say DDP (config ddp), refused where they do not.
+READ = ("strategy",)
 # Set by ddpscale for every topology (or of no use in a benchmark): the CLI's value is overridden.
-OWNED = ("accelerator", "strategy", "devices", "num_nodes", "logger", "callbacks", "plugins", "profiler",
+OWNED = ("accelerator", "devices", "num_nodes", "logger", "callbacks", "plugins", "profiler",
          "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "num_sanity_val_steps",
          "log_every_n_steps", "default_root_dir", "enable_autolog_hparams", "model_registry", "barebones",
          "min_epochs", "max_time", "limit_predict_batches")
@@ -58,6 +62,29 @@ REFUSED = {
     "val_check_interval": "validation inside an epoch would split its timed training phase; remove it "
                           "(trainer.check_val_every_n_epoch validates less often)",
 }
+# trainer.strategy as a class: DDPStrategy by the names LightningCLI writes it with
+DDP_CLASS_PATHS = ("pytorch_lightning.strategies.DDPStrategy", "pytorch_lightning.strategies.ddp.DDPStrategy",
+                   "lightning.pytorch.strategies.DDPStrategy", "lightning.pytorch.strategies.ddp.DDPStrategy")
+# trainer.strategy as a name: Lightning's registered names that mean DDP with popen
+DDP_NAMES = {"ddp": {}, "ddp_find_unused_parameters_true": {"find_unused_parameters": True},
+             "ddp_find_unused_parameters_false": {"find_unused_parameters": False}}
+# DDPStrategy's and DistributedDataParallel's init arguments with their defaults (Lightning 2.6,
+# torch 2.13), as --print_config writes them all; one at its default was not set by the user
+# (tests/test_lightningcli.py checks the signatures).
+STRATEGY_DEFAULTS = {
+    "accelerator": None, "parallel_devices": None, "cluster_environment": None, "checkpoint_io": None,
+    "precision_plugin": None, "ddp_comm_state": None, "ddp_comm_hook": None, "ddp_comm_wrapper": None,
+    "model_averaging_period": None, "process_group_backend": None, "timeout": "0:30:00", "start_method": "popen",
+    "output_device": None, "dim": 0, "broadcast_buffers": None, "init_sync": True, "process_group": None,
+    "bucket_cap_mb": None, "find_unused_parameters": False, "check_reduction": False,
+    "gradient_as_bucket_view": False, "static_graph": False, "delay_all_reduce_named_params": None,
+    "param_to_hook_all_reduce": None, "mixed_precision": None, "device_mesh": None,
+    "skip_all_reduce_unused_params": False, "bucket_cap_mb_list": None, "batched_grad_copy": False,
+    "forward_sync_buffers": None,
+}
+# DDPStrategy arguments ddpscale sets per topology (the timeout is config collective_timeout_s)
+STRATEGY_OWNED = ("accelerator", "parallel_devices", "cluster_environment", "checkpoint_io", "precision_plugin",
+                  "process_group_backend", "timeout", "start_method")
 TOP_LEVEL = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path", "weights_only")
 
 
@@ -68,6 +95,7 @@ class Applied:
     trainer_args: dict = field(default_factory=dict)  # for every run's pl.Trainer
     optimizers: dict = field(default_factory=dict)  # LightningCLI's optimizer / lr_scheduler, if given
     overridden: list = field(default_factory=list)  # "trainer.devices (4)", for the one line
+    read: list = field(default_factory=list)  # what became ddpscale's settings beyond model and data
     problems: list = field(default_factory=list)
 
 
@@ -122,10 +150,69 @@ def _trainer(given, name: str, out: Applied) -> None:
             out.config[key] = out.layer[key] = value
         elif key in PASSED:
             out.trainer_args[key] = value
+        elif key in READ:
+            _strategy(value, name, out)
         elif key in OWNED:
             out.overridden.append(f"trainer.{key}{_shown(value)}")
         else:
             out.problems.append(f"{name}: trainer.{key} is {value!r}, but {REFUSED[key]}")
+
+
+def _strategy(given, name: str, out: Applied) -> None:
+    """trainer.strategy: DDP (by name or as DDPStrategy with init_args) becomes config ddp, the
+    CLI file's value winning as it does for max_epochs; any other strategy is refused."""
+    refuse = (f"but ddpscale measures DDP, built per topology; use ddp, ddp_find_unused_parameters_true "
+              "or pytorch_lightning.strategies.DDPStrategy, or remove it and set ddp: in your ddpscale config")
+    if isinstance(given, str) and given.lower() in DDP_NAMES:
+        settings, shown = dict(DDP_NAMES[given.lower()]), given
+    elif isinstance(given, str):
+        out.problems.append(f"{name}: trainer.strategy is {given!r}, {refuse}")
+        return
+    elif isinstance(given, dict) and given.get("class_path") in DDP_CLASS_PATHS:
+        settings, shown = _ddp_init_args(given.get("init_args") or {}, name, out), "DDPStrategy"
+        if settings is None:
+            return
+    else:
+        what = given.get("class_path") if isinstance(given, dict) else given
+        out.problems.append(f"{name}: trainer.strategy is {what!r}, {refuse}")
+        return
+    for key, value in settings.items():
+        out.config.setdefault("ddp", {})[key] = out.layer.setdefault("ddp", {})[key] = value
+    out.read.append(f"trainer.strategy ({shown}) as ddp: {ddpsettings.said(settings)}")
+
+
+def _ddp_init_args(init_args, name: str, out: Applied) -> dict | None:
+    """DDPStrategy's init_args as config ddp's keys; None (and one problem each) if any is refused."""
+    if not isinstance(init_args, dict):
+        out.problems.append(f"{name}: trainer.strategy.init_args is {init_args!r}; give DDPStrategy's "
+                            "arguments by name under it")
+        return None
+    settings, refused = {}, False
+    for key, value in init_args.items():
+        at = f"{name}: trainer.strategy.init_args.{key}"
+        if key not in STRATEGY_DEFAULTS:
+            out.problems.append(f"{at} is not an argument of DDPStrategy or DistributedDataParallel; remove it "
+                                "or fix its name")
+        elif value is None or value == STRATEGY_DEFAULTS[key]:
+            continue  # --print_config writes every argument; at its default the user did not set it
+        elif key == "ddp_comm_hook" and value in ddpsettings.HOOK_PATHS:
+            settings["comm_hook"] = ddpsettings.HOOK_PATHS[value]
+            continue
+        elif key in ddpsettings.DEFAULTS:
+            settings[key] = value
+            continue
+        elif key in STRATEGY_OWNED:
+            out.overridden.append(f"trainer.strategy.init_args.{key}{_shown(value)}")
+            continue
+        elif key == "ddp_comm_hook":
+            out.problems.append(f"{at} is {value!r}, but ddpscale runs only torch's named hooks "
+                                f"({', '.join(ddpsettings.HOOK_PATHS)}); name one of them, or remove it")
+        else:
+            out.problems.append(f"{at} is {value!r}, but ddpscale sets only "
+                                f"{', '.join(k for k in ddpsettings.DEFAULTS if k != 'comm_hook')} and "
+                                "ddp_comm_hook of DDP (config ddp); remove it")
+        refused = True
+    return None if refused else settings
 
 
 def apply(cli, config: dict, name: str, user_set) -> Applied:
@@ -163,6 +250,13 @@ def apply(cli, config: dict, name: str, user_set) -> Applied:
         if cli.get(key) is not None:
             out.overridden.append(f"{key}{_shown(cli[key])} (ddpscale resumes from its own checkpoints)")
     return out
+
+
+def read_line(name: str, applied: Applied) -> str | None:
+    """The one line naming what the CLI file set beyond model, data and trainer arguments."""
+    if not applied.read:
+        return None
+    return f"ddpscale: {name}: read into ddpscale's settings: {'; '.join(applied.read)}"
 
 
 def overridden_line(name: str, applied: Applied) -> str | None:

@@ -48,7 +48,7 @@ from torch.utils.data import DataLoader
 from ddpscale.cluster import ranks
 from ddpscale.measurement import batchsizes, commbench, stepprobe
 from ddpscale.measurement import probe as probe_record
-from ddpscale.training import probecopy
+from ddpscale.training import ddpsettings, probecopy
 from ddpscale.training.runargs import per_device_batch
 
 
@@ -106,7 +106,8 @@ class _Probe:
         plugin = self.trainer.precision_plugin
         self.runner = stepprobe.Runner(copied, optimizers, self.device, context=plugin.train_step_context,
                                        scaler=probecopy.scales_loss(plugin),
-                                       ddp_kwargs=getattr(self.trainer.strategy, "_ddp_kwargs", None))
+                                       ddp_kwargs=getattr(self.trainer.strategy, "_ddp_kwargs", None),
+                                       comm_hook=getattr(self.trainer.strategy, "_ddp_comm_hook", None))
         self.view.strategy.runner = self.runner
         self.doing = "drawing batches from the train dataloader"
         self.batches, self.waits = stepprobe.draw_batches(probecopy.batch_source(self.view),
@@ -156,10 +157,14 @@ class _Probe:
         self.gradient = stepprobe.gradient_numel(self.runner.module)
         self.allreduce = commbench.allreduce_benchmark(commbench.message_sizes(self.gradient[1]), self.device,
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
-        # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set)
+        # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set),
+        # at the width its comm hook sends them (half with fp16_compress or bf16_compress)
+        width = comm_bytes_per_element(self.args)
         buckets = commbench.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
-        self.allreduce_ddp = commbench.allreduce_as_ddp(buckets, self.device,
+        sent, dtype = commbench.on_the_wire(buckets, width)
+        self.allreduce_ddp = commbench.allreduce_as_ddp(sent, self.device, dtype=dtype,
                                                         warmup=self.sizes["warmup"], iters=self.sizes["iters"])
+        self.allreduce_ddp["comm_bytes_per_element"] = width  # None: the gradient's own width
 
     def free(self) -> None:
         """The copy, its optimizers, DDP wrapper (with its comm hook's state), gradients and
@@ -208,6 +213,13 @@ def bucket_cap_mb(strategy) -> float | None:
     """The bucket size the run's DDP was given (strategy DDPStrategy(bucket_cap_mb=...)), or
     None for DDP's default; the probe's own DDP wrapper gets the same kwargs."""
     return (getattr(strategy, "_ddp_kwargs", None) or {}).get("bucket_cap_mb")
+
+
+def comm_bytes_per_element(args) -> int | None:
+    """The width the run's comm hook sends each gradient element at (config ddp.comm_hook), or
+    None where it sends the gradient as it is."""
+    ddp = getattr(args, "ddp", None) or {}
+    return ddpsettings.HOOK_BYTES[ddp.get("comm_hook", "none")]
 
 
 def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:

@@ -12,7 +12,7 @@ import json
 import os
 
 from ddpscale.cluster.topology import Topology, batch_per_device
-from ddpscale.training import compiling, lightningcli, plugins
+from ddpscale.training import compiling, ddpsettings, lightningcli, plugins
 
 # Flags that change how a run fails, not what it measures: left out of its identity, so
 # changing them does not start a run over.
@@ -37,6 +37,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accumulate-grad-batches", type=int, default=1)
     p.add_argument("--loader", default=DEFAULT_LOADER,
                    help="JSON: num_workers, pin_memory, persistent_workers, prefetch_factor")
+    p.add_argument("--ddp", type=ddp_settings, default=ddpsettings.complete({}),
+                   help="JSON: DistributedDataParallel's settings on more than one device (config ddp): "
+                        f"{', '.join(ddpsettings.DEFAULTS)}")
     p.add_argument("--model-class", required=True)
     p.add_argument("--model-args", default="{}", help="JSON init arguments")
     p.add_argument("--data-class", required=True)
@@ -64,6 +67,32 @@ def run_flags(**settings) -> argparse.Namespace:
     add_run_args(p)
     defaults = {a.dest: a.default for a in p._actions if a.dest != "help"}
     return argparse.Namespace(**{**defaults, **settings})
+
+
+def ddp_settings(text: str) -> dict:
+    """--ddp checked before anything trains: argparse prints the one line and exits."""
+    try:
+        return ddpsettings.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def ddp_strategy(args):
+    """The DDPStrategy of a run on more than one device: the config's DDP settings, its named
+    comm hook as torch's function, and the timeout for a dead or stuck rank."""
+    from datetime import timedelta
+
+    from pytorch_lightning.strategies import DDPStrategy
+
+    ddp = ddpsettings.complete(getattr(args, "ddp", None))
+    hook = None
+    if ddp["comm_hook"] != "none":
+        # a name from ddpsettings.COMM_HOOKS, never a path from the config
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = getattr(default_hooks, f"{ddp['comm_hook']}_hook")
+    return DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s), ddp_comm_hook=hook,
+                       **ddpsettings.strategy_kwargs(ddp))
 
 
 def run_seed(args) -> int:
@@ -112,12 +141,10 @@ def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epo
     as Lightning's docs teach, finds one, and what it costs is in what the run measures. No
     log_dir (a test's trainer): no logger."""
     import warnings
-    from datetime import timedelta
 
     import pytorch_lightning as pl
     from pytorch_lightning.loggers import CSVLogger
     from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
-    from pytorch_lightning.strategies import DDPStrategy
 
     env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
     if log_dir:
@@ -128,8 +155,7 @@ def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epo
     return pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, num_nodes=args.nodes,
         # one device trains as a user would without DDP; more devices use DDP
-        strategy=(DDPStrategy(timeout=timedelta(seconds=args.collective_timeout_s))
-                  if topology(args).world_size > 1 else "auto"),
+        strategy=ddp_strategy(args) if topology(args).world_size > 1 else "auto",
         plugins=[env], precision=args.precision,
         max_epochs=args.max_epochs if max_epochs is None else max_epochs,
         accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,

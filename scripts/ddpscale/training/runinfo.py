@@ -16,7 +16,7 @@ import torch
 
 from ddpscale.cluster.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.io import write_json_atomic
-from ddpscale.training import identity
+from ddpscale.training import ddpsettings, identity
 from ddpscale.training.runargs import run_seed
 
 LAST = "last.ckpt"
@@ -246,6 +246,8 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
         "optimizers": [type(o).__name__ for o in trainer.optimizers],
         # further Trainer settings (a LightningCLI config's), as the Trainer holds them
         "trainer_settings": trainer_settings(trainer, json.loads(args.trainer_args)),
+        # DistributedDataParallel's settings (config ddp); "used": false where one device trained
+        "ddp": ddpsettings.record(ddpsettings.complete(getattr(args, "ddp", None)), formed_world_size()),
         "data_class": args.data_class,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": pl.__version__},
