@@ -325,16 +325,23 @@ class LogsThroughLogger(SpiralMLP):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_run_s_folder(tmp_path, data_file):
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_run_s_folder(tmp_path, data_file,
+                                                                                          devices):
     from conftest import run_user_module
 
     done = run_user_module(tmp_path, LOGS_THROUGH_LOGGER, "logsmod.LogsThroughLogger", data_file, "--probe",
-                           devices=2)
+                           devices=devices)
     assert done.returncode == 0, done.stderr[-3000:]
     logs = tmp_path / "logs" / "attempt-1"  # beside metrics.json, one folder per attempt
     assert "from the module" in (logs / "hparams.yaml").read_text()
     assert "my_metric" in (logs / "metrics.csv").read_text().splitlines()[0]
-    assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    # the spiral's 840 training samples an epoch, each counted once, and the throughput of them
+    assert m["epochs_completed"] == 2 and m["samples_trained"] == 2 * 840
+    steady = m["steady_epochs"]
+    assert m["throughput_samples_s"] == pytest.approx(
+        840 * len(steady) / sum(m["train_times_s"][i] for i in steady), rel=1e-3)
 
 
 # -- the probe's cost, bounded by the run's ----------------------------------------------------
