@@ -4,6 +4,7 @@ files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -187,3 +188,69 @@ def test_a_print_config_ddp_strategy_is_read_with_its_settings_only():
     assert lightningcli.read_line("cli.yaml", applied) == (
         "ddpscale: cli.yaml: read into ddpscale's settings: trainer.strategy (DDPStrategy) as ddp: "
         "find_unused_parameters true, comm_hook fp16_compress")
+
+
+# -- trainer.logger: kept where it writes files, in each run's folder ----------------------------
+
+@pytest.mark.slow
+def test_a_cli_config_s_tensorboard_logger_is_kept_with_its_arguments_in_the_run_s_folder():
+    cli = print_config("--trainer.logger", "TensorBoardLogger", "--trainer.logger.save_dir", "tb_logs",
+                       "--trainer.logger.default_hp_metric", "false", "--trainer.logger.prefix", "run")
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: key[1] == "class_path")
+    assert [p for p in applied.problems if "logger" in p] == []
+    assert applied.loggers == [{"kind": "tensorboard", "init_args": {"default_hp_metric": False, "prefix": "run"}}]
+    assert "trainer.logger (TensorBoardLogger): written in each run's folder" in lightningcli.read_line("cli.yaml", applied)
+    assert "trainer.logger.init_args.save_dir (tb_logs) (the run's folder)" in applied.overridden
+
+
+@pytest.mark.parametrize("logger,loggers,said", [
+    (False, [], None),
+    ({"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": {"project": "x"}}, None,
+     "trainer.logger (lightning.pytorch.loggers.WandbLogger: ddpscale keeps only CSVLogger and TensorBoardLogger"),
+    ([{"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"flush_logs_every_n_steps": 10}},
+      {"class_path": "lightning.pytorch.loggers.TensorBoardLogger"}],
+     [{"kind": "csv", "init_args": {"flush_logs_every_n_steps": 10}}, {"kind": "tensorboard", "init_args": {}}], None),
+])
+def test_trainer_logger_forms(logger, loggers, said):
+    applied = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert applied.problems == [] and applied.loggers == loggers
+    assert (said is None) == (not any(str(o).startswith("trainer.logger (") for o in applied.overridden))
+    if said:
+        assert any(o.startswith(said) for o in applied.overridden)
+
+
+@pytest.mark.parametrize("init_args", [{"log_graph": "$(reboot)\n"}, {"flush_logs_every_n_steps": [1]},
+                                       {"experiment_key": "x"}])
+def test_a_logger_argument_ddpscale_cannot_pass_is_refused_in_one_line(init_args):
+    logger = {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": init_args}
+    problems = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml",
+                                  lambda key: False).problems
+    if "log_graph" in init_args:  # CSVLogger takes no log_graph
+        assert problems and "log_graph" in problems[0]
+    assert len(problems) == 1 and problems[0].startswith("cli.yaml: trainer.logger CSVLogger's init_args.")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_writes_the_loggers_the_cli_config_names_beside_its_record(tmp_path, data_file):
+    from conftest import run_user_module
+
+    loggers = [{"kind": "csv", "init_args": {}}, {"kind": "tensorboard", "init_args": {"default_hp_metric": False}}]
+    done = run_user_module(tmp_path, "from ddpscale.workloads.models import SpiralMLP as Model\n", "plain.Model",
+                           data_file, "--loggers", json.dumps(loggers))
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs = tmp_path / "logs" / "attempt-1"
+    assert (logs / "metrics.csv").exists() and list(logs.glob("events.out.tfevents.*"))
+    assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2
+
+
+def test_a_tensorboard_logger_without_tensorboard_is_refused_before_any_job(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("tensorboard", "tensorboardX") else real(name, *a))
+    logger = {"class_path": "pytorch_lightning.loggers.TensorBoardLogger"}
+    problems = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml",
+                                  lambda key: False).problems
+    assert len(problems) == 1 and "needs tensorboard" in problems[0] and ".venv/bin/pip install tensorboard" in problems[0]

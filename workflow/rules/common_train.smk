@@ -159,6 +159,8 @@ def run_flags(topology_name):
         flags["--ddp"] = ddp_flag(config["ddp"])
     if LIGHTNING and LIGHTNING.optimizers:
         flags["--optimizers"] = json.dumps(LIGHTNING.optimizers, sort_keys=True)
+    if LIGHTNING and LIGHTNING.loggers is not None:
+        flags["--loggers"] = json.dumps(LIGHTNING.loggers, sort_keys=True)
     return flags
 
 

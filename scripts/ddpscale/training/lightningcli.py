@@ -5,12 +5,13 @@ Many Lightning users describe their training in the YAML a LightningCLI reads (w
 or the init arguments alone when the CLI was made with fixed classes), `trainer:` with every
 Trainer argument, `seed_everything`, `optimizer` and `lr_scheduler`. ddpscale takes from it the
 model, the data and the trainer settings that change what is measured (a DDP strategy's
-settings become config ddp); it sets per topology what it owns (devices, nodes, loggers,
-callbacks, the batch per device) and names those as overridden in one line; a setting it cannot
-measure under (another strategy than DDP) is refused in one line.
+settings become config ddp, file loggers are kept in each run's folder); it sets per
+topology what it owns (devices, nodes, callbacks, the batch per device) and names those as
+overridden in one line; a setting it cannot measure under (another strategy than DDP) is
+refused in one line.
 
 Pure: the file is read as YAML; nothing is imported (the parse stays fast, the classes are
-checked with the rest of the contract).
+checked with the rest of the contract); a TensorBoardLogger's package is only looked for.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ PASSED = ("gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benc
           "use_distributed_sampler", "detect_anomaly", "sync_batchnorm", "limit_train_batches",
           "limit_val_batches", "limit_test_batches", "check_val_every_n_epoch", "reload_dataloaders_every_n_epochs")
 # Read into ddpscale's own settings where they say DDP (config ddp), refused where they do not.
-READ = ("strategy",)
+READ = ("strategy", "logger")
 # Set by ddpscale for every topology (or of no use in a benchmark): the CLI's value is overridden.
-OWNED = ("accelerator", "devices", "num_nodes", "logger", "callbacks", "plugins", "profiler",
+OWNED = ("accelerator", "devices", "num_nodes", "callbacks", "plugins", "profiler",
          "enable_checkpointing", "enable_progress_bar", "enable_model_summary", "num_sanity_val_steps",
          "log_every_n_steps", "default_root_dir", "enable_autolog_hparams", "model_registry", "barebones",
          "min_epochs", "max_time", "limit_predict_batches")
@@ -62,6 +63,23 @@ REFUSED = {
     "val_check_interval": "validation inside an epoch would split its timed training phase; remove it "
                           "(trainer.check_val_every_n_epoch validates less often)",
 }
+# trainer.logger: the file loggers a run can keep beside its record (runargs.build_loggers),
+# by the packages LightningCLI writes them from, with the arguments a user may set; where they
+# write is the run's folder (LOGGER_PLACE, overridden). A logger that sends its figures away
+# (W&B, MLflow, Comet, Neptune) would reach the network from every rank of every topology:
+# overridden by the run's CSVLogger.
+LOGGER_PACKAGES = ("pytorch_lightning.loggers", "lightning.pytorch.loggers")
+# Each logger's arguments ddpscale passes on, with their defaults (Lightning 2.6; for
+# TensorBoard also tensorboardX's SummaryWriter's), as --print_config writes them all: at its
+# default an argument was not set by the user.
+LOGGERS = {"CSVLogger": ("csv", {"prefix": "", "flush_logs_every_n_steps": 100}),
+           "TensorBoardLogger": ("tensorboard", {"prefix": "", "log_graph": False, "default_hp_metric": True,
+                                                 "max_queue": 10, "flush_secs": 120, "filename_suffix": ""})}
+# Where a logger writes, with its defaults: the run's folder instead (overridden where set)
+LOGGER_PLACE = {"save_dir": None, "root_dir": None, "name": "lightning_logs", "version": None, "sub_dir": None,
+                "logdir": None}
+# Left at their defaults only: they would change what is written or where
+LOGGER_FIXED = {"comment": "", "purge_step": None, "write_to_disk": True, "comet_config": {"disabled": True}}
 # trainer.strategy as a class: DDPStrategy by the names LightningCLI writes it with
 DDP_CLASS_PATHS = ("pytorch_lightning.strategies.DDPStrategy", "pytorch_lightning.strategies.ddp.DDPStrategy",
                    "lightning.pytorch.strategies.DDPStrategy", "lightning.pytorch.strategies.ddp.DDPStrategy")
@@ -96,6 +114,7 @@ class Applied:
     optimizers: dict = field(default_factory=dict)  # LightningCLI's optimizer / lr_scheduler, if given
     overridden: list = field(default_factory=list)  # "trainer.devices (4)", for the one line
     read: list = field(default_factory=list)  # what became ddpscale's settings beyond model and data
+    loggers: list | None = None  # trainer.logger as [{"kind", "init_args"}] (None: not set; []: false)
     problems: list = field(default_factory=list)
 
 
@@ -150,12 +169,63 @@ def _trainer(given, name: str, out: Applied) -> None:
             out.config[key] = out.layer[key] = value
         elif key in PASSED:
             out.trainer_args[key] = value
+        elif key == "logger":
+            _loggers(value, name, out)
         elif key in READ:
             _strategy(value, name, out)
         elif key in OWNED:
             out.overridden.append(f"trainer.{key}{_shown(value)}")
         else:
             out.problems.append(f"{name}: trainer.{key} is {value!r}, but {REFUSED[key]}")
+
+
+def _loggers(given, name: str, out: Applied) -> None:
+    """trainer.logger: false (no logger: the module's self.logger is None), or one or a list of
+    CSVLogger and TensorBoardLogger, kept with their own arguments and written in the run's
+    folder; any other logger is overridden by the run's CSVLogger."""
+    import importlib.util
+
+    if given is False:
+        out.loggers = []
+        out.read.append("trainer.logger (false): no logger")
+        return
+    kept, said = [], []
+    for entry in given if isinstance(given, list) else [given]:
+        path = entry.get("class_path") if isinstance(entry, dict) else entry
+        package, _, cls = str(path).rpartition(".")
+        if not (isinstance(entry, dict) and cls in LOGGERS and package.startswith(LOGGER_PACKAGES)):
+            out.overridden.append(f"trainer.logger ({path}: ddpscale keeps only CSVLogger and TensorBoardLogger, "
+                                  "written in each run's folder)")
+            continue
+        kind, settable = LOGGERS[cls]
+        init_args = entry.get("init_args") or {}
+        if not isinstance(init_args, dict):
+            out.problems.append(f"{name}: trainer.logger {cls}'s init_args is {init_args!r}; give its arguments "
+                                "by name under it")
+            continue
+        if kind == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+            out.problems.append(f"{name}: trainer.logger is a TensorBoardLogger, which needs tensorboard, and "
+                                ".venv has neither tensorboard nor tensorboardX; install one (.venv/bin/pip "
+                                "install tensorboard) or remove the logger (every run keeps a CSVLogger)")
+            continue
+        args = {}
+        for key, value in init_args.items():
+            if key in LOGGER_PLACE:
+                if value != LOGGER_PLACE[key]:
+                    out.overridden.append(f"trainer.logger.init_args.{key}{_shown(value)} (the run's folder)")
+            elif key in settable and type(value) is type(settable[key]):
+                if value != settable[key]:
+                    args[key] = value
+            elif key in LOGGER_FIXED and value == LOGGER_FIXED[key]:
+                continue
+            else:
+                out.problems.append(f"{name}: trainer.logger {cls}'s init_args.{key} is {value!r}; ddpscale "
+                                    f"passes only {', '.join(settable)} (it writes in each run's folder); remove it")
+        kept.append({"kind": kind, "init_args": args})
+        said.append(cls)
+    if kept:
+        out.loggers = kept
+        out.read.append(f"trainer.logger ({', '.join(said)}): written in each run's folder")
 
 
 def _strategy(given, name: str, out: Applied) -> None:

@@ -55,6 +55,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "into the run's identity")
     p.add_argument("--trainer-args", default="{}",
                    help="JSON: further pl.Trainer arguments (a LightningCLI config's gradient_clip_val, ...)")
+    p.add_argument("--loggers", default=None,
+                   help="JSON list: a LightningCLI config's trainer.logger as [{kind: csv|tensorboard, "
+                        "init_args}] ([]: none); default: one CSVLogger")
     p.add_argument("--optimizers", default="{}",
                    help="JSON: a LightningCLI config's optimizer and lr_scheduler, used as the model's "
                         "configure_optimizers as LightningCLI does")
@@ -134,16 +137,28 @@ def build_modules(args):
     return model, data_cls(**data_args)
 
 
+def build_loggers(spec: str | None, log_dir: str, attempt: int) -> list:
+    """The run's loggers, all written in log_dir, one version per attempt: a CSVLogger, or what
+    a LightningCLI config's trainer.logger names (lightningcli.LOGGERS: CSV and TensorBoard
+    loggers with their own arguments; [] for none)."""
+    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+
+    kinds = {"csv": CSVLogger, "tensorboard": TensorBoardLogger}
+    chosen = [{"kind": "csv", "init_args": {}}] if spec is None else json.loads(spec)
+    return [kinds[c["kind"]](save_dir=log_dir, name="", version=f"attempt-{attempt}", **c["init_args"])
+            for c in chosen]
+
+
 def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epochs: int | None = None):
     """The Trainer of a run, as train.py trains and probe.py probes (max_epochs: args.max_epochs).
-    Its logger is a CSVLogger in log_dir (a folder of the run's own, one version per attempt, so
+    Its loggers (build_loggers: a CSVLogger unless a LightningCLI config names others) write in
+    log_dir (a folder of the run's own, one version per attempt, so
     a retry does not delete what the last one logged): a module that logs through self.logger,
     as Lightning's docs teach, finds one, and what it costs is in what the run measures. No
     log_dir (a test's trainer): no logger."""
     import warnings
 
     import pytorch_lightning as pl
-    from pytorch_lightning.loggers import CSVLogger
     from pytorch_lightning.plugins.environments import LightningEnvironment, SLURMEnvironment
 
     env = SLURMEnvironment(auto_requeue=False) if args.cluster_env == "slurm" else LightningEnvironment()
@@ -159,8 +174,7 @@ def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epo
         plugins=[env], precision=args.precision,
         max_epochs=args.max_epochs if max_epochs is None else max_epochs,
         accumulate_grad_batches=args.accumulate_grad_batches, callbacks=run_callbacks,
-        logger=(CSVLogger(save_dir=log_dir, name="", version=f"attempt-{getattr(args, 'attempt', 1)}")
-                if log_dir else False),
+        logger=build_loggers(getattr(args, "loggers", None), log_dir, getattr(args, "attempt", 1)) if log_dir else False,
         enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, **json.loads(args.trainer_args),
     )
