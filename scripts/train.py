@@ -19,6 +19,7 @@ from ddpscale.cluster.topology import Topology
 from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
 from ddpscale.io import write_json_atomic
 from ddpscale.measurement import held, valhistory, windows
+from ddpscale.measurement.samplecount import BatchSizeError
 from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.training import (callbacks, compiling, cudacheck, ddpsettings, metriccheck, plugins, runinfo,
                                transportinfo)
@@ -201,8 +202,8 @@ if __name__ == "__main__":
     except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
         say(f"ddpscale train: {stop_message(signal.SIGTERM, None)}")
         sys.exit(exit_code(signal.SIGTERM))
-    except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, FileNotFoundError,
-            ValueError) as err:
+    except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
+            FileNotFoundError, ValueError) as err:
         say(f"ddpscale train: {err}")
         sys.exit(3)
     except RuntimeError as err:

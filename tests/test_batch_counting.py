@@ -107,3 +107,22 @@ def test_an_undeclared_sequence_first_batch_is_na_with_the_reason(tmp_path, data
     row = data.summary.iloc[0]
     assert pd.isna(row["throughput_samples_s"])
     assert "samples not counted: the train loader gives batch 0 of this rank 16 samples" in row["caveats"]
+
+
+IGNORES_BATCH_SIZE = SEQUENCE_FIRST.replace(
+    "return DataLoader(self.data, batch_size=self.batch_size, shuffle=True, collate_fn=time_first)",
+    "return DataLoader(self.data, batch_size=10, shuffle=True, collate_fn=time_first)")
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_data_module_that_ignores_its_batch_size_stops_before_the_probe(tmp_path, data_file, devices):
+    """Its loader batches 10 where ddpscale set 16 per device: every figure about the batch
+    (scaling, the probe's prediction) would be of another batch. One line, before any step."""
+    assert IGNORES_BATCH_SIZE != SEQUENCE_FIRST
+    done = run_user_module(tmp_path, IGNORES_BATCH_SIZE, "seqfirst.SeqModel", data_file, "--data-class",
+                           "seqfirst.SeqData", "--batch-size", "16", "--batch-dim", "1", "--probe", devices=devices)
+    assert done.returncode == 3, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("ddpscale train:")]
+    assert lines and "the train dataloader's batch_size is 10, but ddpscale gave the data module a batch per " \
+                     "device of 16" in lines[0] and "self.batch_size" in lines[0]
+    assert "ddpscale probe:" not in done.stdout and not (tmp_path / "metrics.json").exists()

@@ -104,6 +104,24 @@ def epoch_samples_here(loader, batches: int, batch_size: int) -> int:
     return counted(full if drawn is None else min(full, drawn), shard_of(loader))
 
 
+class BatchSizeError(RuntimeError):
+    pass
+
+
+def batch_size_problem(loader, per_device: int) -> str | None:
+    """Why the run cannot measure what it was asked to, where the train loader's fixed batch
+    is not the batch per device ddpscale gave the data module (it ignores its batch_size):
+    every figure about the batch, strong or weak scaling, the probe's prediction, would be of
+    another batch. None where it is, or where batches have no fixed size (a batch sampler of
+    the user's own)."""
+    plan = loader_plan(loader)
+    if plan is None or plan.batch_size == per_device:
+        return None
+    return (f"the train dataloader's batch_size is {plan.batch_size}, but ddpscale gave the data module a batch "
+            f"per device of {per_device} (config batch.size and batch.scaling): the data module does not use "
+            "its batch_size argument; pass self.batch_size to the DataLoader in its train_dataloader")
+
+
 @dataclass(frozen=True)
 class LoaderPlan:
     """What a rank's train loader says of its batches: their size (batch_size), whether a

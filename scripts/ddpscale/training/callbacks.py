@@ -318,7 +318,7 @@ class RunCallbacks:
 
 def build(args, topo: Topology, per_device: int) -> RunCallbacks:
     timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size,
-                            batch_dim=args.batch_dim)
+                            batch_dim=args.batch_dim, per_device_batch=per_device)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placement = PlacementCheck(args.accelerator, args.devices)
     windows = WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device,
