@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -126,6 +127,41 @@ def run_user_module(tmp_path: Path, source: str, class_path: str, data_file: str
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "scripts")])}
     return subprocess.run(launched(train, nodes, devices), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env)
+
+
+def trained_on_one_and_two(tmp_path_factory, source: str, class_path: str, data_file: str,
+                           *flags: str) -> dict[int, tuple[dict, str]]:
+    """A user's module trained on 1x1 and on 1x2 (run_user_module, full mode, 3 epochs):
+    {devices: (its metrics.json, what it printed)}."""
+    out = {}
+    for devices in (1, 2):
+        folder = tmp_path_factory.mktemp(f"{class_path.partition('.')[0]}1x{devices}")
+        done = run_user_module(folder, source, class_path, data_file, "--max-epochs", "3", "--measure", "full",
+                               *flags, devices=devices)
+        assert done.returncode == 0, done.stderr[-3000:]
+        out[devices] = json.loads((folder / "metrics.json").read_text()), done.stdout + done.stderr
+    return out
+
+
+def assert_counted(m: dict, said: str, per_epoch: int) -> None:
+    """Every epoch's samples counted once (per_epoch: the data module's true size), and the
+    throughput those samples over the run's own steady train time."""
+    assert m["samples_uncounted"] is None and "samples not counted" not in said
+    assert m["samples_trained"] == per_epoch * m["epochs_completed"]
+    steady = m["steady_epochs"]
+    assert m["throughput_samples_s"] == pytest.approx(
+        per_epoch * len(steady) / sum(m["train_times_s"][i] for i in steady), rel=1e-3)  # times kept to the us
+
+
+def assert_speedup_of(runs: dict[int, tuple[dict, str]]) -> None:
+    """The report of the 1x1 and 1x2 runs: 1x2's speedup is the ratio of their throughputs,
+    and no row says its samples were not counted."""
+    from test_projection import build
+
+    summary = build([runs[1][0], runs[2][0]]).summary.set_index("topology")
+    one, two = (runs[d][0]["throughput_samples_s"] for d in (1, 2))
+    assert summary.loc["1x2", "speedup"] == pytest.approx(two / one, rel=2e-2)
+    assert not any("samples not counted" in str(c) for c in summary["caveats"])
 
 
 class Workspace:

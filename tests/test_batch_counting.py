@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import run_user_module
+from conftest import assert_counted, run_user_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -76,15 +76,10 @@ def train(tmp_path, data_file, devices: int, *flags: str) -> dict:
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_declared_batch_dimension_counts_every_sample_once(tmp_path, data_file, devices):
     m = train(tmp_path, data_file, devices, "--batch-dim", "1")
-    assert m["samples_uncounted"] is None
-    assert m["samples_trained"] == 100 * m["epochs_completed"] == 300
-    steady = m["steady_epochs"]
-    assert m["steady_samples"] == 100 * len(steady)
-    assert m["throughput_samples_s"] == pytest.approx(m["steady_samples"] / sum(m["train_times_s"][i] for i in steady),
-                                                      rel=1e-3)  # train_times_s are rounded to the microsecond
+    assert_counted(m, m["_out"], per_epoch=100)
+    assert m["samples_trained"] == 300
     # FLOPs per sample on the loader's first batch of 16 sequences: those of one sequence
     assert m["flops_per_sample"] == pytest.approx(one_sequence_flops(), rel=0.01)
-    assert "samples not counted" not in m["_out"]
 
 
 def one_sequence_flops() -> float:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import run_user_module
+from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -74,34 +74,18 @@ class GAN(pl.LightningModule):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_file) -> dict:
-    """The GAN trained on 1x1 and 1x2: {devices: (metrics, what it printed)}."""
-    out = {}
-    for devices in (1, 2):
-        folder = tmp_path_factory.mktemp(f"gan1x{devices}")
-        done = run_user_module(folder, GAN, "gan.GAN", data_file, "--data-class", "gan.Points", "--batch-size", "16",
-                               "--max-epochs", "3", "--measure", "full", "--accuracy-metric", "",
-                               "--ddp", json.dumps({"find_unused_parameters": True}), devices=devices)
-        assert done.returncode == 0, done.stderr[-3000:]
-        out[devices] = json.loads((folder / "metrics.json").read_text()), done.stdout + done.stderr
-    return out
+    return trained_on_one_and_two(tmp_path_factory, GAN, "gan.GAN", data_file, "--data-class", "gan.Points",
+                                  "--batch-size", "16", "--accuracy-metric", "",
+                                  "--ddp", json.dumps({"find_unused_parameters": True}))
 
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_manual_optimisation_gan_counts_its_real_samples(runs, devices):
-    m, said = runs[devices]
-    assert m["samples_uncounted"] is None and "samples not counted" not in said
-    assert m["samples_trained"] == 96 * m["epochs_completed"] == 288
-    steady = m["steady_epochs"]
-    assert m["throughput_samples_s"] == pytest.approx(
-        96 * len(steady) / sum(m["train_times_s"][i] for i in steady), rel=1e-3)
-    if devices == 2:
-        assert m["ddp"]["find_unused_parameters"] is True
+    assert_counted(*runs[devices], per_epoch=96)
+    m = runs[devices][0]
+    assert m["epochs_completed"] == 3 and m["ddp"]["find_unused_parameters"] is True
+    assert m["ddp"]["used"] == (devices == 2)
 
 
 def test_the_report_compares_the_gans_samples(runs):
-    from test_projection import build
-
-    summary = build([runs[1][0], runs[2][0]]).summary.set_index("topology")
-    one, two = (runs[d][0]["throughput_samples_s"] for d in (1, 2))
-    assert summary.loc["1x2", "speedup"] == pytest.approx(two / one, rel=2e-2)
-    assert not any("samples not counted" in str(c) for c in summary["caveats"])
+    assert_speedup_of(runs)

@@ -6,11 +6,9 @@ keys (the count that once said 3 samples a batch: input_ids, attention_mask, lab
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conftest import run_user_module
+from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -75,36 +73,18 @@ class TinyBert(pl.LightningModule):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_file) -> dict:
-    """The module trained on 1x1 and 1x2: {devices: (metrics, what it printed)}."""
-    out = {}
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HF_HUB_OFFLINE", "1")  # nothing may be downloaded at run time
-        for devices in (1, 2):
-            folder = tmp_path_factory.mktemp(f"hf1x{devices}")
-            done = run_user_module(folder, HF_MODULE, "hfmod.TinyBert", data_file, "--data-class", "hfmod.TextData",
-                                   "--batch-size", "16", "--max-epochs", "3", "--measure", "full", devices=devices)
-            assert done.returncode == 0, done.stderr[-3000:]
-            out[devices] = json.loads((folder / "metrics.json").read_text()), done.stdout + done.stderr
-    return out
+        return trained_on_one_and_two(tmp_path_factory, HF_MODULE, "hfmod.TinyBert", data_file, "--data-class",
+                                      "hfmod.TextData", "--batch-size", "16")
 
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_hugging_face_model_with_a_padding_collator_counts_its_sequences(runs, devices):
-    m, said = runs[devices]
-    assert m["samples_uncounted"] is None and "samples not counted" not in said
     # 90 sequences per epoch (on 1x2, 45 a rank: no padding repeat), every epoch
-    assert m["samples_trained"] == 90 * m["epochs_completed"] == 270
-    steady = m["steady_epochs"]
-    assert m["throughput_samples_s"] == pytest.approx(
-        90 * len(steady) / sum(m["train_times_s"][i] for i in steady), rel=1e-3)
-    assert m["flops_per_sample"] > 0
+    assert_counted(*runs[devices], per_epoch=90)
+    assert runs[devices][0]["epochs_completed"] == 3 and runs[devices][0]["flops_per_sample"] > 0
 
 
 def test_the_report_compares_the_sequences_each_topology_trained(runs):
-    from test_projection import build
-
-    summary = build([runs[1][0], runs[2][0]]).summary.set_index("topology")
-    one, two = (runs[d][0]["throughput_samples_s"] for d in (1, 2))
-    assert summary.loc["1x1", "throughput_samples_s"] == pytest.approx(one, rel=1e-2)
-    assert summary.loc["1x2", "speedup"] == pytest.approx(two / one, rel=2e-2)
-    assert not any("samples not counted" in str(c) for c in summary["caveats"])
+    assert_speedup_of(runs)
