@@ -174,6 +174,7 @@ def main(argv=None) -> int:
         record["compile"] = compiling.said(args.compile, trainer.lightning_module)
         record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
         record["module_callbacks"] = added
+        record["loggers"] = runinfo.loggers(trainer)
         record["transport"] = transport  # per rank: backend, transport, interface
         record["site_interconnect"] = args.site_interconnect
         record["identity"] = identity

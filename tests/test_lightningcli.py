@@ -241,7 +241,8 @@ def test_a_run_writes_the_loggers_the_cli_config_names_beside_its_record(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     logs = tmp_path / "logs" / "attempt-1"
     assert (logs / "metrics.csv").exists() and list(logs.glob("events.out.tfevents.*"))
-    assert json.loads((tmp_path / "metrics.json").read_text())["epochs_completed"] == 2
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["epochs_completed"] == 2 and m["loggers"] == ["CSVLogger", "TensorBoardLogger"]
 
 
 def test_a_tensorboard_logger_without_tensorboard_is_refused_before_any_job(monkeypatch):

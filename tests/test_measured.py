@@ -23,7 +23,8 @@ def test_the_description_reads_the_runs_and_the_workflow():
         "dataset": "spiral (generated): 10000 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
         "config_files": "config/config.yaml + my.yaml", "max_epochs": "3", "batch_scaling": "strong",
         "batch_size": "64", "precision": "32-true", "compile": "none", "optimizers": "unknown",
-        "trainer_settings": "ddpscale's", "module_callbacks": "none", "ddp": "torch's defaults"}
+        "trainer_settings": "ddpscale's", "module_callbacks": "none", "ddp": "torch's defaults",
+        "loggers": "unknown"}
     assert measured.headline(text) == "spiralmlp: SpiralMLP (3,234 parameters) on SpiralDataModule"
     table = measured.with_columns(pd.DataFrame({"topology": ["1x1", "1x2"], "speedup": [1.0, 1.8]}), text)
     assert list(table.columns) == ["topology", *measured.COLUMNS, "speedup"]

@@ -338,7 +338,7 @@ def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_ru
     assert "my_metric" in (logs / "metrics.csv").read_text().splitlines()[0]
     m = json.loads((tmp_path / "metrics.json").read_text())
     # the spiral's 840 training samples an epoch, each counted once, and the throughput of them
-    assert m["epochs_completed"] == 2 and m["samples_trained"] == 2 * 840
+    assert m["epochs_completed"] == 2 and m["samples_trained"] == 2 * 840 and m["loggers"] == ["CSVLogger"]
     steady = m["steady_epochs"]
     assert m["throughput_samples_s"] == pytest.approx(
         840 * len(steady) / sum(m["train_times_s"][i] for i in steady), rel=1e-3)

@@ -27,8 +27,8 @@ def windows_run(topology="1x1", **overrides):
                                  "max_minutes": 10, **overrides})
 
 
-def build(runs):
-    return reportdata.build(pd.DataFrame(runs), {}, baseline="1x1", metric="test_acc", tolerance=0.02,
+def build(runs, baseline: str = "1x1"):
+    return reportdata.build(pd.DataFrame(runs), {}, baseline=baseline, metric="test_acc", tolerance=0.02,
                             threshold=0.8, expected=[], repeats=1, log_tails={})
 
 

@@ -82,13 +82,14 @@ class StopsEarly(SpiralMLP):
 '''
 
 
-def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_path, data_file):
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_path, data_file, devices):
     from conftest import ROOT, run_user_module
     from test_projection import build
 
     before = set(ROOT.iterdir())
     done = run_user_module(tmp_path, EARLY_STOPPING, "stopsearly.StopsEarly", data_file, "--max-epochs", "4",
-                           "--measure", "full")
+                           "--measure", "full", devices=devices)
     assert done.returncode == 0, done.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["early_stop"] == {"by": "EarlyStopping", "epochs_trained": 2, "configured_epochs": 4}
@@ -97,7 +98,7 @@ def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_p
     assert list((tmp_path / "logs" / "attempt-1" / "checkpoints").glob("*.ckpt"))
     assert set(ROOT.iterdir()) == before
     # the report marks the row, and checks the projection of the 2 epochs it trained, not of 4
-    data = build([m])
+    data = build([m], baseline=m["topology"])
     assert "stopped early: 2 of 4 epochs (EarlyStopping)" in data.summary.loc[0, "caveats"]
     assert description.describe(pd.DataFrame([m]))["module_callbacks"] == "EarlyStopping, ModelCheckpoint"
     row = data.projection.iloc[0]

@@ -15,7 +15,7 @@ from ddpscale.training.ddpsettings import said as ddp_said
 # scaling.tsv columns, in this order, the same value on every row of one report
 COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "dataset", "config_files",
            "max_epochs", "batch_scaling", "batch_size", "precision", "compile", "optimizers", "trainer_settings",
-           "module_callbacks", "ddp")
+           "module_callbacks", "ddp", "loggers")
 
 
 def _one(runs: pd.DataFrame, col: str) -> str:
@@ -90,6 +90,8 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         # DistributedDataParallel's settings where they are not torch's defaults (a 1-device run
         # records them unused: it trains without DDP)
         "ddp": _each_run(runs, "ddp", ddp_said, "torch's defaults"),
+        # what every run logged to while it was timed (its CSVLogger, or a LightningCLI config's)
+        "loggers": _each_run(runs, "loggers", lambda v: ", ".join(v) or "none", "unknown"),
     }
 
 
@@ -116,4 +118,4 @@ LABELS = {"experiment": "Experiment", "model_class": "Model", "model_parameters"
           "max_epochs": "Epochs", "batch_scaling": "Batch scaling", "batch_size": "Batch size",
           "precision": "Precision", "compile": "torch.compile", "optimizers": "Optimizer",
           "trainer_settings": "Trainer settings", "module_callbacks": "The module's callbacks",
-          "ddp": "DDP settings"}
+          "ddp": "DDP settings", "loggers": "Loggers"}

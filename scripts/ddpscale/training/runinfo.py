@@ -205,6 +205,12 @@ def module_callbacks(trainer: pl.Trainer, ours: list) -> list[str]:
     return [type(c).__name__ for c in trainer.callbacks if not any(c is mine for mine in ours)]
 
 
+def loggers(trainer: pl.Trainer) -> list[str]:
+    """The class names of the run's loggers (runargs.build_loggers): what it logged to is part of
+    what it measured, and the report names them."""
+    return [type(logger).__name__ for logger in trainer.loggers]
+
+
 def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
                    started: str, batch_per_device: int, effective_batch: int) -> dict:
     hosts = sorted({r["host"] for r in ranks})
