@@ -154,6 +154,16 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
     return timed / (time.perf_counter() - start)
 
 
+def save(figures: dict, out: Path, started: float) -> None:
+    """The figures so far, replaced whole (written beside, then renamed): a check stopped at
+    any point leaves a readable file of what it had measured."""
+    figures["wall_s"] = time.monotonic() - started
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".part")
+    partial.write_text(json.dumps(figures, indent=1) + "\n")
+    partial.replace(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=sorted(WORKLOADS), action="append", help="workloads to run (default: all)")
@@ -182,12 +192,18 @@ def main(argv=None) -> int:
                   "(make setup) or carry its wheels")
         print(f"\n== {reason}", flush=True)
         figures["skipped"].append(reason)
+    save(figures, args.out, started)
     for name in (args.only or list(WORKLOADS)) if snakemake else []:
         code, runs = run_workload(snakemake, name, topologies)
         if code != 0:
             failures.append(f"{name} workflow (exit {code})")
         rows += [(name, m) for m in runs]
-    figures["runs"] = [{"workload": name, **{k: m.get(k) for k in FIGURES}} for name, m in rows]
+        # each workload's figures as soon as it ends: a device lent for minutes may end the
+        # check before the last workload does, and what it measured must not go with it
+        figures["runs"] = [{"workload": name, **{k: m.get(k) for k in FIGURES}} for name, m in rows]
+        if runs:
+            print("\n" + table([(name, m) for m in runs]), flush=True)
+        save(figures, args.out, started)
     if rows:
         print("\n" + table(rows))
     lm = [m for name, m in rows if name == "transformer" and m["topology"] == "1x1"]
@@ -199,9 +215,7 @@ def main(argv=None) -> int:
                                  "ratio": ratio, "threads": threads}
         print(f"\ntransformer 1x1: pipeline {lm[0]['throughput_samples_s']:,.1f} samples/s, plain PyTorch loop "
               f"{plain:,.1f} ({threads} CPU threads each): ratio {ratio:.3f} (target >= 0.97)")
-    figures["wall_s"] = time.monotonic() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(figures, indent=1) + "\n")
+    save(figures, args.out, started)
     print(f"\nfigures written to {args.out}")
     if failures:
         print("\nfailed: " + "; ".join(failures), file=sys.stderr)

@@ -103,3 +103,30 @@ def test_the_training_job_imports_without_jsonschema():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--max-epochs" in done.stdout
+
+
+def test_a_check_stopped_midway_keeps_the_figures_of_the_workloads_it_finished(tmp_path, monkeypatch):
+    """A lent GPU's time ran out in the third workload: the first two's figures were lost with
+    it, because the file was written only at the end."""
+    from types import SimpleNamespace
+
+    run = {"topology": "1x1", "device_name": "NVIDIA H200", "fit_time_s": 43.9, "throughput_samples_s": 8558.8,
+           "mfu": 0.0, "gpu_utilization_pct": None, "flops_per_sample": 16064, "flops_per_sample_analytic": 16064,
+           "compile_recompiles": None}
+    done = []
+
+    def workload(snakemake, name, topologies):
+        if len(done) == 2:
+            raise KeyboardInterrupt  # the device's limit: the process is killed
+        done.append(name)
+        return 0, [{**run, "workload_seen": name}]
+
+    monkeypatch.setattr(gpu_check, "visible_gpus", lambda: SimpleNamespace(count=1, source="test"))
+    monkeypatch.setattr(gpu_check, "snakemake_command", lambda: ["snakemake"])
+    monkeypatch.setattr(gpu_check, "run_workload", workload)
+    out = tmp_path / "figures.json"
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--skip-tests", "--out", str(out)])
+    figures = json.loads(out.read_text())
+    assert [r["workload"] for r in figures["runs"]] == done == ["reference", "transformer"]
+    assert figures["runs"][0]["throughput_samples_s"] == 8558.8 and not list(tmp_path.glob("*.part"))
