@@ -91,13 +91,15 @@ def one_sequence_flops() -> float:
     return flops.training_flops_per_sample(namespace["SeqModel"](), one, 1)
 
 
-def test_an_undeclared_sequence_first_batch_is_na_with_the_reason(tmp_path, data_file):
+@pytest.mark.parametrize("measure", ["full", "throughput"])
+def test_an_undeclared_sequence_first_batch_is_na_with_the_reason(tmp_path, data_file, measure):
     from test_projection import build
 
-    m = train(tmp_path, data_file, 1)
+    m = train(tmp_path, data_file, 1, "--measure", measure, "--window-steps", "2", "--min-windows", "2")
     assert "samples not counted" in m["_out"] and "batch.dim" in m["_out"]
     assert m["samples_uncounted"] and "7 along dimension 0" in m["samples_uncounted"]
     assert m["throughput_samples_s"] is None and m["samples_trained"] is None and m["mfu"] is None
+    assert m["window_throughput_samples_s"] is None and m["throughput_half_width"] is None
     data = build([m | {"_out": None}])
     row = data.summary.iloc[0]
     assert pd.isna(row["throughput_samples_s"])
