@@ -112,7 +112,7 @@ def fit_tiny(tmp_path: Path, *extra: pl.Callback):
     from the checkpoint if there is one."""
     # two epochs, checkpoints in tmp_path/ckpt; the data flags go unused (TinySpiral feeds it)
     args = train.parse_args(train_args(tmp_path / "unused.npz", tmp_path))
-    measured = callbacks.build(args, Topology(1, 1), per_device=args.batch_size)
+    measured = callbacks.build(args, Topology(1, 1), per_device=16)  # TinySpiral's batch, checked at fit start
     measured.stop.every = 1
     trainer = runargs.build_trainer(args, [*measured.all(), *extra])
     last = tmp_path / "ckpt/last.ckpt"
