@@ -224,6 +224,12 @@ def samples_of(batch, position: int, plan: LoaderPlan | None, dim: int = 0,
                   f"several loaders) and {said}; {DECLARE}")
 
 
+def stated_by(module, batch) -> int | None:
+    """What the module's own samples_in_batch(batch) says, where it has one (samples_of checks it)."""
+    hook = getattr(module, "samples_in_batch", None)
+    return hook(batch) if callable(hook) else None
+
+
 class BatchCounter:
     """This rank's count of the training batches of an epoch (samples_of), for every figure per
     sample: the epoch's samples, the throughput windows, the FLOPs per sample. The first batch
@@ -241,8 +247,7 @@ class BatchCounter:
         self.plan, self.position = loader_plan(loader), 0
 
     def count(self, batch, module=None) -> int:
-        hook = getattr(module, "samples_in_batch", None)
-        n, why = samples_of(batch, self.position, self.plan, self.dim, hook(batch) if callable(hook) else None)
+        n, why = samples_of(batch, self.position, self.plan, self.dim, stated_by(module, batch))
         if n is None:
             if self.problem is None:
                 self.problem = why

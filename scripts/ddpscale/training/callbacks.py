@@ -196,9 +196,8 @@ class FlopsCount(pl.Callback):
         loader = trainer.datamodule.train_dataloader()
         batch = next(iter(loader))
         # per sample as the run counts its samples: the loader's first batch, checked (samplecount)
-        hook = getattr(pl_module, "samples_in_batch", None)
         size, why = samplecount.samples_of(batch, 0, samplecount.loader_plan(loader), self.batch_dim,
-                                           hook(batch) if callable(hook) else None)
+                                           samplecount.stated_by(pl_module, batch))
         # from_compiled swaps methods in place: the class is still the user's own
         split = (flops.count_split(type(pl_module), json.loads(self.model_args), batch, size, self.precision,
                                    trained=compiling.unwrap(pl_module)) if size else None)
@@ -258,7 +257,8 @@ class ProbeBeforeTraining(pl.Callback):
         started = time.perf_counter()
         with rng_untouched(trainer.strategy.root_device):
             outcome = probing.probe(trainer, pl_module, self.args, **self.sizes,
-                                    planned_steps=planned_batches(trainer, self.args), sized=not self.alone)
+                                    planned_steps=None if self.alone else planned_batches(trainer, self.args),
+                                    sized=not self.alone)
         self.seconds = time.perf_counter() - started
         self.failure = outcome.failure
         if trainer.global_rank == 0:
@@ -279,8 +279,8 @@ def planned_batches(trainer, args) -> float | None:
     if per_epoch == float("inf"):
         return None
     planned = per_epoch * trainer.max_epochs
-    if getattr(args, "measure", "full") == "throughput":
-        planned = min(planned, getattr(args, "min_windows", 30) * getattr(args, "window_steps", 20))
+    if getattr(args, "measure", "full") == "throughput":  # train.py's flags: scripts/probe.py has no measure
+        planned = min(planned, args.min_windows * args.window_steps)
     return float(planned)
 
 
