@@ -36,10 +36,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--metrics", nargs="+", required=True, metavar="PATH",
                    help="metrics.json files, one per training run")
-    p.add_argument("--probes", nargs="*", default=[], metavar="PATH",
-                   help="probe.json files of scripts/probe.py, one per topology; they replace the probe "
-                        "a topology's first repeat ran before training (time breakdown, all-reduce); one whose "
-                        "precision, per-device batch, device, topology or model differs from its runs' is refused")
     p.add_argument("--baseline", default="1x1", help="baseline topology (default 1x1)")
     p.add_argument("--accuracy-metric", default="test_acc",
                    help="any metric the module logs, compared against the baseline (default test_acc)")
@@ -84,7 +80,7 @@ def main(argv=None) -> int:
     try:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
-            runs, {**breakdown.probes_in_runs(runs), **breakdown.load_probes(args.probes, runs)},
+            runs, breakdown.probes_in_runs(runs),
             baseline=args.baseline,
             metric=args.accuracy_metric, mode=args.accuracy_mode, tolerance=args.accuracy_tolerance,
             target=args.accuracy_target,

@@ -96,11 +96,10 @@ def test_topology_without_probe_or_baseline_probe_is_left_out():
     assert breakdown.predict(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}).empty
 
 
-def test_load_probes_names_the_broken_file(tmp_path):
-    bad = tmp_path / "probe.json"
-    bad.write_text('{"topology": "1x2"}')
-    with pytest.raises(ValueError, match="probe.json: missing key 'world_size'"):
-        breakdown.load_probes([bad])
+def test_a_broken_probe_names_the_run_it_is_in():
+    runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": {"topology": "1x2"}}])
+    with pytest.raises(ValueError, match="m.json, probe: missing key 'world_size'"):
+        breakdown.probes_in_runs(runs)
 
 
 def accumulating(record, k):
@@ -167,15 +166,14 @@ def test_a_failed_baseline_probe_leaves_every_prediction_unknown():
     assert breakdown.breakdown(s, probes).set_index("topology").loc["1x2", "probe"] == "ok"
 
 
-def test_records_before_the_status_was_written_measured_and_na_records_need_a_reason(tmp_path):
+def test_records_before_the_status_was_written_measured_and_na_records_need_a_reason():
     old = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
     assert "status" not in old and not breakdown.is_na(old)
     runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": na_probe("1x2", 2)}])
     assert breakdown.probes_in_runs(runs)["1x2"]["status"] == "n/a"
-    bad = tmp_path / "probe.json"
-    bad.write_text('{"topology": "1x2", "world_size": 2, "status": "n/a"}')
-    with pytest.raises(ValueError, match="probe.json: missing key 'reason'"):
-        breakdown.load_probes([bad])
+    runs.at[0, "probe"] = {"topology": "1x2", "world_size": 2, "status": "n/a"}
+    with pytest.raises(ValueError, match="m.json, probe: missing key 'reason'"):
+        breakdown.probes_in_runs(runs)
 
 
 def test_a_step_bound_by_communication_is_named_when_prediction_agrees():

@@ -40,7 +40,7 @@ def run_args(batch_size: int = 16, **extra) -> argparse.Namespace:
     return argparse.Namespace(topology="1x1", nodes=1, devices=1, accelerator="cpu", cluster_env="local",
                               precision="32-true", compile="none", scaling="weak", batch_size=batch_size,
                               accumulate_grad_batches=1, collective_timeout_s=30, max_epochs=1,
-                              trainer_args="{}", **extra)
+                              measure="full", trainer_args="{}", **extra)
 
 
 def fit_with_probe(model, data, *callbacks, alone: bool = True, max_epochs: int = 1):

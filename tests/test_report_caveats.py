@@ -221,9 +221,8 @@ def test_report_shows_every_caveat(tmp_path):
                      simulated_nodes_on_one_host=True, hosts=["h"], compile_recompiles=0, **common),
             make_run("2x2", throughput_samples_s=12000.0, oversubscribed=True,
                      simulated_nodes_on_one_host=True, hosts=["h"], compile_recompiles=0, **common)]
-    probe_path = tmp_path / "probe.json"
-    probe_path.write_text(json.dumps(probe("1x1", 1, 0.001, 0.002, 0.0, 0.0)))
-    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", str(probe_path))
+    runs[0]["probe"] = probe("1x1", 1, 0.001, 0.002, 0.0, 0.0)
+    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert "note: Left out of the recommendation: 2x2" in proc.stdout
 

@@ -218,19 +218,6 @@ def test_probes_in_the_runs_give_breakdown_prediction_and_bandwidth(tmp_path):
     assert_breakdown_prediction_and_bandwidth(tmp_path / "out")
 
 
-def test_probe_files_give_breakdown_prediction_and_bandwidth(tmp_path):
-    """scripts/probe.py run alone: its probe.json files, given with --probes."""
-    runs, probes = probed_runs()
-    paths = []
-    for name, record in probes.items():
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(record))
-        paths.append(path)
-    proc = run_report(write_fixtures(tmp_path, runs), tmp_path / "out", "--probes", *map(str, paths))
-    assert proc.returncode == 0, proc.stderr
-    assert_breakdown_prediction_and_bandwidth(tmp_path / "out")
-
-
 def test_a_failed_probe_shows_its_topology_with_the_terms_unknown(tmp_path):
     """A run whose probe was n/a trained anyway: its rows say so, and the plots leave it out."""
     from test_breakdown import NO_OPTIMIZER, na_probe

@@ -2,8 +2,7 @@
 
 It runs in the first repeat's training job, on the process group Lightning formed, before
 the first epoch (ddpscale.training.probing, from the callback ProbeBeforeTraining), on a copy
-of the run's module; scripts/probe.py runs the same probe under the same Trainer and stops
-before training. This module is its record: what was measured (stepprobe, commbench) and,
+of the run's module. This module is its record: what was measured (stepprobe, commbench) and,
 when the probe could not measure, an n/a record with the reason, which never fails the run.
 """
 

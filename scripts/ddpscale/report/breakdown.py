@@ -1,7 +1,7 @@
 """Where a training step's time goes, and what the baseline plus the all-reduce predict.
 
 Pure pandas: inputs are the scaling summary (analysis.summarize) and each topology's
-probe.json (scripts/probe.py), so every formula here is unit-tested without a cluster.
+probe (metrics.json's `probe`), so every formula here is unit-tested without a cluster.
 
 Per topology the probe measured, per step: data wait (D), compute with DDP's gradient
 synchronisation switched off (C), the extra time of a synchronised step over C, which is
@@ -22,15 +22,10 @@ A probe that could not measure is recorded n/a with its reason (the run trained 
 topology keeps its rows here, every probed term unknown (NaN) and the reason in `probe`, and
 the baseline's n/a leaves every prediction unknown. Plots skip those rows.
 """
+
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Iterable
-
 import pandas as pd
-
-from ddpscale.report import probecheck
 
 TERMS = ("data", "compute", "comm", "loop_sync", "overhead")
 TERM_WORDS = {"data": "data wait", "compute": "compute (forward + backward + optimizer)",
@@ -70,22 +65,6 @@ def _checked(record: dict, source: str) -> dict:
         if key not in record:
             raise ValueError(f"{source}: missing key '{key}'; rerun its probe")
     return record
-
-
-def load_probes(paths: Iterable[str | Path], runs: pd.DataFrame | None = None) -> dict[str, dict]:
-    """probe.json files of scripts/probe.py (a probe run alone), by topology; with runs, each
-    must describe the runs of its topology (ddpscale.report.probecheck) or is refused."""
-    probes = {}
-    for path in paths:
-        try:
-            record = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read probe results ({exc})") from None
-        record = _checked(record, str(path))
-        if runs is not None:
-            probecheck.check(record, runs, str(path))
-        probes[record.get("topology")] = record
-    return probes
 
 
 def probes_in_runs(runs: pd.DataFrame) -> dict[str, dict]:

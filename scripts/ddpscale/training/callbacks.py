@@ -230,7 +230,8 @@ class ProbeBeforeTraining(pl.Callback):
     formed, before the first epoch: one allocation serves probe and training, and the
     prediction uses the nodes that trained. It never fails the run: a probe that cannot
     measure is recorded n/a with its reason. Kept in the checkpoint, so a resumed run does not
-    probe again. alone: scripts/probe.py's run, which stops once probed and reports itself."""
+    probe again. alone: probe with the sizes given, unsized, then stop before the first epoch
+    (tests of the probe itself use it, so they need not train)."""
 
     def __init__(self, args, sizes: dict | None = None, alone: bool = False):
         self.args = args
@@ -279,7 +280,7 @@ def planned_batches(trainer, args) -> float | None:
     if per_epoch == float("inf"):
         return None
     planned = per_epoch * trainer.max_epochs
-    if getattr(args, "measure", "full") == "throughput":  # train.py's flags: scripts/probe.py has no measure
+    if args.measure == "throughput":
         planned = min(planned, args.min_windows * args.window_steps)
     return float(planned)
 

@@ -35,7 +35,6 @@ Inductor's on-disk cache stays, as it stays for every later repeat.
 from __future__ import annotations
 
 import gc
-import json
 import socket
 import time
 from dataclasses import dataclass
@@ -137,7 +136,7 @@ class _Probe:
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
         self.step = exposed_data_wait(self.measure_steps(), loads_beside_steps(self.view.train_dataloader))
-        sizes = getattr(self.args, "probe_batch_sizes", None)  # scripts/probe.py: its own batch only
+        sizes = getattr(self.args, "probe_batch_sizes", None)
         if self.trainer.world_size == 1 and sizes:
             # the baseline's compute at every topology's per-device batch, for the prediction
             self.doing = "timing compute at the topologies' per-device batches"
@@ -205,10 +204,6 @@ def exposed_data_wait(step: dict, beside_steps: bool) -> dict:
             "data_method": f"exposed data wait per batch; {how}"}
 
 
-def _json(text: str | None):
-    return None if text is None else json.loads(text)
-
-
 def bucket_cap_mb(strategy) -> float | None:
     """The bucket size the run's DDP was given (strategy DDPStrategy(bucket_cap_mb=...)), or
     None for DDP's default; the probe's own DDP wrapper gets the same kwargs."""
@@ -234,7 +229,7 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
     """Collective: every rank calls it. The run's train dataloader must be built already
     (trainer.fit_loop.setup_data()). sized: fit the probe to the run's planned training
     (planned_steps micro-batches; None where unknown), or skip it with the reason
-    (probe_record.sized); else it times with the sizes given (scripts/probe.py)."""
+    (probe_record.sized); else it times with the sizes given."""
     started = time.perf_counter()
     run = _Probe(trainer, module, args, {"steps": steps, "rounds": rounds, "warmup": warmup, "iters": iters})
     skipped = None
@@ -262,6 +257,4 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
-    # what report.py --probes checks against the runs it joins (report.probecheck)
-    record["model"] = {"class": getattr(args, "model_class", None), "args": _json(getattr(args, "model_args", None))}
     return Outcome(record, None)

@@ -1,8 +1,7 @@
-"""What defines a run, shared by train.py and probe.py so both measure the same model and data.
+"""What defines a run: train.py's flags in, (model, datamodule) and the Trainer out.
 
-Flags in, (model, datamodule) and the Trainer out: the workflow passes every setting
-explicitly, and both scripts build the user's modules through the same plugin contract and
-train them (or probe them) under the same Trainer.
+The workflow passes every setting explicitly; the user's modules are built through the plugin
+contract, and the probe runs under the very Trainer that trains.
 """
 
 from __future__ import annotations
@@ -150,7 +149,7 @@ def build_loggers(spec: str | None, log_dir: str, attempt: int) -> list:
 
 
 def build_trainer(args, run_callbacks: list, log_dir: str | None = None, max_epochs: int | None = None):
-    """The Trainer of a run, as train.py trains and probe.py probes (max_epochs: args.max_epochs).
+    """The Trainer of a run (max_epochs: args.max_epochs).
     Its loggers (build_loggers: a CSVLogger unless a LightningCLI config names others) write in
     log_dir (a folder of the run's own, one version per attempt, so
     a retry does not delete what the last one logged): a module that logs through self.logger,
