@@ -19,9 +19,9 @@ import torch  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
-from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
-from ddpscale.training import runargs  # noqa: E402
-from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.job.timing import ScalingMetrics  # noqa: E402
+from ddpscale.job import runargs  # noqa: E402
+from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
 

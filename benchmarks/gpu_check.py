@@ -36,9 +36,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.cluster.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
-from ddpscale.cluster.topology import Topology  # noqa: E402
-from ddpscale.snakemakecli import snakemake_command  # noqa: E402
+from ddpscale.plan.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.core.topology import Topology  # noqa: E402
+from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
 
 CHECK = ROOT / "results/gpu-check"
 # The figures the first H100 run quotes: seed 004 at 1x1 took 362 s on an A100.
@@ -90,7 +90,7 @@ def run_workload(snakemake: list[str], name: str, topologies: list[str]) -> tupl
     print(f"\n== {name}: {' '.join(command)}  (in {folder})", flush=True)
     code = subprocess.call(command, cwd=folder)
     runs = []
-    # results/<experiment>/runs: the workload's experiment folder (ddpscale.layout)
+    # results/<experiment>/runs: the workload's experiment folder (ddpscale.core.layout)
     for path in sorted((folder / "results").glob("*/runs/*/r0/metrics.json")):
         runs.append(json.loads(path.read_text()))
     return code, runs
@@ -123,8 +123,8 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
     if threads:
         torch.set_num_threads(threads)
 
-    from ddpscale.measurement.flops import precision_plan
-    from ddpscale.training import plugins
+    from ddpscale.job.flops import precision_plan
+    from ddpscale.plan import plugins
 
     preset = yaml.safe_load((ROOT / configfile).read_text())
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -35,12 +35,12 @@ import torch.distributed as dist  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
-from ddpscale.measurement.flops import precision_plan  # noqa: E402
-from ddpscale.measurement.stepprobe import _TrainingStep  # noqa: E402
-from ddpscale.measurement.timing import ScalingMetrics  # noqa: E402
-from ddpscale.training import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
-from ddpscale.training.checkpoint import epoch_checkpoint  # noqa: E402
-from ddpscale.training.teardown import close_process_group  # noqa: E402
+from ddpscale.job.flops import precision_plan  # noqa: E402
+from ddpscale.job.stepprobe import _TrainingStep  # noqa: E402
+from ddpscale.job.timing import ScalingMetrics  # noqa: E402
+from ddpscale.job import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
+from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.job.teardown import close_process_group  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
 from ddpscale.workloads.spiral_datamodule import SpiralDataModule  # noqa: E402

@@ -37,9 +37,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.layout import layout  # noqa: E402
-from ddpscale.snakemakecli import snakemake_command  # noqa: E402
-from ddpscale.workloads.spiral import write_dataset  # noqa: E402
+from ddpscale.core.layout import layout  # noqa: E402
+from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
+from ddpscale.plan.spiral import write_dataset  # noqa: E402
 
 # the console script, as README and `make run` start the workflow, where there is one
 SNAKEMAKE = snakemake_command() or [PY, "-m", "snakemake"]
@@ -105,7 +105,7 @@ def workspace(tmp: Path, config_changes: dict | None = None) -> Path:
 
 
 def results(ws: Path) -> Path:
-    """The folder the workspace's config writes to (results/<experiment>, ddpscale.layout)."""
+    """The folder the workspace's config writes to (results/<experiment>, ddpscale.core.layout)."""
     return ws / layout(yaml.safe_load((ws / "config/config.yaml").read_text())).root
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from ddpscale.measurement import steadystate  # noqa: E402
+from ddpscale.core import steadystate  # noqa: E402
 
 SAMPLES = 640  # a window of 20 steps of 32 samples
 NOISE = 0.02

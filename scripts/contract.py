@@ -1,5 +1,5 @@
 """Import the configured model and data classes once and print, as JSON, what the workflow's
-contract check needs of them (ddpscale.training.contract): whether each module imports, which
+contract check needs of them (ddpscale.plan.contract): whether each module imports, which
 classes it holds, each class's base and the arguments its __init__ takes, and the sha256 of
 the module files they came from (the workflow caches the facts while those stay the same).
 
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.abspath(args.root))  # as train.py finds user code (plugins.load_class)
     import pytorch_lightning as pl
 
-    from ddpscale.training.plugins import class_facts, loaded_files
+    from ddpscale.plan.plugins import class_facts, loaded_files
 
     facts = {"model": class_facts(args.model_class, pl.LightningModule, args.root),
              "data": class_facts(args.data_class, pl.LightningDataModule, args.root)}

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ddpscale.workloads.spiral import write_dataset
+from ddpscale.plan.spiral import write_dataset
 
 
 def main(argv=None) -> None:

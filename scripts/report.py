@@ -10,7 +10,7 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale.io import atomic_write  # noqa: E402
+from ddpscale.core.io import atomic_write  # noqa: E402
 from ddpscale.report import (analysis, breakdown, earlier, measured, plots, projection, records,  # noqa: E402
                              reportdata, verdict)
 from ddpscale.report import timetoacc  # noqa: E402

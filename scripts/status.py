@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml  # noqa: E402
 
-from ddpscale.cluster.topology import TopologyError  # noqa: E402
-from ddpscale.layout import layout  # noqa: E402
-from ddpscale.report import status_sources  # noqa: E402
+from ddpscale.core.topology import TopologyError  # noqa: E402
+from ddpscale.core.layout import layout  # noqa: E402
+from ddpscale.status import sources as status_sources  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -15,18 +15,18 @@ import torch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
-from ddpscale.cluster.topology import Topology
-from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
-from ddpscale.io import write_json_atomic
-from ddpscale.measurement import held, valhistory, windows
-from ddpscale.measurement.samplecount import BatchSizeError
-from ddpscale.measurement.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.training import (callbacks, compiling, cudacheck, ddpsettings, metriccheck, plugins, runinfo,
-                               transportinfo)
-from ddpscale.training.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
+from ddpscale.core.topology import Topology
+from ddpscale.plan.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
+from ddpscale.core.io import write_json_atomic
+from ddpscale.job import held, valhistory, windows
+from ddpscale.job.samplecount import BatchSizeError
+from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
+from ddpscale.job import callbacks, compiling, cudacheck, metriccheck, runinfo, transportinfo
+from ddpscale.plan import ddpsettings, plugins
+from ddpscale.job.runargs import (NOT_IDENTITY, add_run_args, build_modules, build_trainer, per_device_batch,
                                        run_seed, set_threads)
-from ddpscale.training.signals import StopRequested, exit_code, stop_message
-from ddpscale.training.teardown import close_process_group
+from ddpscale.job.signals import StopRequested, exit_code, stop_message
+from ddpscale.job.teardown import close_process_group
 
 
 def parse_args(argv=None):
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(args)
 
     measured = callbacks.build(args, topo, per_device)
-    # held devices count from the SLURM job's start where there is one (ddpscale.measurement.held)
+    # held devices count from the SLURM job's start where there is one (ddpscale.job.held)
     measured.timing.held_since, measured.timing.held_from = held.started(
         os.environ, measured.timing.held_since, args.held_from_job)
     # a test pass needs both halves: a module may define test_step while its data has no test split
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
         # what held time is billed for: whole nodes with site_exclusive, else the ranks
         record["held_devices"] = args.held_devices or record["world_size"]
         record["fit_wall_s"] = fit_wall_s - record["probe_s"]
-        # throughput mode's figure replaces the epochs' (ddpscale.measurement.windows)
+        # throughput mode's figure replaces the epochs' (ddpscale.job.windows)
         record.update(windows.run_entries(args.measure, args.max_epochs, measured.windows.record(),
                                           uncounted=record["samples_uncounted"]))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],

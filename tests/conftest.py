@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))  # pytest.ini's pythonpath comes after conftest imports
-from ddpscale.snakemakecli import snakemake_command, workflow_python  # noqa: E402
+from ddpscale.plan.snakemakecli import snakemake_command, workflow_python  # noqa: E402
 
 # The console script, as README and `make run` start the workflow. `python -m snakemake` puts
 # the working directory on sys.path and so hid that the console script did not find a user
@@ -56,7 +56,7 @@ atexit.register(shutil.rmtree, _PROFILE_COPIES, True)
 def with_account(folder: str, account: str) -> str:
     """The profile folder with its placeholder account replaced, as a user edits it before the
     first run: a copy in a temporary folder, or the folder itself when it names no placeholder."""
-    from ddpscale.cluster.resourcenames import PLACEHOLDERS
+    from ddpscale.plan.resourcenames import PLACEHOLDERS
 
     profile = yaml.safe_load((ROOT / folder / "config.yaml").read_text())
     defaults = profile.get("default-resources") or {}
@@ -70,7 +70,7 @@ def with_account(folder: str, account: str) -> str:
 
 
 def profile_site(name: str):
-    from ddpscale.cluster.resources import site_from_resources
+    from ddpscale.plan.resources import site_from_resources
 
     return site_from_resources(load_profile(name)["set-resources"]["train"])
 
@@ -89,7 +89,7 @@ def tiny_config(**overrides) -> dict:
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory) -> str:
     """A small spiral dataset, written as prepare_data writes it, shared by a test module."""
-    from ddpscale.workloads.spiral import write_dataset
+    from ddpscale.plan.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("data")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])
@@ -186,8 +186,8 @@ class Workspace:
     @property
     def results(self) -> Path:
         """The folder the workspace's config/config.yaml writes to: results/<experiment>/ with
-        data/, runs/, logs/, checkpoints/ and report/ (ddpscale.layout)."""
-        from ddpscale.layout import layout
+        data/, runs/, logs/, checkpoints/ and report/ (ddpscale.core.layout)."""
+        from ddpscale.core.layout import layout
 
         return self.path / layout(yaml.safe_load((self.path / "config/config.yaml").read_text())).root
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import accuracy, verdict
-from ddpscale.training import metriccheck
+from ddpscale.job import metriccheck
 from test_analysis import make_run, seeded, summarize
 
 

@@ -1,5 +1,5 @@
-"""The baseline's compute at other per-device batches (ddpscale.measurement.batchsizes) and
-Lightning's per-batch sync timed by the probe (ddpscale.measurement.loopsync, stepprobe.measure)."""
+"""The baseline's compute at other per-device batches (ddpscale.job.batchsizes) and
+Lightning's per-batch sync timed by the probe (ddpscale.job.loopsync, stepprobe.measure)."""
 from __future__ import annotations
 
 import inspect
@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.measurement import batchsizes, loopsync, stepprobe
+from ddpscale.job import batchsizes, loopsync, stepprobe
 
 Pair = namedtuple("Pair", "x y")
 

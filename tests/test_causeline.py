@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.io import cause_line
+from ddpscale.core.io import cause_line
 
 CUDA = ("ddpscale train: accelerator gpu, but torch 2.13.0+cpu sees no CUDA device on n1: a CPU-only build "
         "of torch, no NVIDIA driver found")

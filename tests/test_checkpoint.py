@@ -7,8 +7,8 @@ import argparse
 import pytorch_lightning as pl
 import torch
 
-from ddpscale.training import runargs
-from ddpscale.training.checkpoint import EpochCheckpoint, epoch_checkpoint
+from ddpscale.job import runargs
+from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 

@@ -12,7 +12,7 @@ import pytest
 
 import system_tools
 from conftest import ROOT, launched, run_user_module
-from ddpscale.training import compiling
+from ddpscale.job import compiling
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -86,7 +86,7 @@ def test_recompilations_are_counted_with_their_reason():
     system_tools.require(("g++",), "g++")
     import torch
 
-    from ddpscale.training import compiling
+    from ddpscale.job import compiling
 
     before = compiling.stats()["compile_recompiles"]
     step = torch.compile(lambda x: torch.relu(x) * 3)
@@ -98,7 +98,7 @@ def test_recompilations_are_counted_with_their_reason():
 
 
 def test_compiled_runs_ask_the_data_module_for_one_batch_shape():
-    from ddpscale.training import compiling
+    from ddpscale.job import compiling
 
     takes = {"batch_size", "drop_last"}
     assert compiling.static_shape_args("default", takes, {}) == {"drop_last": True}
@@ -146,7 +146,7 @@ class FakeTrainer:
 @pytest.fixture
 def timeouts(monkeypatch) -> list:
     """The process-group timeouts CompileGrace sets, in order, instead of setting them."""
-    from ddpscale.training.callbacks import CompileGrace
+    from ddpscale.job.callbacks import CompileGrace
 
     seen = []
     monkeypatch.setattr(CompileGrace, "_set", staticmethod(seen.append))
@@ -155,7 +155,7 @@ def timeouts(monkeypatch) -> list:
 
 def started(mode: str):
     """A CompileGrace (300 s, 1800 s while compiling) at the first epoch's start, and its trainer."""
-    from ddpscale.training.callbacks import CompileGrace
+    from ddpscale.job.callbacks import CompileGrace
 
     grace, trainer = CompileGrace(mode, timeout_s=300, grace_s=1800), FakeTrainer()
     grace.on_fit_start(trainer, None)

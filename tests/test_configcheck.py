@@ -1,4 +1,4 @@
-"""ddpscale.configcheck: each config problem as one line naming the key and the fix."""
+"""ddpscale.plan.configcheck: each config problem as one line naming the key and the fix."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import ROOT
-from ddpscale.configcheck import (
+from ddpscale.plan.configcheck import (
     dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
     setting_problems, yaml_problem,
 )
-from ddpscale.cluster.topology import Topology, parse_topology
-from ddpscale.configsource import config_source
-from ddpscale.workloads.spiral import split_sizes
+from ddpscale.core.topology import Topology, parse_topology
+from ddpscale.plan.configsource import config_source
+from ddpscale.plan.spiral import split_sizes
 
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"
 SCHEMA = yaml.safe_load(SCHEMA_PATH.read_text())

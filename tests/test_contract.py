@@ -1,4 +1,4 @@
-"""The user's modules checked while the workflow is parsed (ddpscale.training.contract): facts read
+"""The user's modules checked while the workflow is parsed (ddpscale.plan.contract): facts read
 by importing them once in a process of their own (scripts/contract.py), kept while their files
 stay the same (contractfacts), and judged into one line per problem naming key, file and fix."""
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from ddpscale.configsource import key_source
-from ddpscale.training import contract, contractfacts
+from ddpscale.plan.configsource import key_source
+from ddpscale.plan import contract, contractfacts
 
 SCRIPT = str(ROOT / "scripts/contract.py")
 VERSIONS = {"torch": "t", "lightning": "l"}

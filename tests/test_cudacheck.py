@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from ddpscale.cluster.resources import Site, run_accelerator
-from ddpscale.training.cudacheck import NO_DRIVER, driver_text, stop_line
+from ddpscale.plan.resources import Site, run_accelerator
+from ddpscale.job.cudacheck import NO_DRIVER, driver_text, stop_line
 
 from conftest import ROOT, launched, profile_site
 from test_profiles import dry_run, train_jobs

@@ -1,5 +1,5 @@
 """Config ddp: DistributedDataParallel's settings, from the flag to the Trainer, the probe and the
-record (ddpscale.training.ddpsettings); the config's own refusals are in tests/test_configcheck.py."""
+record (ddpscale.plan.ddpsettings); the config's own refusals are in tests/test_configcheck.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from conftest import ROOT, run_user_module
-from ddpscale.measurement import commbench
-from ddpscale.training import ddpsettings, runargs
+from ddpscale.job import commbench
+from ddpscale.plan import ddpsettings
+from ddpscale.job import runargs
 
 SET = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": True,
        "bucket_cap_mb": 50, "comm_hook": "fp16_compress"}
@@ -99,7 +100,7 @@ def test_torch_s_unused_parameter_error_becomes_one_line_naming_the_key():
 
 
 def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
-    from ddpscale.measurement import stepprobe
+    from ddpscale.job import stepprobe
 
     seen = []
     state = stepprobe._Calls()
@@ -113,7 +114,7 @@ def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
 def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from ddpscale.training import probing
+    from ddpscale.job import probing
 
     strategy = runargs.build_trainer(flags(1, 2, SET), []).strategy
     assert strategy._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False,

@@ -1,4 +1,4 @@
-"""FLOPs per sample, peaks and MFU (ddpscale.measurement.flops), checked against hand-counted MLPs."""
+"""FLOPs per sample, peaks and MFU (ddpscale.job.flops), checked against hand-counted MLPs."""
 import json
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from ddpscale.measurement import flops, peaks
+from ddpscale.job import flops, peaks
 from ddpscale.workloads.models import SpiralMLP
 
 from conftest import ROOT, run_user_module
@@ -179,7 +179,7 @@ def test_the_float32_record_reads_torchs_fp32_precision_api_too(setting, matmul_
     # In a fresh process: torch keeps these settings process-wide, and once the new API is
     # used the legacy getters raise (rank 0 died in FlopsCount, the others hung in a collective)
     script = (f"import json, torch; {setting}\n"
-              "from ddpscale.measurement import flops; print(json.dumps(flops.float32_record()))")
+              "from ddpscale.job import flops; print(json.dumps(flops.float32_record()))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -190,7 +190,7 @@ def test_the_float32_record_reads_torchs_fp32_precision_api_too(setting, matmul_
 def test_the_flops_callback_records_the_float32_settings_training_ran_under():
     from types import SimpleNamespace
 
-    from ddpscale.training.callbacks import FlopsCount, RunCallbacks
+    from ddpscale.job.callbacks import FlopsCount, RunCallbacks
 
     counter = FlopsCount("{}", "32-true")
     before = torch.get_float32_matmul_precision()

@@ -1,5 +1,5 @@
 """GPU facts of a training run: peak memory and NVML utilisation in steady training
-(ddpscale.measurement.gpufacts, ddpscale.training.callbacks.GpuFacts)."""
+(ddpscale.job.gpufacts, ddpscale.job.callbacks.GpuFacts)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from ddpscale.measurement import gpufacts
+from ddpscale.job import gpufacts
 
 from conftest import ROOT, require_cuda
 from test_train_ddp import run, train_command
@@ -186,7 +186,7 @@ CLOCK = Clock()
 
 
 def test_gpu_facts_sample_steady_training_only(nvml, monkeypatch):
-    from ddpscale.training.callbacks import GpuFacts
+    from ddpscale.job.callbacks import GpuFacts
 
     monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
     placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID, "cuda_visible_devices": "3,1"})
@@ -275,7 +275,7 @@ def test_a_throughput_run_on_a_gpu_reads_its_utilisation_over_the_steady_windows
 
 
 def test_the_placement_check_keeps_this_ranks_record_for_gpu_facts():
-    from ddpscale.training.placement_check import PlacementCheck
+    from ddpscale.job.placement_check import PlacementCheck
 
     check = PlacementCheck("cpu", 1)
     trainer = types.SimpleNamespace(global_rank=0, node_rank=0, local_rank=0,
@@ -296,7 +296,7 @@ def test_the_devices_table_gives_the_reason_utilisation_is_unknown():
 def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
     """A throughput run stops inside its first epoch, which full mode's rule leaves out as
     warm-up: the first H100 run's transformer had utilisation n/a in both its runs."""
-    from ddpscale.training.callbacks import GpuFacts
+    from ddpscale.job.callbacks import GpuFacts
 
     monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
     placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID})
@@ -322,7 +322,7 @@ def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
 
 
 def test_in_throughput_mode_without_a_steady_window_utilisation_says_why(nvml, monkeypatch):
-    from ddpscale.training.callbacks import GpuFacts
+    from ddpscale.job.callbacks import GpuFacts
 
     monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
     trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)),

@@ -17,7 +17,8 @@ import torch
 import train
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records, reportdata
-from ddpscale.training import identity, runinfo
+from ddpscale.plan import identity
+from ddpscale.job import runinfo
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 from test_workflow_local import job_counts
@@ -65,16 +66,16 @@ def test_checkpoint_of_other_data_bytes_is_not_resumed(tmp_path, capsys):
 
 
 def test_identity_parts_and_code_files():
-    fake = {"ddpscale.measurement.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/measurement/timing.py")),
+    fake = {"ddpscale.job.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/timing.py")),
             "usermods.tiny": types.SimpleNamespace(__file__=str(ROOT / "tests/fixtures/usermods/tiny.py")),
             "numpy": types.SimpleNamespace(__file__="/elsewhere/numpy/__init__.py"),
             "builtin": types.SimpleNamespace()}
-    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/cluster/launch.py"],
+    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
                                 ["usermods.tiny"])
-    assert sorted(files) == ["ddpscale/cluster/launch.py", "ddpscale/measurement/timing.py", "train.py", "usermods.tiny"]
-    # a forked rank of the local launcher has ddpscale.cluster.launch loaded; the same set results
-    forked = {**fake, "ddpscale.cluster.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/cluster/launch.py"))}
-    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/cluster/launch.py"],
+    assert sorted(files) == ["ddpscale/job/launch.py", "ddpscale/job/timing.py", "train.py", "usermods.tiny"]
+    # a forked rank of the local launcher has ddpscale.job.launch loaded; the same set results
+    forked = {**fake, "ddpscale.job.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/launch.py"))}
+    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
                                ["usermods.tiny"]) == files
     record = identity.identity({"d.npz": "ab"}, {"topology": "1x2", "seed": 1, "data_file": "d.npz"},
                                identity.code_hash(files), {"torch": "2"})

@@ -1,14 +1,42 @@
-"""The modules of scripts/ddpscale import each other without a circle: a circle forces an
-import inside a function to break it (plots.py and plots_time.py had one) and leaves the
-order modules may load in to chance."""
+"""Which code may import what, in scripts/ddpscale.
+
+Packages by when their code runs, with one direction between them (ALLOWED): a newcomer finds
+a module by asking when it runs, and nothing low can reach up. The modules import each other
+without a circle: a circle forces an import inside a function to break it and leaves the
+order modules load in to chance. What the workflow imports while parsing stays free of torch:
+a dry run that imported it would cost seconds on every snakemake call (minutes on a busy login
+node); the report and the status command read files and need neither torch nor Lightning.
+Those checks run in a fresh interpreter, so what an earlier test imported cannot hide an import.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
 
 from conftest import ROOT
 
 PACKAGE = ROOT / "scripts/ddpscale"
+HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics")
+
+# package -> the packages it may import. core: torch-free definitions every stage shares; plan:
+# what the workflow imports while it parses; job: what runs inside a training job; workloads:
+# the built-in models and data modules, made with the job's helpers; report and status read
+# the records the jobs wrote.
+ALLOWED = {
+    "core": set(),
+    "plan": {"core"},
+    "job": {"core", "plan"},
+    "workloads": {"core", "plan", "job"},
+    "report": {"core", "plan"},
+    "status": {"core", "plan"},
+}
+TORCH_FREE = ("core", "plan", "report", "status")
 
 
 def module_name(path) -> str:
@@ -65,18 +93,79 @@ def test_ddpscale_modules_import_each_other_without_a_circle():
     assert circles(graph) == []
 
 
-def test_modules_live_in_their_stage():
-    """A newcomer finds each stage in one hop: only shared helpers sit at the package's top."""
-    top = sorted(path.stem for path in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "configcheck", "configsource", "io", "layout", "measuremode", "snakemakecli", "stats"]
-    stages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
-    assert stages == ["cluster", "measurement", "report", "training", "workloads"]
+def wrong_arrows(graph: dict[str, set[str]]) -> set[str]:
+    """Imports between packages that ALLOWED does not allow, as "module -> module"."""
+    return {f"{a} -> {b}" for a, imported in graph.items() for b in imported
+            if b.split(".")[0] != a.split(".")[0] and b.split(".")[0] not in ALLOWED.get(a.split(".")[0], set())}
 
 
-def test_measurement_does_not_import_training():
-    """measurement/ measures what its caller in training/ hands it (a module copy, batches,
-    optimizers): a measurement module that imported training/ would tie the two into a circle
-    and let measuring code build what it measures (the probe did, on modules without a trainer)."""
-    reaching = {module_name(path): sorted(m for m in imported_modules(path) if m.split(".")[0] == "training")
-                for path in (PACKAGE / "measurement").glob("*.py")}
-    assert {name: found for name, found in reaching.items() if found} == {}
+def test_a_wrong_arrow_is_found():
+    assert wrong_arrows({"plan.x": {"core.y"}, "core.y": set()}) == set()
+    assert wrong_arrows({"plan.x": {"job.y"}, "job.y": {"plan.x"}}) == {"plan.x -> job.y"}
+    assert wrong_arrows({"report.x": {"job.y"}}) == {"report.x -> job.y"}
+
+
+def test_every_module_lives_in_a_package_and_imports_only_downwards():
+    assert sorted(path.name for path in PACKAGE.glob("*.py")) == ["__init__.py"], "no module at the top"
+    assert sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py")) == sorted(ALLOWED)
+    assert wrong_arrows(import_graph()) == set(), (
+        "a module imports a package its own may not import (ALLOWED): move the code it needs down "
+        "into core or plan, or the module up")
+
+
+# `from ddpscale.x import a, b` and `import ddpscale.x`, parenthesised lists (with comments) included
+_FROM = re.compile(r"^\s*from (ddpscale[\w.]*) import (\([^)]*\)|[^\n]*)", re.M)
+_COMMENT = re.compile(r"#[^\n]*")
+_IMPORT = re.compile(r"^\s*import (ddpscale[\w.]*)", re.M)
+
+
+def workflow_imports() -> list[str]:
+    """The ddpscale modules the Snakefile and the rule files import, names imported from a
+    package included where they are modules."""
+    names = set()
+    for path in [ROOT / "workflow/Snakefile", *sorted((ROOT / "workflow/rules").glob("*.smk"))]:
+        text = path.read_text()
+        names.update(_IMPORT.findall(text))
+        for module, imported in _FROM.findall(text):
+            names.add(module)
+            listed = [name.split(" as ")[0].strip() for name in _COMMENT.sub("", imported).strip("() ").split(",")]
+            names.update(f"{module}.{name}" for name in listed
+                         if name and (PACKAGE.parent / module.replace(".", "/") / f"{name}.py").exists())
+    return sorted(names)
+
+
+def package_modules(package: str) -> list[str]:
+    return [f"ddpscale.{package}"] + [f"ddpscale.{package}.{path.stem}"
+                                      for path in sorted((PACKAGE / package).glob("*.py")) if path.stem != "__init__"]
+
+
+def heavy_imports(modules: list[str]) -> list[str]:
+    """In a fresh interpreter: import the modules, return which heavy packages got imported."""
+    code = ("import importlib, json, sys\n"
+            f"for name in {modules!r}:\n"
+            "    importlib.import_module(name)\n"
+            f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_workflow_imports_only_torch_free_packages():
+    """What the rule files import is read from the files themselves, so a new import is covered."""
+    modules = workflow_imports()
+    assert {"ddpscale.plan.configcheck", "ddpscale.plan.resources", "ddpscale.core.layout",
+            "ddpscale.core.measuremode", "ddpscale.plan.contractfacts"} <= set(modules), modules
+    assert {m.split(".")[1] for m in modules if m.count(".") >= 1} <= {"core", "plan"}, modules
+
+
+@pytest.mark.parametrize("package", TORCH_FREE)
+def test_torch_free_packages_import_no_torch(package):
+    assert heavy_imports(package_modules(package)) == [], (
+        f"a module of ddpscale.{package} imports torch or Lightning: move that code into the job, "
+        "or import it inside the function that needs it")
+
+
+def test_the_check_sees_an_import_of_torch():
+    """The check itself can fail: a module that imports torch is caught."""
+    assert heavy_imports(["ddpscale.job.timing"]) != []

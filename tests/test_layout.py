@@ -1,4 +1,4 @@
-"""Where an experiment's files live (ddpscale.layout): pure, so every naming rule is checked here
+"""Where an experiment's files live (ddpscale.core.layout): pure, so every naming rule is checked here
 and the workflow test (test_workflow_local::test_each_experiment_keeps_its_own_folder) checks one
 end to end."""
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ddpscale.layout import NAME_PATTERN, experiment_name, layout, legacy_note, other_workload
+from ddpscale.core.layout import NAME_PATTERN, experiment_name, layout, legacy_note, other_workload
 
 
 @pytest.mark.parametrize("config,name", [

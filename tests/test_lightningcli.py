@@ -1,4 +1,4 @@
-"""A LightningCLI config as ddpscale's settings (ddpscale.training.lightningcli), read from the
+"""A LightningCLI config as ddpscale's settings (ddpscale.plan.lightningcli), read from the
 files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ddpscale.training import lightningcli
+from ddpscale.plan import lightningcli
 
 FIXTURES = ROOT / "tests/fixtures"
 

@@ -1,7 +1,7 @@
 """A job of the same run left live by an earlier snakemake (a dropped SSH session) stops the
-next one before it submits a second job into the same checkpoint (status_sources.live_training_job)."""
-from ddpscale.report.status import Job
-from ddpscale.report.status_sources import live_training_job
+next one before it submits a second job into the same checkpoint (plan.squeue.live_training_job)."""
+from ddpscale.status.rows import Job
+from ddpscale.plan.squeue import live_training_job
 
 HERE = "/home/u/ddpscale"
 

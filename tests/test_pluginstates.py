@@ -1,4 +1,4 @@
-"""sacct's "CANCELLED by <uid>" reaches the SLURM plugin as CANCELLED (ddpscale.cluster.pluginstates).
+"""sacct's "CANCELLED by <uid>" reaches the SLURM plugin as CANCELLED (ddpscale.plan.pluginstates).
 The whole path, a job cancelled on the test cluster while snakemake waits, is
 tests/test_slurm.py::test_cancelled_run_is_the_only_one_resubmitted."""
 
@@ -10,7 +10,7 @@ import types
 import pytest
 import snakemake_executor_plugin_slurm
 
-from ddpscale.cluster.pluginstates import first_word, wrap_status_query
+from ddpscale.plan.pluginstates import first_word, wrap_status_query
 
 
 @pytest.mark.parametrize("state, expected", [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.measurement.commbench import message_sizes
+from ddpscale.job.commbench import message_sizes
 
 from conftest import ROOT, launched, require_cuda
 
@@ -25,8 +25,8 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     import pytorch_lightning as pl
     import torch
 
-    from ddpscale.training import probecopy
-    from ddpscale.training.plugins import PluginError
+    from ddpscale.job import probecopy
+    from ddpscale.plan.plugins import PluginError
 
     def forms(opt, sched):
         return (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched}, [{"optimizer": opt}])
@@ -60,7 +60,7 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
 def test_precision_plan():
     import torch
 
-    from ddpscale.measurement.flops import precision_plan
+    from ddpscale.job.flops import precision_plan
 
     assert precision_plan("32-true", "cpu") == {"autocast": None, "params": None, "scaler": False}
     assert precision_plan("bf16-mixed", "cpu")["autocast"] is torch.bfloat16
@@ -82,8 +82,8 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ddpscale.training import runargs
-    from ddpscale.training.callbacks import ProbeBeforeTraining
+    from ddpscale.job import runargs
+    from ddpscale.job.callbacks import ProbeBeforeTraining
 
     class Logs(pl.LightningModule):
         def __init__(self):
@@ -322,7 +322,7 @@ def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_ru
 # -- the probe's cost, bounded by the run's ----------------------------------------------------
 
 def test_the_probe_costs_what_its_sizes_say_in_training_batches():
-    from ddpscale.measurement import probe as probe_record
+    from ddpscale.job import proberecord as probe_record
 
     # one rank: the block alone (20) plus warm-up and 5 rounds of 20 compute-only batches
     assert probe_record.cost_steps(probe_record.DEFAULTS, 1) == 20 + (3 + 100)
@@ -341,7 +341,7 @@ def test_the_probe_costs_what_its_sizes_say_in_training_batches():
     (1.0, 40, None),  # even the smallest, 13 s, is over 10 s and 20% of 40 s: skipped
 ])
 def test_the_probe_is_sized_to_a_share_of_the_run_or_skipped_with_the_reason(step_s, planned, expected):
-    from ddpscale.measurement import probe as probe_record
+    from ddpscale.job import proberecord as probe_record
 
     sizes, said = probe_record.sized(step_s, planned, 1)
     assert (sizes or {}).get("steps") == expected

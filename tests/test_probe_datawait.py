@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.training import probecopy, probing
+from ddpscale.job import probecopy, probing
 from ddpscale.workloads.resident import ResidentBatches
 
 import test_probecopy

@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.measurement import stepprobe
-from ddpscale.training import compiling, probecopy, probing, runargs
-from ddpscale.training.callbacks import ProbeBeforeTraining
+from ddpscale.job import stepprobe
+from ddpscale.job import compiling, probecopy, probing, runargs
+from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from test_probecopy import SMALL, run_args
 

@@ -1,4 +1,4 @@
-"""The probe's copy of the run's module and its view of the run's trainer (ddpscale.training
+"""The probe's copy of the run's module and its view of the run's trainer (ddpscale.job
 .probecopy), in this process on one rank: modules written the ordinary Lightning way (a schedule
 sized by self.trainer, a data module sharding from self.trainer, manual optimisation) probe
 as they train, the probe never touches the run's weights, optimizer, schedule or metrics, and
@@ -13,8 +13,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from ddpscale.training import compiling, probecopy, probing, runargs
-from ddpscale.training.callbacks import ProbeBeforeTraining
+from ddpscale.job import compiling, probecopy, probing, runargs
+from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from conftest import ROOT
 

@@ -1,6 +1,6 @@
 """The progress line rank 0 writes per epoch is the line `make status` reads."""
 
-from ddpscale.measurement import progress
+from ddpscale.core import progress
 
 
 def test_progress_line_reads_back_as_written():

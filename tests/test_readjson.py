@@ -1,11 +1,11 @@
-"""ddpscale.io.read_json_dict: the workflow's own JSON files (the contract cache, plan.json)
+"""ddpscale.core.io.read_json_dict: the workflow's own JSON files (the contract cache, plan.json)
 read back, and None, never an exception, where the writer has to make the file again."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpscale.io import read_json_dict, write_json_atomic
+from ddpscale.core.io import read_json_dict, write_json_atomic
 
 
 def test_an_object_written_reads_back(tmp_path):

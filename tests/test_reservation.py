@@ -1,8 +1,8 @@
-"""What a dry run says the benchmark reserves (ddpscale.cluster.reservation), on plain data.
+"""What a dry run says the benchmark reserves (ddpscale.plan.reservation), on plain data.
 The real dry run of a shipped profile: test_reservation_dryrun.py."""
 import pytest
 
-from ddpscale.cluster.reservation import (
+from ddpscale.plan.reservation import (
     expected_hours,
     hours,
     reserved_hours,
@@ -10,7 +10,7 @@ from ddpscale.cluster.reservation import (
     summary_lines,
     training_jobs,
 )
-from ddpscale.cluster.resources import Site
+from ddpscale.plan.resources import Site
 
 # gilbreth's shape: 2 GPUs per node, srun
 CLUSTER = Site(launcher="srun", gpus_per_node=2)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, SNAKEMAKE, tiny_config
-from ddpscale.cluster.topology import parse_topology
-from ddpscale.workloads.spiral import write_dataset
+from ddpscale.core.topology import parse_topology
+from ddpscale.plan.spiral import write_dataset
 
 pytestmark = pytest.mark.timeout(240)
 

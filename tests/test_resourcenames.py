@@ -1,4 +1,4 @@
-"""Resource names a profile may set and placeholders it must not submit (ddpscale.cluster.resourcenames)."""
+"""Resource names a profile may set and placeholders it must not submit (ddpscale.plan.resourcenames)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.cluster.resourcenames import PLUGIN, profile_file, resource_problems, slurm_extra_problems
+from ddpscale.plan.resourcenames import PLUGIN, profile_file, resource_problems, slurm_extra_problems
 
 
 def plugin_source() -> str:
@@ -87,7 +87,7 @@ def test_flags_the_plugin_leaves_alone_pass():
 
 
 def test_every_option_the_installed_plugin_refuses_has_a_fix():
-    from ddpscale.cluster.resourcenames import RESOURCE_FOR_OPTION
+    from ddpscale.plan.resourcenames import RESOURCE_FOR_OPTION
     assert {o for o in installed_forbidden().values()} - set(RESOURCE_FOR_OPTION) <= {
         "job name", "output file", "error file", "parsable output", "environment export", "job comment",
         "working directory", "tasks per GPU", "CPUs per GPU"}

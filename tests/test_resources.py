@@ -4,10 +4,10 @@ import re
 
 import pytest
 
-from ddpscale.cluster.resources import (
+from ddpscale.plan.resources import (
     Site, SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
 )
-from ddpscale.cluster.topology import parse_topology
+from ddpscale.core.topology import parse_topology
 
 from conftest import ROOT, load_profile, profile_site
 

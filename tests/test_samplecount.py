@@ -1,4 +1,4 @@
-"""Every sample counted once (ddpscale.measurement.samplecount, timing, the built-in data modules): training
+"""Every sample counted once (ddpscale.job.samplecount, timing, the built-in data modules): training
 throughput leaves out DistributedSampler's padding repeats, evaluation sees each sample once,
 and the epoch's sample count stays exact above 2^24."""
 
@@ -16,11 +16,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale.measurement import samplecount
-from ddpscale.measurement.timing import ScalingMetrics
+from ddpscale.job import samplecount
+from ddpscale.job.timing import ScalingMetrics
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches, shard_indices
-from ddpscale.workloads.spiral import split_sizes, write_dataset
+from ddpscale.plan.spiral import split_sizes, write_dataset
 
 from conftest import ROOT, launched
 

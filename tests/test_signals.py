@@ -20,10 +20,10 @@ import torch
 import train
 from conftest import ROOT, launched, tiny_config
 from test_identity import train_args
-from ddpscale.cluster.launch import describe_exit, run
-from ddpscale.cluster.topology import Topology
-from ddpscale.training import callbacks, runargs
-from ddpscale.training.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
+from ddpscale.job.launch import describe_exit, run
+from ddpscale.core.topology import Topology
+from ddpscale.job import callbacks, runargs
+from ddpscale.job.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 
@@ -159,7 +159,7 @@ LONG_SAMPLES = 30000
 
 @pytest.fixture(scope="module")
 def long_data(tmp_path_factory) -> str:
-    from ddpscale.workloads.spiral import write_dataset
+    from ddpscale.plan.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("long")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), LONG_SAMPLES, 0.2, 7, [0.7, 0.15, 0.15])
@@ -194,7 +194,7 @@ def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
     children = parent.children()
     if not children:
         return {0: parent}
-    # forked in rank order (ddpscale.cluster.launch), and a fork's /proc environ is its parent's
+    # forked in rank order (ddpscale.job.launch), and a fork's /proc environ is its parent's
     return dict(enumerate(sorted(children, key=lambda child: (child.create_time(), child.pid))))
 
 

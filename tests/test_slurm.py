@@ -14,7 +14,7 @@ import pytest
 
 from conftest import load_profile, tiny_config
 from slurmtools import SUBMITTED, job_fields, run_slurm, slurm_workspace, squeue_jobs
-from ddpscale.measurement.steadystate import Rule
+from ddpscale.core.steadystate import Rule
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 

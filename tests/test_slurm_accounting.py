@@ -47,7 +47,7 @@ def test_a_failed_jobs_state_and_reason_reach_snakemake_and_make_status(slurm_cl
     status = status_of(workspace.path)
     print(f"\nstatus after the failed job:\n{status}")
     # make status shows the cause, not srun's "Exited with exit code 3" and "Terminating StepId"
-    # lines after it (ddpscale.io.cause_line)
+    # lines after it (ddpscale.core.io.cause_line)
     assert re.search(r"^1x1 +r0 +failed +ddpscale train: accelerator gpu, but torch \S+ sees no CUDA device",
                      status, re.M), status
 

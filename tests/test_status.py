@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ddpscale.measurement import progress
-from ddpscale.report import status
+from ddpscale.core import progress
+from ddpscale.plan import squeue
+from ddpscale.status import rows as status
 
 STATUS = ROOT / "scripts/status.py"
 NOW = 1_700_000_000.0
@@ -43,17 +44,17 @@ def test_squeue_lines_become_jobs_of_this_directory_by_run():
         f"107|CONFIGURING|None|rule_single_node_wildcards_11x2_0|{HERE}|1-02:03:04",
         "garbage line",
     ])
-    jobs = status.parse_squeue(text)
+    jobs = squeue.parse_squeue(text)
     assert [j.id for j in jobs] == ["101", "102", "103", "104", "105", "106", "107"]
     assert jobs[1].reason == "Resources" and jobs[0].elapsed_s == 65 and jobs[6].elapsed_s == 93784
-    live = status.active_jobs(jobs, HERE)
+    live = squeue.active_jobs(jobs, HERE)
     assert {run: job.id for run, job in live.items()} == {("1x2", 0): "101", ("2x1", 1): "102", ("11x2", 0): "107"}
 
 
 @pytest.mark.parametrize("text,seconds", [("5", 5), ("0:00", 0), ("3:04", 184), ("2:03:04", 7384),
                                           ("1-02:03:04", 93784), ("INVALID", None), ("", None)])
 def test_squeue_elapsed(text, seconds):
-    assert status.parse_elapsed(text) == seconds
+    assert squeue.parse_elapsed(text) == seconds
 
 
 def test_every_state_and_its_figures():
@@ -70,9 +71,9 @@ def test_every_state_and_its_figures():
         # a job still ending after its metrics were written: done
         ("2x2", 0): status.Run({"throughput_samples_s": None, "world_size": 4}, ""),
     }
-    jobs = {("2x1", 1): status.Job("77", "PENDING", "Resources", "c", HERE, 0.0),
-            ("2x2", 0): status.Job("78", "COMPLETING", "None", "c", HERE, 50.0),
-            ("2x2", 1): status.Job("79", "RUNNING", "None", "c", HERE, 3.0)}
+    jobs = {("2x1", 1): squeue.Job("77", "PENDING", "Resources", "c", HERE, 0.0),
+            ("2x2", 0): squeue.Job("78", "COMPLETING", "None", "c", HERE, 50.0),
+            ("2x2", 1): squeue.Job("79", "RUNNING", "None", "c", HERE, 3.0)}
     rows = status.rows(["1x1", "1x2", "2x1", "2x2"], 2, "1x1", runs, jobs, {("1x2", 1)}, NOW)
     assert [(r.topology, r.repeat, r.state) for r in rows] == [
         ("1x1", 0, "done"), ("1x1", 1, "done"), ("1x2", 0, "done"), ("1x2", 1, "running"),
@@ -90,11 +91,11 @@ def test_every_state_and_its_figures():
 
 def test_running_on_slurm_takes_the_jobs_elapsed_and_ignores_an_earlier_attempts_line():
     log = progress_line(3, 10, 20.0, 50.0, 60.0, NOW - 30)
-    job = status.Job("5", "RUNNING", "None", "c", HERE, 125.0)
+    job = squeue.Job("5", "RUNNING", "None", "c", HERE, 125.0)
     assert status.running_detail(log, job, NOW) == \
         "SLURM job 5, epoch 3/10, elapsed 2:05, ~1:50 left, 50.0 samples/s last epoch"
     # the line is older than the job: the retry's shell has not truncated the log yet
-    retry = status.Job("6", "RUNNING", "None", "c", HERE, 5.0)
+    retry = squeue.Job("6", "RUNNING", "None", "c", HERE, 5.0)
     assert status.running_detail(log, retry, NOW) == "SLURM job 6, starting, elapsed 0:05"
     # a run past its estimate shows no negative time
     assert "~0:00 left" in status.running_detail(progress_line(9, 10, 5.0, 1.0, 45.0, NOW - 60), None, NOW)

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from conftest import SNAKEMAKE, tiny_config
-from ddpscale.measurement import progress
+from ddpscale.core import progress
 from test_status import run_status
 
 

@@ -14,9 +14,10 @@ import sys
 import pytest
 
 from conftest import ROOT, tiny_config
-from ddpscale.io import cause_line
-from ddpscale.measurement import progress
-from ddpscale.report import status
+from ddpscale.core.io import cause_line
+from ddpscale.core import progress
+from ddpscale.plan import squeue
+from ddpscale.status import rows as status
 from slurmtools import INTERRUPT, run_slurm, slurm_workspace, wait_for_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -36,9 +37,9 @@ def status_of(path) -> str:
 
 def held_job(path, topology: str) -> str | None:
     """The pending training job of `topology` (any stage rule) submitted from `path`."""
-    out = subprocess.run(["squeue", "-h", "-o", status.SQUEUE_FORMAT], capture_output=True, text=True).stdout
-    for job in status.parse_squeue(out):
-        if job.state == "PENDING" and job.workdir == str(path) and status.job_run(job.comment) == (topology, 0):
+    out = subprocess.run(["squeue", "-h", "-o", squeue.SQUEUE_FORMAT], capture_output=True, text=True).stdout
+    for job in squeue.parse_squeue(out):
+        if job.state == "PENDING" and job.workdir == str(path) and squeue.job_run(job.comment) == (topology, 0):
             return job.id
     return None
 

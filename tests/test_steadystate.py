@@ -1,4 +1,4 @@
-"""Throughput mode's stopping rule (ddpscale.measurement.steadystate) on synthetic window
+"""Throughput mode's stopping rule (ddpscale.core.steadystate) on synthetic window
 times: a warm-up that settles, noise that never does, a shift mid-run. Fed one window at a
 time, as the training callback feeds it; and its coverage, counted over many series whose
 truth is known (benchmarks/stopping_coverage.py, which make bench prints)."""
@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from conftest import ROOT
-from ddpscale import stats
-from ddpscale.measurement import steadystate
-from ddpscale.measurement.steadystate import Rule, decide
-from ddpscale.stats import mean_interval, t975
+from ddpscale.core import stats
+from ddpscale.core import steadystate
+from ddpscale.core.steadystate import Rule, decide
+from ddpscale.core.stats import mean_interval, t975
 
 spec = importlib.util.spec_from_file_location("stopping_coverage", ROOT / "benchmarks/stopping_coverage.py")
 coverage = importlib.util.module_from_spec(spec)

@@ -1,11 +1,11 @@
-"""Which epochs count as steady state (ddpscale.measurement.timing): warm-up is per process, not per run."""
+"""Which epochs count as steady state (ddpscale.job.timing): warm-up is per process, not per run."""
 import time
 from datetime import datetime
 
 import pytest
 
-from ddpscale.measurement import held
-from ddpscale.measurement.timing import ScalingMetrics, steady_epochs
+from ddpscale.job import held
+from ddpscale.job.timing import ScalingMetrics, steady_epochs
 
 
 def test_an_uninterrupted_run_leaves_out_its_first_epochs():

@@ -191,7 +191,7 @@ def test_a_world_smaller_than_the_topology_fails_at_fit_start():
     """Trap 3 of issue 3: ranks that never started must fail the run, not shrink it."""
     from types import SimpleNamespace
 
-    from ddpscale.measurement.timing import ScalingMetrics, WorldSizeError
+    from ddpscale.job.timing import ScalingMetrics, WorldSizeError
 
     one_rank = SimpleNamespace(global_rank=0, node_rank=0, local_rank=0)  # no process group
     module = SimpleNamespace(device="cpu")

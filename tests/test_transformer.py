@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import ROOT, SNAKEMAKE, Workspace, launched
-from ddpscale.measurement import flops
+from ddpscale.job import flops
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
 

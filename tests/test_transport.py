@@ -8,12 +8,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ddpscale.cluster.resources import SiteError, site_from_resources
-from ddpscale.measurement.transport import gloo_interface, parse_nccl_log
+from ddpscale.plan.resources import SiteError, site_from_resources
+from ddpscale.core.transport import gloo_interface, parse_nccl_log
 from ddpscale.report import transport as report_transport
 from ddpscale.report.analysis import run_facts
 from ddpscale.report.verdict import OVER_SOCKETS, label
-from ddpscale.training.transportinfo import nccl_debug_env
+from ddpscale.job.transportinfo import nccl_debug_env
 
 from conftest import ROOT
 
@@ -111,7 +111,7 @@ def test_a_rank_reads_the_log_nccl_named_after_its_host_and_pid(tmp_path):
     import os
     import socket
 
-    from ddpscale.training.transportinfo import rank_entry
+    from ddpscale.job.transportinfo import rank_entry
 
     # NCCL's %h is the host name up to its first dot, %p the pid (NVIDIA/nccl src/debug.cc)
     logs = tmp_path / "nccl"

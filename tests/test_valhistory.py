@@ -1,4 +1,4 @@
-"""The epoch metric after every validation (ddpscale.measurement.valhistory) on a real tiny CPU
+"""The epoch metric after every validation (ddpscale.job.valhistory) on a real tiny CPU
 fit, whose module logs a scripted value the ordinary Lightning way, so the metric crosses the
 time-to-accuracy target at a known epoch; a resumed fit keeps the epochs validated before."""
 
@@ -14,9 +14,9 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.configcheck import EPOCH_METRIC_ENV
-from ddpscale.measurement.timing import ScalingMetrics
-from ddpscale.measurement.valhistory import ValHistory, with_elapsed
+from ddpscale.plan.configcheck import EPOCH_METRIC_ENV
+from ddpscale.job.timing import ScalingMetrics
+from ddpscale.job.valhistory import ValHistory, with_elapsed
 from ddpscale.report import timetoacc
 
 import train

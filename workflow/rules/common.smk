@@ -10,16 +10,21 @@ from snakemake.exceptions import WorkflowError
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config); the
 # config itself is read and checked in common_config.smk, included first.
-from ddpscale.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV, file_problems, setting_problems  # noqa: E402
+from ddpscale.plan.configcheck import (  # noqa: E402
+    ACCURACY_METRIC_ENV,
+    EPOCH_METRIC_ENV,
+    file_problems,
+    setting_problems,
+)
 
-from ddpscale.cluster.hostdevices import (  # noqa: E402
+from ddpscale.plan.hostdevices import (  # noqa: E402
     AcceleratorError,
     choose_accelerator,
     oversubscription_warning,
     usable_cores,
     visible_gpus,
 )
-from ddpscale.cluster.resources import (  # noqa: E402
+from ddpscale.plan.resources import (  # noqa: E402
     SITE_PREFIX,
     SiteError,
     check_stage_entry,
@@ -29,9 +34,9 @@ from ddpscale.cluster.resources import (  # noqa: E402
     site_from_resources,
     slurm_resources,
 )
-from ddpscale.cluster.pluginstates import wrap_status_query  # noqa: E402
-from ddpscale.cluster.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
-from ddpscale.cluster.topology import (  # noqa: E402
+from ddpscale.plan.pluginstates import wrap_status_query  # noqa: E402
+from ddpscale.plan.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
+from ddpscale.core.topology import (  # noqa: E402
     STAGE_RULES,
     TopologyError,
     check_topologies,
@@ -39,17 +44,17 @@ from ddpscale.cluster.topology import (  # noqa: E402
     parse_topology,
     stage_topologies,
 )
-from ddpscale import measuremode  # noqa: E402
-from ddpscale.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
-from ddpscale.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
-from ddpscale.training.identity import generated_with_other_settings, installed_versions  # noqa: E402
-from ddpscale.training import contractfacts  # noqa: E402
-from ddpscale.training.contract import owned_init_args  # noqa: E402
-from ddpscale.training.contract import problems as contract_problems  # noqa: E402
-from ddpscale.training.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.workloads.spiral import corruption, manifest_path_for  # noqa: E402
+from ddpscale.core import measuremode  # noqa: E402
+from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
+from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
+from ddpscale.plan.identity import generated_with_other_settings, installed_versions  # noqa: E402
+from ddpscale.plan import contractfacts  # noqa: E402
+from ddpscale.plan.contract import owned_init_args  # noqa: E402
+from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
+from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.plan.spiral import corruption, manifest_path_for  # noqa: E402
 
-# Each experiment writes to results/<experiment>/ (ddpscale.layout): another config never
+# Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
 # replaces this one's runs or report.
 EXPERIMENT = experiment_name(config)
 LAYOUT = layout(config)
@@ -96,7 +101,7 @@ def profile_entry(rule):
 
 def check_profile_resources():
     """Every resource name of the profile is one Snakemake or the SLURM plugin reads, and no
-    placeholder is left (ddpscale.cluster.resourcenames). Checked where the user started the
+    placeholder is left (ddpscale.plan.resourcenames). Checked where the user started the
     workflow: a job's own snakemake gets the resources again, already checked."""
     if not workflow.is_main_process:
         return
@@ -116,7 +121,7 @@ def check_profile_resources():
 
 
 def plugin_reads_cancelled_jobs():
-    """sacct's "CANCELLED by <uid>" is a failed state to the SLURM plugin too (ddpscale.cluster.
+    """sacct's "CANCELLED by <uid>" is a failed state to the SLURM plugin too (ddpscale.plan.
     pluginstates): without this, a job cancelled with scancel is polled as running forever."""
     if not workflow.is_main_process:
         return
@@ -177,7 +182,7 @@ try:
 except (TopologyError, PluginError) as err:
     raise WorkflowError(str(err))
 # The user's classes are imported (seconds: torch) in a process of their own while the checks
-# below run, unless their files are unchanged since the last time (ddpscale.training.contractfacts).
+# below run, unless their files are unchanged since the last time (ddpscale.plan.contractfacts).
 CONTRACT = contractfacts.start(
     PYTHON,
     str(Path(workflow.basedir).parent / "scripts/contract.py"),
@@ -215,7 +220,7 @@ def resolve_accelerator():
     """The accelerator every run uses, the GPU ids the local launcher hands out (or None) and
     each local rank's CPU threads (or None: a cluster rank gets its cpus-per-task).
 
-    Local profile: decided once, here, from this host (ddpscale.cluster.hostdevices): `auto` is GPU
+    Local profile: decided once, here, from this host (ddpscale.plan.hostdevices): `auto` is GPU
     only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
     else CPU for all, so a report never mixes the two. A cluster's GPUs come from the
     allocation, so other profiles keep the configured value here; each run's flag then asks

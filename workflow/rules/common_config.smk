@@ -9,8 +9,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.configcheck import schema_problems, yaml_problem  # noqa: E402
-from ddpscale.configsource import (  # noqa: E402
+from ddpscale.plan.configcheck import schema_problems, yaml_problem  # noqa: E402
+from ddpscale.plan.configsource import (  # noqa: E402
     DEFAULT_CONFIG,
     config_source,
     key_source,
@@ -18,7 +18,7 @@ from ddpscale.configsource import (  # noqa: E402
     relative_name,
     set_beyond_default,
 )
-from ddpscale.training import lightningcli  # noqa: E402
+from ddpscale.plan import lightningcli  # noqa: E402
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 
@@ -61,7 +61,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 def apply_lightning_config():
     """A LightningCLI config (config lightning_config) brings the model, the data and the trainer
-    settings that change what is measured (ddpscale.training.lightningcli); what ddpscale sets
+    settings that change what is measured (ddpscale.plan.lightningcli); what ddpscale sets
     per topology is named in one line. Its values go through the schema like the config's."""
     path = config["lightning_config"]
     if not path:

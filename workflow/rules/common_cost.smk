@@ -1,10 +1,10 @@
 # What the benchmark reserves, printed by a dry run (`snakemake --profile profiles/<site> -n`)
 # before anything is submitted: per training job its devices, time limit and GPU-hours, and the
-# total (ddpscale.cluster.reservation). Functions and one print; no rules.
+# total (ddpscale.plan.reservation). Functions and one print; no rules.
 from snakemake.resources import Resource
 
-from ddpscale import measuremode  # noqa: E402
-from ddpscale.cluster import reservation  # noqa: E402
+from ddpscale.core import measuremode  # noqa: E402
+from ddpscale.plan import reservation  # noqa: E402
 
 
 def runtime_minutes(resources):

@@ -2,12 +2,12 @@
 # and flags.
 import functools
 
-from ddpscale import measuremode  # noqa: E402
-from ddpscale.cluster.resources import run_accelerator  # noqa: E402
-from ddpscale.cluster.topology import batch_per_device  # noqa: E402
-from ddpscale.report.status_sources import live_training_job, query_squeue  # noqa: E402
-from ddpscale.training.ddpsettings import DEFAULTS as DDP_DEFAULTS  # noqa: E402
-from ddpscale.training.ddpsettings import flag as ddp_flag  # noqa: E402
+from ddpscale.core import measuremode  # noqa: E402
+from ddpscale.plan.resources import run_accelerator  # noqa: E402
+from ddpscale.core.topology import batch_per_device  # noqa: E402
+from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
+from ddpscale.plan.ddpsettings import DEFAULTS as DDP_DEFAULTS  # noqa: E402
+from ddpscale.plan.ddpsettings import flag as ddp_flag  # noqa: E402
 
 
 def get_resources(wildcards):
@@ -133,7 +133,7 @@ def run_flags(topology_name):
         "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
         "--data-class": config["data"]["class_path"],
         "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
-        # what the run measures, and in throughput mode when it stops (ddpscale.measurement.windows)
+        # what the run measures, and in throughput mode when it stops (ddpscale.job.windows)
         "--measure": MEASURE,
         "--window-steps": config["throughput"]["window_steps"],
     }

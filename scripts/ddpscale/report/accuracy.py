@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from ddpscale.stats import difference_bounds
+from ddpscale.core.stats import difference_bounds
 
 # Words in a metric's name that make lower better under mode auto (val_loss, test/error,
 # perplexity, val_mse, ...); any other name is taken as an accuracy-like score.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from markupsafe import Markup, escape
 
-from ddpscale.measurement import steadystate
+from ddpscale.core import steadystate
 from ddpscale.report import accuracy
 
 # Why a throughput run stopped when its interval met the precision asked for: not shown.

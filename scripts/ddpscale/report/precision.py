@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.measurement.steadystate import EPOCHS_ENDED
+from ddpscale.core.steadystate import EPOCHS_ENDED
 from ddpscale.report.accuracy import throughput_mode
 from ddpscale.report.html_cells import PRECISION_REACHED, within_run
 from ddpscale.report.records import column

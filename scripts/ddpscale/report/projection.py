@@ -14,7 +14,7 @@ events). The first of each kind in a process is cold (no sanity validation befor
 eval graphs compiling, the first save): the warm figure comes from a later one, and the first
 one's excess is added once (warm_and_once). A throughput run stops in its first epoch, so it
 validates and saves again after its stop until two of each were timed
-(ddpscale.measurement.windows.warm_overheads).
+(ddpscale.job.windows.warm_overheads).
 
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
 checkpoint writes), so there the projection is checked against it, made from the run's first
@@ -30,8 +30,8 @@ import math
 
 import pandas as pd
 
-from ddpscale.measurement import steadystate
-from ddpscale.measuremode import THROUGHPUT
+from ddpscale.core import steadystate
+from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import column, held_devices, known, measure_mode
 
 # What one projection needs from a metrics record: every run records them.

@@ -11,10 +11,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from ddpscale.cluster.topology import STAGE_RULES
-from ddpscale.layout import RESULTS
-from ddpscale.measuremode import FULL
-from ddpscale.training import identity
+from ddpscale.core.topology import STAGE_RULES
+from ddpscale.core.layout import RESULTS
+from ddpscale.core.measuremode import FULL
+from ddpscale.plan import identity
 
 SCHEMA_VERSION = 1
 

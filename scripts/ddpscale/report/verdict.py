@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddpscale.cluster.topology import parse_topology
-from ddpscale.io import cause_line
+from ddpscale.core.topology import parse_topology
+from ddpscale.core.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, transport
 from ddpscale.report.analysis import device_word
 

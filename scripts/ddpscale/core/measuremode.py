@@ -1,0 +1,46 @@
+"""What a run measures (config `measure`), resolved once where the workflow is parsed.
+
+throughput: each topology trains until its steady-state throughput is known to a stated
+precision, then stops (ddpscale.core.steadystate); full: the configured epochs, with
+the accuracy comparison and time to accuracy. auto picks by place: on a cluster the scaling
+question is a throughput question and every GPU-hour is paid for, while the local profile's
+runs take seconds and keep showing accuracy. Pure: the workflow, the dry run's cost and the
+tests share it.
+"""
+
+from __future__ import annotations
+
+THROUGHPUT = "throughput"
+FULL = "full"
+
+
+def resolve(measure: str, site_is_local: bool) -> tuple[str, str]:
+    """(mode, why) for config `measure` on this site."""
+    if measure == "auto":
+        if site_is_local:
+            return FULL, "measure: auto on the local profile (set measure: throughput to stop each run once measured)"
+        return THROUGHPUT, ("measure: auto on a cluster profile (set measure: full for the configured epochs, "
+                            "accuracy and time to accuracy)")
+    if measure not in (THROUGHPUT, FULL):
+        raise ValueError(f"measure is {measure!r}; expected auto, throughput or full")
+    return measure, f"measure: {measure} in the config"
+
+
+def epoch_metric(metric: str, setting: str = "auto") -> str:
+    """The metric logged at every validation for time to accuracy: the setting, or with auto
+    the accuracy metric with a leading 'test' replaced by 'val' (test_acc -> val_acc,
+    test/loss -> val/loss), since the test metric is logged once, after training."""
+    if setting != "auto":
+        return setting
+    return "val" + metric[len("test"):] if metric.startswith("test") else metric
+
+
+THROUGHPUT_REPEATS = 3
+
+
+def repeats(setting: int | str, mode: str) -> int:
+    """config repeats: a number, or auto: 3 in throughput mode, where a run costs minutes and
+    the spread between allocations (placement noise) is worth showing, 1 in full mode."""
+    if setting == "auto":
+        return THROUGHPUT_REPEATS if mode == THROUGHPUT else 1
+    return int(setting)

@@ -1,0 +1,154 @@
+"""When a throughput measurement has seen enough: the stopping rule of throughput mode.
+
+Pure: the caller (a training callback) times windows of steps and hands this module the
+seconds of each window, the slowest rank's, since the group steps together; every rank gets
+the same numbers and so the same decision, and stops at the same step.
+
+Window times in a row are autocorrelated (clocks and temperature settling, the allocator, the
+loader's phases, neighbours on the node) and may drift, and a rule that looks after every
+window stops on the window whose noise happened to look small. So (docs/numbers.md has the
+coverage this gives, measured on synthetic series whose truth is known):
+
+- It looks at the windows only from `min_windows` on, and then each time their number has
+  grown by a quarter: a few looks, not one per window.
+- Warm-up is found in the data, apart from the error the run stops on: the cut is the
+  smallest leading share of the windows (in twentieths, at most half) after which the series
+  shows no trend. A trend is a least-squares change over the kept windows that is
+  significant (|t| > 2, its error from the residuals about the line) or, with one standard
+  error added, larger than 1.5 x `precision` (a drift too slow to be significant yet, but
+  large enough to bias the figure). No cut without a trend: the level has not settled (or has
+  shifted, as when another job lands on the node), and measuring goes on.
+- The first third of the windows after the cut are left out too: the tail of a transient
+  too small for the trend to show lives there.
+- The figure is the rest's mean seconds per sample (the steady windows' samples over their
+  seconds: a mean of window rates would overstate a throughput whose windows vary), and its
+  95% interval allows for autocorrelation (ddpscale.core.stats.mean_interval_correlated: batch
+  means and an AR(1) bound, whichever is wider). The run stops once that interval is within
+  `precision` of the mean, or at a cap (steps or seconds), recording the interval it reached
+  and why it stopped; the interval is given in samples/s with the same relative half-width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ddpscale.core.stats import mean_interval_correlated, trend
+
+PRECISION = "precision reached"
+STEP_CAP = "step cap reached"
+TIME_CAP = "time cap reached"
+MEASURING = "measuring"
+ENDED = "training ended"
+# the stop reasons metrics.json records (ddpscale.job.windows), read by the report
+EPOCHS_ENDED = "configured epochs ended"  # throughput mode, training ended first
+FULL_TRAINING = "full training"  # full mode: the windows never stop the run
+
+LOOK_GROWTH = 1.25  # the next look at the windows comes once there are a quarter more
+TREND_T = 2.0  # a change over the kept windows this many standard errors from 0 is a trend
+DRIFT_OF_PRECISION = 1.5  # a change (plus one standard error) beyond this x precision is one too
+CUTS = 20  # the warm-up cut is tried in twentieths of the windows, up to half of them
+
+
+@dataclass(frozen=True)
+class Rule:
+    window_steps: int = 20
+    precision: float = 0.02  # half-width of the 95% interval over the mean
+    min_windows: int = 30  # windows before the first look
+    max_steps: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self):
+        if self.window_steps < 1 or self.min_windows < 2 or not 0 < self.precision < 1:
+            raise ValueError("the stopping rule needs window_steps >= 1, min_windows >= 2 and 0 < precision < 1")
+
+    def looks_at(self, n: int) -> bool:
+        """Whether the rule looks at the windows once there are n: min_windows, then each time
+        a quarter more (30, 38, 48, 60, 75, ...)."""
+        look = self.min_windows
+        while look < n:
+            look = max(look + 1, math.ceil(look * LOOK_GROWTH))
+        return look == n
+
+
+@dataclass(frozen=True)
+class Decision:
+    stop: bool
+    reason: str
+    warmup_windows: int  # left out as warm-up (the cut and the third after it)
+    steady_windows: int  # the windows the figure is the mean of
+    throughput: float  # mean samples/s over the steady windows (NaN before any)
+    half_width: float  # of its 95% interval, samples/s (NaN below 2 steady windows)
+    settled: bool = False  # a cut without a trend was found; False: the figure is the later half's
+
+    @property
+    def relative(self) -> float:
+        return self.half_width / self.throughput if self.throughput > 0 else math.nan
+
+
+def _samples(samples_per_window: int | list[int], n: int) -> list[int]:
+    return list(samples_per_window) if isinstance(samples_per_window, (list, tuple)) else [samples_per_window] * n
+
+
+def steady_cut(costs: list[float], precision: float, min_windows: int) -> int | None:
+    """The number of leading windows before the steady ones (the cut and the third after it),
+    or None where no cut leaves a series without a trend."""
+    n = len(costs)
+    step = max(1, n // CUTS)
+    for cut in range(0, n // 2 + 1, step):
+        kept = costs[cut:]
+        if len(kept) < min_windows:
+            break
+        change, error = trend(kept)
+        mean = sum(kept) / len(kept)
+        if abs(change) <= TREND_T * error and abs(change) + error <= DRIFT_OF_PRECISION * precision * mean:
+            return cut + len(kept) // 3
+    return None
+
+
+def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
+           elapsed_s: float | None = None, ended: bool = False) -> Decision:
+    """Whether to stop after these windows (in order), and the figure so far. samples_per_window:
+    one count for every window, or each window's own (an epoch's last batch may be short).
+    ended: training ended on its own (the configured epochs), so these windows are all there is.
+    Between looks only the caps are checked, and the figure is not computed (NaN)."""
+    counts = _samples(samples_per_window, len(window_seconds))
+    # seconds per sample, whose mean is total time over total samples: the throughput a run
+    # of these windows has
+    costs = [s / c for c, s in zip(counts, window_seconds) if c > 0 and s > 0]
+    n = len(costs)
+    steps = n * rule.window_steps
+    if rule.max_steps is not None and steps >= rule.max_steps:
+        capped = STEP_CAP
+    elif rule.max_seconds is not None and elapsed_s is not None and elapsed_s >= rule.max_seconds:
+        capped = TIME_CAP
+    else:
+        capped = ENDED if ended else None
+    looking = n >= rule.min_windows and rule.looks_at(n)
+    if capped is None and not looking:
+        return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
+    cut = steady_cut(costs, rule.precision, rule.min_windows) if n >= rule.min_windows else None
+    settled = cut is not None
+    if not settled:
+        cut = n // 2  # never settled: the later half's figure, whose interval shows it is not one level
+    cost, half = mean_interval_correlated(costs[cut:])
+    # at a cap the run stops anyway, so its interval may be called reached there too
+    if settled and (looking or capped) and cost > 0 and half <= rule.precision * cost:
+        reason = PRECISION
+    else:
+        reason = capped or MEASURING
+    throughput = 1.0 / cost if cost > 0 else math.nan
+    # the interval's relative half-width carries over to the rate (to first order)
+    half_rate = throughput * half / cost if cost > 0 else math.nan
+    return Decision(reason != MEASURING, reason, cut, n - cut, throughput, half_rate, settled)
+
+
+def warmup_excess_s(window_seconds: list[float], samples_per_window: int | list[int], decision: Decision) -> float:
+    """Seconds the warm-up windows took beyond what the steady rate gives their samples: the
+    one-off cost of a cold process that a projection of the full training adds once."""
+    if not decision.throughput > 0 or decision.warmup_windows == 0:
+        return 0.0
+    counts = _samples(samples_per_window, len(window_seconds))
+    cold = range(decision.warmup_windows)
+    spent = sum(window_seconds[i] for i in cold)
+    return max(0.0, spent - sum(counts[i] for i in cold) / decision.throughput)

@@ -1,0 +1,283 @@
+"""Bookkeeping of one training run: resume checkpoints, device facts, the metrics record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import socket
+import sys
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
+from ddpscale.core.io import write_json_atomic
+from ddpscale.plan import ddpsettings, identity
+from ddpscale.job.runargs import run_seed
+
+LAST = "last.ckpt"
+# where the run's logger writes (runargs.build_trainer), beside its record
+LOGS = "logs"
+FINGERPRINT = "fingerprint.json"
+FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
+
+
+def logger_dir(record_path: str) -> str:
+    """The folder a run's logger writes in: beside its record (metrics.json)."""
+    return str(Path(record_path).parent / LOGS)
+
+
+def run_identity(args, settings: dict, root_device: torch.device) -> dict:
+    """What this run's numbers depend on (ddpscale.plan.identity), measured on this rank.
+
+    Called once the user's classes are imported (their modules are part of the code) and
+    before anything imports modules by topology, so every run of a config hashes the same set.
+    """
+    data = ([args.data_file] if args.data_file else []) + json.loads(args.data_files)
+    scripts = Path(__file__).resolve().parents[2]
+    user_modules = [path.rpartition(".")[0] for path in (args.model_class, args.data_class)]
+    launcher = [scripts / "launch_local.py", scripts / "ddpscale/job/launch.py"]
+    code = identity.code_files(sys.modules, scripts, [scripts / "train.py", *launcher], user_modules)
+    return identity.identity(identity.data_checksums(data), settings, identity.code_hash(code),
+                             software_versions(root_device))
+
+
+def software_versions(root_device: torch.device) -> dict:
+    """torch and Lightning; CUDA and NCCL only where the run used them (None on CPU)."""
+    on_gpu = root_device.type == "cuda"
+    nccl = None
+    if on_gpu and torch.distributed.is_nccl_available():
+        found = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
+    return {"torch": torch.__version__, "lightning": pl.__version__,
+            "cuda": torch.version.cuda if on_gpu else None, "nccl": nccl}
+
+
+def fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None:
+    """The checkpoint to resume from, or None to start fresh.
+
+    A checkpoint is only resumed if it was written by a run with the same settings and
+    identity (data checksum, training code, versions); a stale one is removed by rank 0 so a
+    changed config, dataset or code starts over. One that matches but cannot be loaded
+    (truncated, garbage) is set aside, or every rerun would crash in torch.load.
+    Every rank reaches the same answer without a process group: rank 0 deletes or renames
+    the checkpoint (atomic) before it rewrites the fingerprint, each rank checks a matching
+    file itself, and a new checkpoint cannot appear before all ranks have started.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    last, stamp = ckpt_dir / LAST, ckpt_dir / FINGERPRINT
+    wanted = fingerprint(settings)
+    recorded = _read_stamp(stamp)
+    if last.exists() and recorded.get("fingerprint") == wanted:
+        problem = unloadable(last)
+        if problem is None:
+            return str(last)
+        if is_rank_zero:
+            aside = last.with_name(LAST + ".unloadable")
+            os.replace(last, aside)
+            print(f"ddpscale: {last} cannot be loaded ({problem}); set aside as {aside.name}, "
+                  "starting this run fresh", flush=True)
+        return None
+    if is_rank_zero:
+        if last.exists():
+            changed = ", ".join(k for k in changed_keys(recorded.get("settings"), settings)
+                                if not k.endswith("digest")) or "unknown"
+            print(f"ddpscale: {last} was written with other settings (changed: {changed}); "
+                  "starting this run fresh", flush=True)
+            last.unlink()
+        # atomic: the other ranks read this file while rank 0 writes it
+        write_json_atomic(stamp, {"fingerprint": wanted, "settings": settings})
+    return None
+
+
+def _read_stamp(stamp: Path) -> dict:
+    try:
+        recorded = json.loads(stamp.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
+def unloadable(path: Path) -> str | None:
+    """Why torch cannot load this checkpoint, or None.
+
+    Cheap for a checkpoint of gigabytes: mmap=True reads the zip directory and unpickles the
+    structure, but leaves the tensor bytes on disk until used.
+    """
+    try:
+        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - whatever torch raises, the file is unusable
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else 'no detail'}"
+    if not isinstance(saved, dict) or "state_dict" not in saved:
+        return "not a Lightning checkpoint"
+    return None
+
+
+def changed_keys(old, new, prefix: str = "") -> list[str]:
+    """Dotted names of the entries that differ between two settings dicts."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return [prefix] if old != new and prefix else []
+    out = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{prefix}{key}"
+        if isinstance(old.get(key), dict) and isinstance(new.get(key), dict):
+            out += changed_keys(old[key], new[key], name + ".")
+        elif old.get(key) != new.get(key):
+            out.append(name)
+    return out
+
+
+def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
+    """After success: keep the record, drop the resume checkpoint.
+
+    A job can finish and still be killed before it exits (SLURM's time limit during
+    interpreter teardown): the scheduler then reports TIMEOUT and Snakemake deletes the
+    metrics. The retry re-emits this record instead of training again.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    write_json_atomic(ckpt_dir / FINAL, {"fingerprint": fingerprint(settings), "record": record})
+    if (ckpt_dir / LAST).exists():
+        (ckpt_dir / LAST).unlink()
+
+
+def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: bool) -> dict | None:
+    """The record of this same run if it finished in an earlier attempt of this job.
+
+    Only for a retry (attempt > 1): a new command (say, after deleting metrics.json to
+    measure again) always trains afresh. Every rank reaches the same answer; only rank 0
+    removes a record that no longer applies.
+    """
+    path = Path(ckpt_dir) / FINAL
+    try:
+        final = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if attempt > 1 and final.get("fingerprint") == fingerprint(settings):
+        return final["record"]
+    if is_rank_zero:
+        path.unlink(missing_ok=True)
+    return None
+
+
+def device_facts(trainer: pl.Trainer) -> dict:
+    root = trainer.strategy.root_device
+    if root.type == "cuda":
+        return {"device_kind": "cuda", "device_name": torch.cuda.get_device_name(root), "simulated": False}
+    # Each CPU process stands in for one GPU; the report must never call this a GPU result.
+    return {"device_kind": root.type, "device_name": f"{root.type}, simulated", "simulated": True}
+
+
+def formed_world_size() -> int:
+    """Read from the process group that actually formed, not from the request."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
+def scalars(trainer: pl.Trainer) -> dict:
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+
+
+def early_stop(trainer: pl.Trainer, measure: str, max_epochs: int, epochs_completed: int) -> dict | None:
+    """How a full training ended before its configured epochs because something asked it to: a
+    module's EarlyStopping (configure_callbacks) or its own code setting trainer.should_stop.
+    {"by": the callbacks that stopped it, or "the module", "epochs_trained", "configured_epochs"};
+    None where it trained them all, and in throughput mode, which stops by design. Called right
+    after fit: a test pass attaches the module's callbacks anew, a fresh EarlyStopping with them."""
+    if measure != "full" or not trainer.should_stop or epochs_completed >= max_epochs:
+        return None
+    by = sorted({type(c).__name__ for c in trainer.callbacks if getattr(c, "stopped_epoch", 0)})
+    return {"by": ", ".join(by) or "the module (trainer.should_stop)", "epochs_trained": epochs_completed,
+            "configured_epochs": max_epochs}
+
+
+def module_callbacks(trainer: pl.Trainer, ours: list) -> list[str]:
+    """The class names of the callbacks the Trainer ran besides ddpscale's own: those the
+    module's configure_callbacks added. Called right after fit, as early_stop is."""
+    return [type(c).__name__ for c in trainer.callbacks if not any(c is mine for mine in ours)]
+
+
+def loggers(trainer: pl.Trainer) -> list[str]:
+    """The class names of the run's loggers (runargs.build_loggers): what it logged to is part of
+    what it measured, and the report names them."""
+    return [type(logger).__name__ for logger in trainer.loggers]
+
+
+def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
+                   started: str, batch_per_device: int, effective_batch: int) -> dict:
+    hosts = sorted({r["host"] for r in ranks})
+    simulated_nodes = os.environ.get("DDPSCALE_SIMULATED_NODES")
+    devices = device_facts(trainer)
+    cores = usable_cores()  # this rank's; the local launcher's ranks all share the same set
+    return {
+        "schema_version": 1,
+        "topology": args.topology,
+        "repeat": args.repeat,
+        "seed": run_seed(args),
+        "num_nodes": args.nodes,
+        "devices_per_node": args.devices,
+        "world_size": formed_world_size(),
+        "node_ranks": [r["node_rank"] for r in ranks],
+        "hosts": hosts,
+        "simulated_nodes_on_one_host": bool(simulated_nodes) and len(hosts) == 1 and args.nodes > 1,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        **devices,
+        "usable_cores": cores,
+        # CPU ranks that outnumber the cores they share measure contention, not scaling
+        "oversubscribed": host_oversubscribed(devices["simulated"], hosts, formed_world_size(), cores,
+                                              one_launcher=args.cluster_env == "local"),
+        "backend": torch.distributed.get_backend() if formed_world_size() > 1 else None,
+        "scaling": args.scaling,
+        "batch_per_device": batch_per_device,
+        "effective_batch": effective_batch,
+        "accumulate_grad_batches": args.accumulate_grad_batches,
+        "precision": args.precision,
+        "max_epochs": args.max_epochs,
+        **summary,
+        "val_loss": scalars.get("val_loss"),
+        "val_acc": scalars.get("val_acc"),
+        "test_acc": scalars.get("test_acc"),
+        "logged_metrics": scalars,
+        "model_class": args.model_class,
+        # what the report says was measured: parameters, and those the optimizer trains
+        **parameter_counts(trainer.lightning_module),
+        "optimizers": [type(o).__name__ for o in trainer.optimizers],
+        # further Trainer settings (a LightningCLI config's), as the Trainer holds them
+        "trainer_settings": trainer_settings(trainer, json.loads(args.trainer_args)),
+        # DistributedDataParallel's settings (config ddp); "used": false where one device trained
+        "ddp": ddpsettings.record(ddpsettings.complete(getattr(args, "ddp", None)), formed_world_size()),
+        "data_class": args.data_class,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "lightning": pl.__version__},
+        "launched_from": socket.gethostname(),
+        "started_at": started,
+        "finished_at": now(),
+    }
+
+
+def trainer_settings(trainer: pl.Trainer, asked: dict) -> dict:
+    """Each Trainer argument passed beyond ddpscale's own, read back from the Trainer where it
+    keeps one (what it uses, not what the flag said), as text where it is not plain JSON (an enum)."""
+    out = {}
+    for key, given in asked.items():
+        value = getattr(trainer, key) if hasattr(trainer, key) else given
+        out[key] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
+
+
+def parameter_counts(module: torch.nn.Module) -> dict:
+    params = list(module.parameters())
+    return {"model_parameters": sum(p.numel() for p in params),
+            "model_trainable_parameters": sum(p.numel() for p in params if p.requires_grad)}
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

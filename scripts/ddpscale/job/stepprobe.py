@@ -1,0 +1,303 @@
+"""Where one training step's time goes: waiting for data, compute, and exposed gradient sync.
+
+The user's training_step runs on a copy of the run's module, with optimizers of its own and
+batches drawn from the run's train dataloader (its caller, job.probing, hands them
+over), on the ranks of the topology. Blocks of steps under DDP's no_sync() (forward,
+backward, optimizer step, no gradient all-reduce) alternate with ordinary synced blocks, so
+noise of the machine hits both; the difference is the communication that overlapping with
+backward did not hide.
+
+With gradient accumulation (accumulate_grad_batches = k) the steps run as Lightning runs
+them: k micro-batches per optimizer step, the first k - 1 under no_sync() and only the last
+synchronised, then one optimizer step. Every time is per micro-batch (one per-device batch,
+what the training run's throughput measures), so the exposed communication is that of one
+synchronisation spread over k batches.
+
+With manual optimisation (automatic_optimization = False) training_step runs its own
+backward (manual_backward) and optimizer step; under the probe's DDP wrapper they run as
+Lightning runs them (strategies/ddp.py): the gradient sync is prepared in backward, and DDP's
+post-forward does not prepare it again. A no_sync() block is again compute without the
+all-reduce. Lightning refuses gradient accumulation with manual optimisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import statistics
+import time
+
+import torch
+from pytorch_lightning.overrides.distributed import prepare_for_backward
+from pytorch_lightning.utilities.signature_utils import is_param_in_hook_signature
+from torch import nn
+
+from ddpscale.job import loopsync
+from ddpscale.job.commbench import align, slowest
+from ddpscale.job.devicesync import sync_device
+
+
+def loss_of(output, batch_idx: int | None = None) -> torch.Tensor:
+    loss = output["loss"] if isinstance(output, dict) else output
+    if not torch.is_tensor(loss):
+        where = "" if batch_idx is None else f" for batch {batch_idx}"
+        raise ValueError(f"training_step returned {type(output).__name__}{where}, not a loss tensor or a "
+                         "dict with 'loss'; the probe times whole steps")
+    return loss
+
+
+def training_step(module, batch, batch_idx: int):
+    """module.training_step called as Lightning calls it: batch_idx is optional in Lightning (its
+    GAN tutorial writes `training_step(self, batch)`), passed where the signature takes it."""
+    if is_param_in_hook_signature(module.training_step, "batch_idx", min_args=2):
+        return module.training_step(batch, batch_idx)
+    return module.training_step(batch)
+
+
+class _TrainingStep(nn.Module):
+    """What DDP wraps: forward is the module's training_step, in the precision's context."""
+
+    def __init__(self, module, context=contextlib.nullcontext, after_inner_forward=None):
+        super().__init__()
+        self.module = module
+        self.context = context  # the run's precision_plugin.train_step_context: autocast, dtype
+        self.after_inner_forward = after_inner_forward
+
+    def forward(self, batch, batch_idx: int):
+        with self.context():
+            out = training_step(self.module, batch, batch_idx)
+        if self.after_inner_forward is not None:
+            self.after_inner_forward()
+        return out
+
+
+def blocks(steps: int, accumulate: int) -> tuple[int, int]:
+    """(optimizer steps, micro-batches) per block: whole optimizer steps of `accumulate` batches."""
+    if steps < 1 or accumulate < 1:
+        raise ValueError("the step probe needs --steps >= 1 and --accumulate-grad-batches >= 1")
+    opt_steps = math.ceil(steps / accumulate)
+    return opt_steps, opt_steps * accumulate
+
+
+def draw_batches(next_batch, count: int, device: torch.device) -> tuple[list, list[float]]:
+    """count batches from next_batch() (drawn and moved to the device), and the wait for each."""
+    batches, waits = [], []
+    for _ in range(count):
+        start = time.perf_counter()
+        batch = next_batch()
+        sync_device(device)
+        waits.append(time.perf_counter() - start)
+        batches.append(batch)
+    return batches, waits
+
+
+class _Calls:
+    calls = 0
+    hook = None  # the run's own comm hook (config ddp.comm_hook), else DDP's plain all-reduce
+
+
+def counting_allreduce(state: _Calls, bucket) -> torch.futures.Future[torch.Tensor]:
+    """The run's all-reduce of a gradient bucket (its comm hook's, else DDP's own
+    default_hooks.allreduce_hook), counted: the record then shows how often a micro-batch
+    really synchronised, not how often it should. DDP takes one hook only, so the count wraps
+    the run's: the probe's steps compress their gradients as training's do."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    state.calls += 1
+    return (state.hook or default_hooks.allreduce_hook)(None, bucket)
+
+
+# DDP checks the annotation itself; `from __future__ import annotations` left it a string
+counting_allreduce.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+
+
+class Runner:
+    """The probe's training steps of a module copy: its optimizers, its loss scaler (16-mixed)
+    and, on several ranks, its own DDP wrapper. The copy's manual_backward and optimizer
+    steps reach backward() and optimizer_step() through its caller's view of the trainer."""
+
+    def __init__(self, module, optimizers: list, device: torch.device, *, context=contextlib.nullcontext,
+                 scaler: bool = False, ddp_kwargs: dict | None = None, comm_hook=None):
+        self.module, self.optimizers, self.device = module, list(optimizers), device
+        self.manual = not module.automatic_optimization
+        self.scaler = torch.amp.GradScaler(device.type) if scaler else None
+        self.step_module = _TrainingStep(module, context, self._after_inner_forward)
+        self.ddp_kwargs = dict(ddp_kwargs or {})
+        self.ddp = None
+        self.counter = _Calls()
+        self.counter.hook = comm_hook  # the run's DDPStrategy(ddp_comm_hook=...), the same in the probe
+
+    def wrap(self) -> None:
+        """The DDP wrapper (collective: every rank, once)."""
+        self.ddp = nn.parallel.DistributedDataParallel(
+            self.step_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            **self.ddp_kwargs)
+        self.ddp.register_comm_hook(self.counter, counting_allreduce)
+
+    def _after_inner_forward(self) -> None:
+        # manual optimisation: training_step prepared the sync in its backward already; DDP's
+        # post-forward must not prepare it again (Lightning's _DDPForwardRedirection)
+        if self.manual and self.ddp is not None:
+            self.ddp.require_backward_grad_sync = False
+
+    def forward(self, batch, batch_idx: int):
+        if self.ddp is None:
+            return self.step_module(batch, batch_idx)
+        sync = self.ddp.require_backward_grad_sync
+        try:
+            return self.ddp(batch, batch_idx)
+        finally:
+            self.ddp.require_backward_grad_sync = sync
+
+    def backward(self, loss: torch.Tensor, *args, **kwargs) -> None:
+        """As Lightning's strategy runs it: DDP's sync prepared for a manual backward, the loss
+        scaled (16-mixed), then the module's own backward hook."""
+        if self.manual and self.ddp is not None:
+            prepare_for_backward(self.ddp, loss)
+        self.module.backward(loss if self.scaler is None else self.scaler.scale(loss), *args, **kwargs)
+
+    def optimizer_step(self, optimizer, closure=None, **kwargs):
+        if self.scaler is None:
+            return optimizer.step(closure=closure, **kwargs)
+        out = closure() if closure is not None else None
+        self.scaler.step(optimizer, **kwargs)
+        self.scaler.update()
+        return out
+
+    def step(self, batches: list, i: int, synced: bool, accumulate: int = 1, before_batch=None) -> None:
+        """Optimizer step i as Lightning runs it: only the last micro-batch may synchronise.
+        before_batch: called before each batch, as Lightning's loop does its own per-batch work."""
+        if self.manual:  # training_step zeroes, backpropagates and steps itself
+            if before_batch is not None:
+                before_batch()
+            with self.ddp.no_sync() if self.ddp is not None and not synced else contextlib.nullcontext():
+                self.forward(batches[i % len(batches)], i)
+            return
+        optimizer = self.optimizers[0]  # Lightning allows one with automatic optimisation
+        optimizer.zero_grad(set_to_none=True)
+        for j in range(accumulate):
+            quiet = self.ddp is not None and not (synced and j == accumulate - 1)
+            k = i * accumulate + j
+            if before_batch is not None:
+                before_batch()
+            with self.ddp.no_sync() if quiet else contextlib.nullcontext():
+                self.backward(loss_of(self.forward(batches[k % len(batches)], k), k))
+        self.optimizer_step(optimizer)
+
+    def time_alone(self, batches: list, accumulate: int = 1) -> float:
+        """Seconds per micro-batch of one optimizer step on this rank alone, the second of two
+        (the first is cold): what the probe's size is chosen by, before it times anything."""
+        seconds = 0.0
+        for i in range(2):
+            sync_device(self.device)
+            start = time.perf_counter()
+            self.step(batches, i, synced=False, accumulate=accumulate)
+            sync_device(self.device)
+            seconds = (time.perf_counter() - start) / accumulate
+        return seconds
+
+    def try_alone(self, batches: list, steps: int, accumulate: int = 1) -> None:
+        """One block on this rank alone, before any DDP: every batch index the timed blocks
+        use, so a step that fails does so here, where no other rank waits for this one."""
+        opt_steps, _ = blocks(steps, accumulate)
+        for i in range(opt_steps):
+            self.step(batches, i, synced=False, accumulate=accumulate)
+        sync_device(self.device)
+
+
+def time_block(runner: Runner, batches: list, count: int, synced: bool, accumulate: int = 1,
+               before_batch=None) -> float:
+    """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
+    align(runner.device)
+    start = time.perf_counter()
+    for i in range(count):
+        runner.step(batches, i, synced, accumulate, before_batch)
+    sync_device(runner.device)
+    return (time.perf_counter() - start) / (count * accumulate)
+
+
+# The kinds of timed block: compute alone (DDP's no_sync), a synchronised step, and a
+# synchronised step with Lightning's per-batch SIGTERM broadcast (loopsync) before each batch.
+COMPUTE, SYNCED, LOOP_SYNC = "compute", "synced", "loop_sync"
+
+
+def measure(runner: Runner, batches: list, waits: list[float], world_size: int, *,
+            steps: int = 20, rounds: int = 5, warmup: int = 3, batch_per_device: int | None = None,
+            accumulate: int = 1) -> dict:
+    """Per micro-batch data wait, compute (no_sync), synced time, and on several ranks the
+    cost of Lightning's own per-batch sync; collective over all ranks.
+
+    A block is ceil(steps / accumulate) optimizer steps of `accumulate` micro-batches each.
+    """
+    if rounds < 1:
+        raise ValueError("the step probe needs --rounds >= 1")
+    opt_steps, micro = blocks(steps, accumulate)
+    if world_size > 1 and runner.ddp is None:
+        runner.wrap()
+    device = runner.device
+    broadcast = functools.partial(loopsync.sigterm_broadcast, device)
+    spec = {COMPUTE: (False, None), SYNCED: (True, None), LOOP_SYNC: (True, broadcast)}
+    kinds = [COMPUTE, SYNCED, LOOP_SYNC] if world_size > 1 else [COMPUTE]
+    def run(kind: str, count: int) -> float:
+        synced, before_batch = spec[kind]
+        return time_block(runner, batches, count, synced, accumulate, before_batch)
+
+    for kind in kinds:  # DDP builds its buckets in the first synced steps; caches fill
+        run(kind, max(1, warmup))
+    times = {kind: [] for kind in kinds}
+    calls = {kind: 0 for kind in kinds}
+    for r in range(rounds):
+        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # no kind always goes first
+            before = runner.counter.calls
+            times[kind].append(run(kind, opt_steps))
+            calls[kind] += runner.counter.calls - before
+
+    def median(kind: str) -> float:
+        return slowest(statistics.median(times[kind]), device)
+
+    data_s = slowest(statistics.median(waits), device)
+    compute_s = median(COMPUTE)
+    sync_s = median(SYNCED) if world_size > 1 else compute_s
+    # the broadcast's cost: the median of each round's difference, not a difference of medians,
+    # so a round slowed for both kinds alike (a busy host) cancels out
+    loop_diff = (slowest(statistics.median(a - b for a, b in zip(times[LOOP_SYNC], times[SYNCED])), device)
+                 if world_size > 1 else 0.0)
+    how = ("DDP no_sync() (no gradient all-reduce) vs with gradient all-reduce vs with all-reduce and "
+           "Lightning's per-batch SIGTERM broadcast + .item(), rotating"
+           if world_size > 1 else "one rank, no DDP")
+    accumulation = (f" of {accumulate} micro-batches each, only the last one synchronised"
+                    if accumulate > 1 else "")
+    manual = ", manual optimisation (the module's own backward and step)" if runner.manual else ""
+    timed = rounds * micro  # micro-batches in each kind's timed blocks
+    return {
+        "method": (f"{opt_steps} training steps (forward, backward, optimizer step){accumulation} per "
+                   f"block{manual}, {how}, {rounds} rounds; per micro-batch median over rounds, slowest "
+                   f"rank; data wait: median over {len(waits)} batches drawn from the run's train "
+                   "dataloader and moved to the device"),
+        "optimization": "manual" if runner.manual else "automatic",
+        "steps": opt_steps,
+        "rounds": rounds,
+        "accumulate_grad_batches": accumulate,
+        "micro_batches_per_block": micro,
+        # gradient-bucket all-reduces DDP made per micro-batch, counted by a comm hook
+        "allreduce_calls_per_batch": calls[SYNCED] / timed if world_size > 1 else 0.0,
+        "allreduce_calls_per_batch_no_sync": calls[COMPUTE] / timed if world_size > 1 else 0.0,
+        "batch_per_device": batch_per_device,
+        "data_s": data_s,
+        "compute_s": compute_s,
+        "sync_step_s": sync_s,
+        "exposed_comm_s": max(0.0, sync_s - compute_s),
+        "comm_diff_s": sync_s - compute_s,
+        # Lightning 2.6 broadcasts a SIGTERM flag and calls .item() before every batch in DDP
+        # (training_epoch_loop._broadcast_sigterm_tensor); one rank does not
+        "sync_step_with_loop_sync_s": median(LOOP_SYNC) if world_size > 1 else sync_s,
+        "loop_sync_s": max(0.0, loop_diff),
+        "loop_sync_diff_s": loop_diff,
+    }
+
+
+def gradient_numel(model) -> tuple[int, int]:
+    """(elements, bytes) of the trainable parameters' gradients: what DDP all-reduces per step."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)

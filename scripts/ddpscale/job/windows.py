@@ -1,0 +1,265 @@
+"""Throughput in windows of steps, inside an epoch, and throughput mode's stop.
+
+A real epoch can take an hour, so the measurement does not wait for epochs: every
+`window_steps` training batches the window's seconds (device synchronised) and samples are
+gathered from every rank in one collective, the slowest rank's seconds counted (the group
+steps together), and ddpscale.core.steadystate decides on those numbers. Every rank
+holds the same numbers, so every rank makes the same decision and stops after the same batch;
+Lightning then runs the epoch's validation and checkpoint as at an epoch's end, which the
+projection of the full training uses.
+
+A window's clock runs while training runs: contiguous from step to step (the data fetch
+between steps included), paused from the last step before validation or an epoch's end to
+the next step, so a window may span epochs (a small dataset's epoch can be shorter than a
+window) but never holds their validation, loader start or checkpoint, which are timed per
+epoch instead (epoch_overhead_s). A partial window when training ends is dropped. In full mode the same windows are timed but never stop the run: they are the check
+of a throughput-mode figure against the full training. A resumed attempt measures afresh (a
+new process has its own warm-up); the steps of earlier attempts are not reused.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.trainer.states import TrainerFn
+
+from ddpscale.job import samplecount
+from ddpscale.core import steadystate
+from ddpscale.job.devicesync import sync_device
+
+
+class WindowedThroughput(pl.Callback):
+    def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int,
+                 counter: samplecount.BatchCounter | None = None):
+        self.rule = rule
+        # the run's one count of each batch's samples: ScalingMetrics' counter, which counts
+        # before this callback reads it (callbacks.RunCallbacks.all); its own where it has none
+        self.counter = counter or samplecount.BatchCounter()
+        self._counts = counter is None
+        self.stop = stop  # throughput mode: stop once decided; full mode: measure only
+        self.per_device_batch = per_device_batch
+        self.seconds: list[float] = []  # per window, the slowest rank's
+        self.samples: list[int] = []  # per window, over all ranks
+        # per window, when it began on this rank (time.monotonic, the GPU sampler's clock): the
+        # steady windows' span is where throughput mode's GPU utilisation is read
+        self.starts: list[float] = []
+        self.decision: steadystate.Decision | None = None
+        self.samples_per_epoch: int | None = None
+        self._measuring_since: float | None = None
+        self.stop_steps: list[int] | None = None  # each rank's global step when training ended
+        # per epoch (this rank): the seconds from its start to the next epoch's start (or the
+        # end of training) that no training step took: loader start, validation, checkpoint
+        # save, hooks. What the projection adds per epoch to the steps the throughput gives.
+        self.epoch_overheads: list[float] = []
+        # each validation's seconds (this rank, device synchronised), with the epoch it ran in:
+        # the projection counts validations by the trainer's check_val_every_n_epoch, not one an
+        # epoch. after_stop: throughput mode's own validations after its stop (warm_overheads)
+        self.validations: list[list] = []
+        self.after_stop_validations: list[float] = []
+        self.after_stop_saves: list[float] = []
+        self._val_t0: float | None = None
+        self.check_val_every_n_epoch: int | None = None
+        self.validates: bool | None = None
+        self._epoch_t0: float | None = None
+        self._steps_s = 0.0
+        self._shard: tuple[int, int, int] | None = None
+        self._epoch_seen = 0
+        self._drop()
+
+    def _drop(self) -> None:
+        self._t = None  # the clock of the open window, while training runs
+        self._held = 0.0  # its seconds before the last pause
+        self._steps = self._count = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.samples_per_epoch = epoch_samples(trainer, self.per_device_batch)
+        # how often the configured training validates, and so saves (ddpscale.report.projection.events)
+        self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
+        self.validates = bool(trainer.enable_validation)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._end_epoch(pl_module)
+        self._epoch_t0 = time.perf_counter()
+        # a padded shard's repeats are not counted, as samples_per_epoch does not count them
+        # (ddpscale.job.samplecount): the rank's samples so far this epoch, before capping
+        self._shard = samplecount.shard_of(trainer.train_dataloader)
+        self._epoch_seen = 0
+        if self._counts:
+            self.counter.start_epoch(trainer.train_dataloader)
+
+    def _end_epoch(self, pl_module) -> None:
+        if self._epoch_t0 is not None:
+            sync_device(pl_module.device)
+            self.epoch_overheads.append(max(0.0, time.perf_counter() - self._epoch_t0 - self._steps_s))
+        self._epoch_t0, self._steps_s = None, 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._t is None:  # the first step of the run, or after a pause (validation, an epoch's end)
+            sync_device(pl_module.device)
+            self._t = time.perf_counter()
+            if self._steps == 0 and self._held == 0.0:
+                self.starts.append(time.monotonic())
+            if self._measuring_since is None:
+                self._measuring_since = self._t
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._steps += 1
+        before = samplecount.counted(self._epoch_seen, self._shard)
+        self._epoch_seen += self.counter.count(batch, pl_module) if self._counts else self.counter.last
+        self._count += samplecount.counted(self._epoch_seen, self._shard) - before
+        if self._steps >= self.rule.window_steps:
+            self._close(trainer, pl_module)
+
+    def _close(self, trainer, pl_module) -> None:
+        sync_device(pl_module.device)
+        now = time.perf_counter()
+        mine = torch.tensor([self._held + now - self._t, now - self._measuring_since, float(self._count)],
+                            dtype=torch.float64, device=pl_module.device)
+        self._steps_s += now - self._t
+        every = trainer.strategy.all_gather(mine).reshape(-1, 3)  # one collective per window
+        self.seconds.append(float(every[:, 0].max()))
+        self.samples.append(int(every[:, 2].sum()))
+        if self.stop:  # full mode decides once, at the end (record)
+            self.decision = steadystate.decide(self.seconds, self.samples, self.rule,
+                                               elapsed_s=float(every[:, 1].max()))
+            if self.decision.stop:
+                trainer.should_stop = True  # every rank, after this batch: the epoch ends, validation runs
+        self._drop()
+        self._t = time.perf_counter()  # the gather is not part of training
+        self.starts.append(time.monotonic())
+
+    def _pause(self, trainer, pl_module) -> None:
+        if self._t is not None:  # the window goes on at the next step; the pause is not in it
+            sync_device(pl_module.device)
+            elapsed = time.perf_counter() - self._t
+            self._steps_s += elapsed
+            self._held += elapsed
+            self._t = None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._pause(trainer, pl_module)
+            sync_device(pl_module.device)
+            self._val_t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or self._val_t0 is None:
+            return
+        sync_device(pl_module.device)
+        seconds = time.perf_counter() - self._val_t0
+        self._val_t0 = None
+        if trainer.state.fn == TrainerFn.FITTING:
+            self.validations.append([int(trainer.current_epoch), seconds])
+        else:
+            self.after_stop_validations.append(seconds)
+
+    on_train_epoch_end = _pause
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._end_epoch(pl_module)
+        # every rank's last step, read from the group: the evidence that all of them stopped together
+        step = torch.tensor([trainer.global_step], dtype=torch.int64, device=pl_module.device)
+        self.stop_steps = [int(s) for s in trainer.strategy.all_gather(step).reshape(-1)]
+
+    def final(self) -> steadystate.Decision:
+        """The decision the run's figure rests on (the same on every rank)."""
+        d = self.decision
+        if d is None or not d.stop:  # the configured epochs ended first: these windows are all there is
+            d = steadystate.decide(self.seconds, self.samples, self.rule, ended=True)
+        return d
+
+    def steady_since(self) -> float | None:
+        """When the first steady window began on this rank (time.monotonic), or None when no
+        window is steady: the warm-up the rule found in the windows comes before it."""
+        d = self.final()
+        return self.starts[d.warmup_windows] if d.steady_windows and d.warmup_windows < len(self.starts) else None
+
+    def record(self) -> dict:
+        """metrics.json entries (the same on every rank)."""
+        d = self.final()
+        reason = ((steadystate.EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop
+                  else steadystate.FULL_TRAINING)
+        return {
+            "window_throughput_samples_s": d.throughput if d.steady_windows else None,
+            "throughput_half_width": d.half_width if d.steady_windows >= 2 else None,
+            "window_steps": self.rule.window_steps,
+            "windows_warmup": d.warmup_windows,
+            "windows_steady": d.steady_windows,
+            # False: no warm-up cut left the windows without a trend; the figure is the later half's
+            "windows_settled": d.settled,
+            # every window, the slowest rank's seconds and all ranks' samples, in order (the
+            # first windows_warmup are the warm-up): the interval can be recomputed from them
+            "window_seconds": list(self.seconds),
+            "window_samples": list(self.samples),
+            "min_windows": self.rule.min_windows,
+            "steps_measured": len(self.seconds) * self.rule.window_steps,
+            "stop_reason": reason,
+            "target_precision": self.rule.precision,
+            "max_steps": self.rule.max_steps,
+            "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
+            "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
+            "samples_per_epoch": self.samples_per_epoch,
+            "stop_steps_by_rank": self.stop_steps,
+            "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
+                                 if self.epoch_overheads else None),
+            "epochs_timed": len(self.epoch_overheads),
+            # each epoch's own (the first holds one-off costs: ddpscale.report.projection)
+            "epoch_overheads_s": list(self.epoch_overheads),
+            # [epoch, seconds] of each validation in training; what validates and how often
+            "validation_s": [list(v) for v in self.validations],
+            "check_val_every_n_epoch": self.check_val_every_n_epoch,
+            "validates": self.validates,
+            # throughput mode's validations and saves after its stop (warm_overheads)
+            "after_stop_validation_s": list(self.after_stop_validations),
+            "after_stop_checkpoint_s": list(self.after_stop_saves),
+        }
+
+
+def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, saves_timed: int, scratch: str) -> None:
+    """Throughput mode, after its stop: validate and save until two of each were timed, the
+    fit's own included. The first of each in a process is cold (eval graphs compiling, the
+    loader's first start, the first write): the projection adds that one once and needs a
+    later one for the rest of the configured training's validations and saves. Every rank
+    takes part (a validation and a save are collective); the save goes to `scratch`, removed."""
+    if windows.validates:
+        for _ in range(max(0, 2 - len(windows.validations))):
+            trainer.validate(model, datamodule=datamodule, verbose=False)
+    for _ in range(max(0, 2 - saves_timed)):
+        sync_device(trainer.strategy.root_device)
+        started = time.perf_counter()
+        trainer.save_checkpoint(scratch)
+        windows.after_stop_saves.append(time.perf_counter() - started)
+    trainer.strategy.barrier("ddpscale-warm-overheads")
+    if trainer.is_global_zero and os.path.exists(scratch):
+        os.remove(scratch)
+
+
+def epoch_samples(trainer, per_device_batch: int) -> int | None:
+    """Training samples of one whole epoch over all ranks (padding repeats not counted), from
+    the loader each rank trains on; None where the epoch has no length (an iterable dataset)."""
+    batches = trainer.num_training_batches
+    if batches == float("inf"):
+        here = -1
+    else:
+        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), per_device_batch)
+    every = trainer.strategy.all_gather(torch.tensor([here], dtype=torch.int64, device=trainer.strategy.root_device))
+    every = every.reshape(-1)
+    return None if bool((every < 0).any()) else int(every.sum())
+
+
+def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: str | None = None) -> dict:
+    """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
+    the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
+    configured training ended before a window did (a tiny run), the run was a full one and its
+    steady epochs' figure stands (throughput_from says which). uncounted: why some batch's
+    samples could not be counted (ScalingMetrics.uncounted): no figure per sample then."""
+    if uncounted:
+        windows = {**windows, "window_throughput_samples_s": None, "throughput_half_width": None}
+    out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
+    if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
+        out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,
+                   throughput_from="windows")
+    return out

@@ -1,1 +1,0 @@
-"""Measurement: epoch timing, FLOPs and MFU, GPU facts, and the probe of a step and all-reduce."""

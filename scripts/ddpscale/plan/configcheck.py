@@ -1,0 +1,297 @@
+"""Config checks made while the workflow is parsed: each problem is one line naming key and fix.
+
+Snakemake's own `validate` prints the schema and the config for one misspelt key (401 lines
+for a top-level key of config/config.yaml, with the message on line 4), so the schema is checked here first and each error rewritten as one line.
+The checks the schema cannot express (keys that depend on each other, a dataset too small for
+the batch) run on the validated config, with the schema's defaults filled in. Pure functions:
+no I/O, no torch, so a dry run stays fast and the tests need no workflow.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+
+import yaml
+
+from ddpscale.core.topology import Topology
+from ddpscale.plan.configsource import DEFAULT_CONFIG
+from ddpscale.plan.spiral import split_sizes
+
+# config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.job.metriccheck)
+ACCURACY_METRIC_ENV = "DDPSCALE_ACCURACY_METRIC"
+# config accuracy.epoch_metric resolved (ddpscale.core.measuremode.epoch_metric), for time to accuracy
+EPOCH_METRIC_ENV = "DDPSCALE_EPOCH_METRIC"
+SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
+JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
+              "number": "a number", "boolean": "true or false", "null": "null"}
+
+
+def key_name(path) -> str:
+    """['dataset', 'split', 0] -> 'dataset.split[0]'; [] -> 'the config'."""
+    name = ""
+    for part in path:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or "the config"
+
+
+def shown(value) -> str:
+    """A value as the user wrote it in YAML, with what YAML made of it when that surprises."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (true/false)"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
+# Words whose nearest match by letters would mislead: Lightning's legacy precision spellings
+# (lightning_fabric/plugins/precision/precision.py; by letters "bf16" is nearest "bf16-true",
+# not the "bf16-mixed" Lightning makes of it), and CUDA for the GPU accelerator.
+ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"},
+           "accelerator": {"cuda": "gpu"}}
+
+
+def closest(word, choices, key: str = "") -> str:
+    alias = ALIASES.get(key, {}).get(str(word).lower())
+    if alias:
+        return f"; did you mean '{alias}'?"
+    match = difflib.get_close_matches(str(word).lower(), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def _type_problem(key: str, value, expected, schema: dict) -> str:
+    wanted = [expected] if isinstance(expected, str) else list(expected)
+    names = " or ".join(JSON_TYPES.get(t, t) for t in wanted)
+    fix = f"give {names}"
+    if isinstance(value, str) and {"integer", "number"} & set(wanted):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            text = value.strip()
+            fix = f"write {text} without quotes" if "integer" not in wanted or number.is_integer() else fix
+    elif isinstance(value, str) and "array" in wanted:
+        parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+        fix = "write a list in brackets, e.g. [" + ", ".join(f'"{p}"' for p in parts) + "]"
+    elif value is None and "object" in wanted:
+        fix = f"give its keys indented below it, or remove the '{key.rpartition('.')[2]}:' line for the defaults"
+    elif "object" in wanted and schema.get("properties"):
+        first = next(iter(schema["properties"]))
+        fix = (f"give its keys ({', '.join(schema['properties'])}) indented below it, "
+               f"e.g. {first}: {value}" if isinstance(value, str) else f"give its keys ({', '.join(schema['properties'])})")
+    elif "object" in wanted:
+        fix = "give it as name: value lines indented below it (each argument by its name)"
+    elif isinstance(value, bool) and "string" in wanted:
+        fix = "quote the value, or use one of the allowed words"
+    elif isinstance(value, (int, float)) and "string" in wanted:
+        alias = ALIASES.get(key, {}).get(str(value))
+        fix = f"write '{alias}'" if alias else f"write it in quotes: \"{value}\""
+    return f"{key} is {shown(value)}{' (text)' if isinstance(value, str) else ''} but must be {names}; {fix}"
+
+
+def schema_error_message(error, where) -> str:
+    """One jsonschema ValidationError as one line: where (the file that set the key, when `where`
+    is a function of the key's path), key, what is wrong, how to fix it."""
+    key = key_name(error.absolute_path)
+    value, rule, limit = error.instance, error.validator, error.validator_value
+    about = error.schema.get("description")
+    path = tuple(error.absolute_path)
+    if rule == "additionalProperties":
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(k for k in value if k not in known)
+        path += (unknown[0],)
+    where = where(path) if callable(where) else where
+    if rule == "additionalProperties":
+        section = "at the top level" if key == "the config" else f"in {key}"
+        hints = [closest(k, known) for k in unknown]
+        fix = hints[0] if len(unknown) == 1 and hints[0] else f"; the keys allowed there are {', '.join(known)}"
+        return f"{where}: unknown key {', '.join(repr(k) for k in unknown)} {section}{fix} (a misspelt key is never ignored)"
+    if rule == "type":
+        text = _type_problem(key, value, limit, error.schema)
+    elif rule == "enum":
+        choices = ", ".join(str(c) for c in limit)
+        text = f"{key} is {shown(value)} but must be one of: {choices}{closest(value, limit, key)}"
+        if isinstance(value, bool):
+            text += " (YAML reads yes/no/true/false as true/false: quote the word)"
+    elif rule in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        bound = {"minimum": "at least", "exclusiveMinimum": "greater than",
+                 "maximum": "at most", "exclusiveMaximum": "less than"}[rule]
+        text = f"{key} is {value!r}; it must be {bound} {limit}"
+        if rule == "maximum" and limit == 1 and isinstance(value, (int, float)) and 1 < value <= 100:
+            text += f" (a fraction: {value}% is {value / 100:g})"
+    elif rule == "pattern" and key.startswith("topologies["):
+        text = (f"{key} is '{value}', which is not a topology; write NODESxDEVICES, e.g. '1x4' "
+                "for one node with 4 devices or '2x4' for two such nodes")
+    elif rule == "pattern" and limit.startswith("^") and limit.endswith("$") and limit[1:-1].isalpha():
+        # a number or one word (repeats: auto): name both, not the regular expression
+        text = f"{key} is '{value}'; it must be a whole number or {limit[1:-1]} (without quotes for a number)"
+    elif rule == "pattern":
+        text = f"{key} is '{value}', which does not have the form {limit}; fix it"
+    elif rule in ("minItems", "maxItems"):
+        bound = "at least" if rule == "minItems" else "at most"
+        text = f"{key} has {len(value)} entries but needs {bound} {limit}; fix the list"
+    else:
+        text = f"{key}: {error.message}; fix it"
+    return f"{where}: {text}" + (f" ({key}: {about.strip()})" if about and rule != "type" else "")
+
+
+def schema_problems(config: dict, schema: dict, where: str = DEFAULT_CONFIG) -> list[str]:
+    """Every violation of the schema, one line each, outermost key first."""
+    # imported here: train.py imports this module's constants, and a GPU node's shared Python
+    # may have the training stack without jsonschema, which only the workflow's parse needs
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(schema).iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    # A value of the wrong type fails its enum or bounds too: the type says it best, once.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    named = {tuple(e.absolute_path) for e in errors}
+    return [schema_error_message(e, where) for e in errors
+            if e.validator == "type" or tuple(e.absolute_path) not in mistyped] + [
+        non_finite_message(path, value, where) for path, value in non_finite(config) if path not in named]
+
+
+def non_finite(tree, path=()) -> list[tuple[tuple, float]]:
+    """(path, value) of every NaN or infinite number (YAML's .nan, .inf): every comparison with
+    NaN is false, so the schema's bounds let it through, and a bound-less key takes .inf."""
+    if isinstance(tree, dict):
+        return [found for key, value in tree.items() for found in non_finite(value, (*path, key))]
+    if isinstance(tree, list):
+        return [found for i, value in enumerate(tree) for found in non_finite(value, (*path, i))]
+    return [(path, tree)] if isinstance(tree, float) and not math.isfinite(tree) else []
+
+
+def non_finite_message(path: tuple, value: float, where) -> str:
+    where = where(path) if callable(where) else where
+    return f"{where}: {key_name(path)} is {value!r}, which no setting can use; give a finite number"
+
+
+def epoch_problems(config: dict, where: str) -> list[str]:
+    warmup, epochs = config["warmup_epochs"], config["max_epochs"]
+    if warmup < epochs:
+        return []
+    return [f"{where}: warmup_epochs is {warmup} but max_epochs is {epochs}, so no steady epoch is left "
+            f"to measure throughput and every run would report none; set warmup_epochs below max_epochs "
+            f"(e.g. warmup_epochs: {epochs - 1}) or raise max_epochs above {warmup}"]
+
+
+def loader_problems(config: dict, where: str) -> list[str]:
+    """DataLoader knobs that only work together; PyTorch would refuse them inside every rank."""
+    loader, data_args = config["dataloader"], config["data"]["init_args"]
+    workers = loader["num_workers"]
+    problems = []
+    if loader["persistent_workers"] and workers == 0:
+        problems.append(f"{where}: dataloader.persistent_workers is true but dataloader.num_workers is 0, so "
+                        "there are no workers to keep; set num_workers above 0 or persistent_workers: false")
+    if loader["prefetch_factor"] is not None and workers == 0:
+        problems.append(f"{where}: dataloader.prefetch_factor is {loader['prefetch_factor']} but "
+                        "dataloader.num_workers is 0, so no worker loads ahead; set num_workers above 0 "
+                        "or prefetch_factor: null")
+    if data_args.get("resident") is True and workers > 0:
+        problems.append(f"{where}: dataloader.num_workers is {workers} but data.init_args.resident is true, "
+                        "which slices batches in the training process without a DataLoader; set "
+                        "dataloader.num_workers: 0 or data.init_args.resident: false")
+    return problems
+
+
+def global_batch(config: dict, topo: Topology) -> int:
+    size = config["batch"]["size"]
+    return size if config["batch"]["scaling"] == "strong" else size * topo.world_size
+
+
+def fewest_samples(split: list[float], need: dict[str, int]) -> int | None:
+    """The smallest dataset.samples whose split holds `need` samples in each part, or None.
+
+    Rounding makes it a search; it starts just below the exact bound, so parsing stays instant.
+    """
+    start = max(1, max(math.floor(need[name] / fraction) for name, fraction in zip(("train", "val", "test"), split)) - 5)
+    return next((n for n in range(start, start + 1000)
+                 if all(split_sizes(n, split)[k] >= need[k] for k in need)), None)
+
+
+def dataset_problems(config: dict, topologies: list[Topology], where: str) -> list[str]:
+    """A generated dataset must sum its split to 1 and hold a batch of every topology."""
+    dataset = config["dataset"]
+    if dataset["generator"] == "none":
+        if config["data"]["class_path"] == SPIRAL_MODULE:
+            return [f"{where}: dataset.generator is none, but data.class_path {SPIRAL_MODULE} reads the "
+                    "generated spiral dataset; set dataset.generator: spiral, or name your own data module "
+                    "in data.class_path"]
+        return []  # the module brings its own data: a data_file in its init_args is its own argument
+    problems = []
+    if "data_file" in config["data"]["init_args"]:
+        problems.append(f"{where}: data.init_args.data_file is set, but the workflow passes the generated "
+                        "dataset's file itself; remove data.init_args.data_file (or set dataset.generator: "
+                        "none to bring your own data)")
+    split = dataset["split"]
+    if not math.isclose(sum(split), 1.0, abs_tol=1e-6):
+        problems.append(f"{where}: dataset.split {split} sums to {sum(split):g}, not 1; give train, validation "
+                        "and test fractions that add up to 1, e.g. [0.7, 0.15, 0.15]")
+        return problems
+    sizes = split_sizes(dataset["samples"], split)
+    largest = max(topologies, key=lambda t: (global_batch(config, t), t.world_size))
+    need = {"train": global_batch(config, largest), "val": largest.world_size, "test": largest.world_size}
+    short = [name for name in ("train", "val", "test") if sizes[name] < need[name]]
+    if short:
+        name = short[0]
+        enough = fewest_samples(split, need)
+        what = (f"one global batch of {need['train']} on '{largest.name}' (batch.size {config['batch']['size']}, "
+                f"{config['batch']['scaling']} scaling)" if name == "train"
+                else f"one sample per device of '{largest.name}' ({need[name]})")
+        other = "lower batch.size" if name == "train" else f"give {name} a larger fraction in dataset.split"
+        problems.append(f"{where}: dataset.samples {dataset['samples']} gives {sizes[name]} {name} samples, "
+                        f"fewer than {what}; raise dataset.samples"
+                        + (f" to at least {enough}" if enough else "") + f" or {other}")
+    return problems
+
+
+def file_problems(config: dict, where: str, exists) -> list[str]:
+    """The files the user's data module reads must be there before any run starts."""
+    missing = [f for f in config["data"]["files"] if not exists(f)]
+    if not missing:
+        return []
+    return [f"{where}: data.files lists {', '.join(missing)}, which "
+            f"{'does' if len(missing) == 1 else 'do'} not exist (paths are relative to the directory "
+            "snakemake runs in); fix the path or create the file"]
+
+
+def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
+    """Checks across keys of a validated config (defaults filled), one line per problem."""
+    return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+
+
+def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
+    """Why YAML cannot read a config, in one line with its line number and the fix; None if it can.
+
+    Snakemake's own message for every such file is "Config file is not valid JSON or YAML",
+    without a line, so the workflow reads config/config.yaml itself first."""
+    try:
+        yaml.safe_load(text)
+        return None
+    except yaml.MarkedYAMLError as error:
+        problem, context = error.problem or "", error.context or ""
+        mark = error.problem_mark or error.context_mark
+        if context.startswith(("while parsing a flow", "while scanning a quoted")) and error.context_mark:
+            mark = error.context_mark  # where the bracket or quote was opened
+        lines = text.splitlines()
+        at = f"{where} line {mark.line + 1}" if mark else where
+        shown_line = lines[mark.line].strip() if mark and mark.line < len(lines) else ""
+    except yaml.YAMLError as error:
+        return f"{where}: YAML cannot read it ({error}); fix the file's syntax"
+    if "'\\t'" in problem:
+        return f"{at}: a tab indents this line, and YAML indents with spaces only: replace the tab with spaces"
+    if context.startswith("while parsing a flow sequence"):
+        return f"{at}: the list opened with '[' on this line is not closed: close it with ']' (`{shown_line}`)"
+    if context.startswith("while parsing a flow mapping"):
+        return f"{at}: the mapping opened with '{{' on this line is not closed: close it with '}}' (`{shown_line}`)"
+    if context.startswith("while scanning a quoted"):
+        return f"{at}: the quote opened on this line is not closed: end the text with the same quote (`{shown_line}`)"
+    if problem.startswith("mapping values are not allowed"):
+        return (f"{at}: a second ':' on one line (`{shown_line}`): quote a value that contains ': ', "
+                "or put a nested key on its own line, indented")
+    if "expected <block end>" in problem:
+        return (f"{at}: this line is indented as no key above it is (`{shown_line}`): indent it exactly as "
+                "far as the keys it belongs with")
+    return f"{at}: YAML cannot read it ({problem or context}): fix that line (`{shown_line}`)"

@@ -1,0 +1,254 @@
+"""Site facts (from a profile) + topology -> SLURM resources and the launch command.
+
+Pure functions: nothing here runs a scheduler, so every profile's mapping is unit-tested.
+The resource names are those of snakemake-executor-plugin-slurm 2.8.0.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, fields
+
+from ddpscale.core.topology import Topology
+
+# A profile states its site facts as custom resources of its set-resources entry `train`,
+# prefixed so that they never collide with a resource the SLURM plugin interprets.
+SITE_PREFIX = "site_"
+
+
+# The site facts that are true or false (Snakemake hands a profile's `false` over as "False").
+FLAG_FACTS = ("exclusive", "multi_node_whole_nodes")
+# site_interconnect's values: what the report expects NCCL to use between nodes
+INTERCONNECTS = ("infiniband", "ethernet", "unknown")
+
+
+class SiteError(ValueError):
+    """A profile's site facts are incomplete or misspelt."""
+
+
+@dataclass(frozen=True)
+class Site:
+    launcher: str = "local"  # "local": one process per simulated device on this host; else e.g. "srun"
+    gpus_per_node: int | None = None  # devices a node has; None = no limit (local simulation)
+    gpu_type: str | None = None  # gres type, e.g. "a100" -> --gres=gpu:a100:N
+    cpus_per_gpu: int = 1  # CPUs for each rank (one rank per GPU)
+    mem_mb_per_gpu: int = 2000  # host memory for each rank
+    env: str = ""  # variables exported to every rank, e.g. NCCL settings: "NCCL_IB_DISABLE=0 ..."
+    # SLURM sends USR1 this many seconds before a training job's time limit, so the run can
+    # save a mid-epoch checkpoint and exit (its retry resumes); 0: no warning signal.
+    signal_s: int = 120
+    # Whole nodes for training jobs (--exclusive): no other job shares their PCIe or network,
+    # at the cost of queue time (every job holds whole nodes).
+    exclusive: bool = False
+    # The site gives a job of more than one node whole nodes (Raven): M x N with M > 1 must
+    # use every GPU of each node, or the site refuses it.
+    multi_node_whole_nodes: bool = False
+    slurm_extra: str = ""  # further sbatch flags of training jobs, e.g. "--gpu-bind=none"
+    # The network between nodes (INTERCONNECTS): the report flags a multi-node run whose NCCL
+    # fell back to sockets on an InfiniBand site.
+    interconnect: str = "unknown"
+
+    @property
+    def is_local(self) -> bool:
+        return self.launcher == "local"
+
+    @property
+    def whole_nodes(self) -> bool:
+        """Training jobs hold every GPU of their nodes, used or not (--exclusive)."""
+        return self.exclusive and not self.is_local and self.gpus_per_node is not None
+
+    def held_devices(self, num_nodes: int, world_size: int) -> int:
+        """The GPUs a training job of this shape holds, and is billed for: its ranks, or its
+        nodes' every GPU with site_exclusive."""
+        return num_nodes * self.gpus_per_node if self.whole_nodes else world_size
+
+
+def refuse_slurm_extra(resources: dict, where: str) -> None:
+    """A profile's own slurm_extra for train or probe would silently replace the per-topology one."""
+    if "slurm_extra" in resources:
+        raise SiteError(
+            f"{where}: slurm_extra would replace the flags ddpscale sets for each topology "
+            f"(--ntasks-per-node, --signal, --exclusive); put your own sbatch flags in "
+            f"site_slurm_extra of set-resources train instead"
+        )
+
+
+def shared_resources(resources: dict) -> dict:
+    """What a profile's set-resources `train` gives every training stage besides the site facts
+    (runtime, partition, QOS...): set on each stage rule, below its own set-resources entry."""
+    return {key: value for key, value in resources.items() if not key.startswith(SITE_PREFIX)}
+
+
+def check_stage_entry(rule: str, resources: dict) -> None:
+    """A stage's own set-resources entry may set any resource but the site facts (they stay in
+    `train`, one place for every stage) and slurm_extra (it would drop the per-topology flags)."""
+    where = f"profile set-resources {rule}"
+    refuse_slurm_extra(resources, where)
+    misplaced = sorted(key for key in resources if key.startswith(SITE_PREFIX))
+    if misplaced:
+        raise SiteError(f"{where}: {', '.join(misplaced)} is a site fact; site facts hold for every "
+                        f"stage, so set them once, under set-resources train")
+
+
+def site_from_resources(resources: dict, where: str = "profile set-resources train") -> Site:
+    """Build a Site from the `site_*` entries of a profile's set-resources `train`."""
+    known = {f.name for f in fields(Site)}
+    refuse_slurm_extra(resources, where)
+    values = {}
+    for key, value in resources.items():
+        if not key.startswith(SITE_PREFIX):
+            continue
+        name = key[len(SITE_PREFIX):]
+        if name not in known:
+            raise SiteError(
+                f"{where}: unknown site fact '{key}'; known: "
+                + ", ".join(SITE_PREFIX + k for k in sorted(known))
+            )
+        values[name] = value
+    # Snakemake passes a profile's resources on as text: `site_exclusive: false` arrives as "False"
+    for flag in FLAG_FACTS:
+        if isinstance(values.get(flag), str) and values[flag].lower() in ("true", "false"):
+            values[flag] = values[flag].lower() == "true"
+    site = Site(**values)
+    for name in ("cpus_per_gpu", "mem_mb_per_gpu", "gpus_per_node"):
+        value = getattr(site, name)
+        if name == "gpus_per_node" and value is None:
+            continue
+        # bool is an int in Python; `site_cpus_per_gpu: true` would become --cpus-per-task=True
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SiteError(f"{where}: {SITE_PREFIX}{name} must be an integer >= 1 (got {value!r})")
+    if isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int) or site.signal_s < 0:
+        raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer >= 0, seconds before the "
+                        f"time limit (0: no signal) (got {site.signal_s!r})")
+    for flag in FLAG_FACTS:
+        if not isinstance(getattr(site, flag), bool):
+            raise SiteError(f"{where}: {SITE_PREFIX}{flag} must be true or false (got {getattr(site, flag)!r})")
+    if site.multi_node_whole_nodes and site.gpus_per_node is None:
+        raise SiteError(f"{where}: {SITE_PREFIX}multi_node_whole_nodes needs {SITE_PREFIX}gpus_per_node, "
+                        f"the GPUs of a whole node")
+    if not isinstance(site.slurm_extra, str):
+        raise SiteError(f"{where}: {SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {site.slurm_extra!r})")
+    if not isinstance(site.launcher, str) or not site.launcher.strip():
+        raise SiteError(f"{where}: {SITE_PREFIX}launcher must be 'local' or a launcher such as 'srun' (got {site.launcher!r})")
+    if site.interconnect not in INTERCONNECTS:
+        raise SiteError(f"{where}: {SITE_PREFIX}interconnect must be one of {', '.join(INTERCONNECTS)}, the "
+                        f"network between the nodes (got {site.interconnect!r})")
+    return site
+
+
+def cluster_launched(topo: Topology, site: Site) -> bool:
+    """Whether the ranks form a process group under SLURM (the `mpi` resource, Lightning's
+    SLURMEnvironment); a 1-rank cluster run is still an srun task (launch_prefix), alone."""
+    return topo.world_size > 1 and not site.is_local
+
+
+def slurm_resources(topo: Topology, site: Site) -> dict:
+    """The plugin resources of one training job.
+
+    Facts of plugin 2.8.0 this relies on:
+    - the jobstep plugin (0.6.1) runs the shell in the batch step whenever the job has an
+      `mpi` resource at all (it tests the key, not the value), and the shell starts the ranks
+      itself with srun (launch_prefix); without the key it would wrap the job in `srun -n1`,
+      which trains a multi-node topology on one rank and "succeeds";
+    - the plugin refuses a truthy `mpi` with tasks == 1, so the baseline's is empty (still a key);
+    - with a gpu gres the plugin adds --ntasks-per-gpu from `tasks` unless tasks_per_gpu=0,
+      which breaks M nodes x 1 GPU; `gres` is per node, unlike `gpu` (a job-wide total).
+    """
+    gres = f"gpu:{site.gpu_type}:{topo.devices_per_node}" if site.gpu_type else f"gpu:{topo.devices_per_node}"
+    return {
+        "slurm_extra": slurm_extra(topo, site),
+        "nodes": topo.num_nodes,
+        "tasks": topo.world_size,
+        "tasks_per_gpu": 0,
+        "gres": gres,
+        "cpus_per_task": site.cpus_per_gpu,
+        # --mem is per node: one rank per device on each node.
+        "mem_mb": site.mem_mb_per_gpu * topo.devices_per_node,
+        "mpi": site.launcher if cluster_launched(topo, site) else "",
+    }
+
+
+def slurm_extra(topo: Topology, site: Site) -> str:
+    """The sbatch flags of one training job that the plugin has no resource for.
+
+    - --ntasks-per-node: the plugin asks for --nodes=M --ntasks=M*N only, and SLURM may then
+      place 7 + 1 tasks on nodes with room; the step (srun --ntasks-per-node=N) and Lightning
+      need N on every node. Plugin 2.8.0 appends slurm_extra to its own flags and refuses
+      only flags it sets itself (--ntasks, --nodes, ...; validation.py), not this one.
+    - --signal=USR1@s: SLURM signals the job's steps s seconds before the limit, never the
+      batch step, where the plugin runs Snakemake and the shell: so every rank, the 1-rank
+      baseline's too, is an srun task (launch_prefix), else the warning reaches no one.
+    - --exclusive: whole nodes (site_exclusive).
+    A local site has no scheduler: nothing.
+    """
+    if site.is_local:
+        return ""
+    flags = [f"--ntasks-per-node={topo.devices_per_node}"]
+    if site.signal_s:
+        flags.append(f"--signal=USR1@{site.signal_s}")
+    if site.exclusive:
+        flags.append("--exclusive")
+    if site.slurm_extra.strip():
+        flags.append(site.slurm_extra.strip())
+    return " ".join(flags)
+
+
+def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | None = None) -> str:
+    """The command that starts every rank of a topology, to be followed by the script and flags.
+
+    All counts are explicit: under SLURM the plugin's jobstep strips SLURM_* variables before
+    the shell runs, and Lightning's SLURMEnvironment needs --ntasks-per-node == devices.
+
+    Local site: gpu_ids are the GPUs this host hands out (ddpscale.plan.hostdevices). Absent, the
+    run is CPU-simulated and its ranks see no GPU (CUDA_VISIBLE_DEVICES empty), so CUDA is
+    never initialised; given, a single rank gets the first and the local launcher gives each
+    simulated node its own. A cluster's ranks get their GPUs from the allocation.
+    """
+    variables = [site.env] if site.env else []
+    if not site.is_local:
+        if gpu_ids is not None:
+            raise ValueError("gpu_ids are for the local launcher; under SLURM the allocation sets the GPUs")
+    elif gpu_ids is None:
+        variables.append("CUDA_VISIBLE_DEVICES=")
+    elif len(gpu_ids) < topo.world_size:
+        raise ValueError(f"{topo.name} needs {topo.world_size} GPUs, one per rank; got {len(gpu_ids)}")
+    elif topo.world_size == 1:
+        variables.append(f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu_ids[0])}")
+    env = f"env {' '.join(variables)} " if variables else ""
+    if site.is_local:
+        if topo.world_size == 1:
+            return f"{env}{shlex.quote(python)}"
+        gpus = "" if gpu_ids is None else f"--gpu-ids {shlex.quote(','.join(gpu_ids[:topo.world_size]))} "
+        return (
+            f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
+            f"--procs-per-node {topo.devices_per_node} {gpus}-- {shlex.quote(python)}"
+        )
+    # One rank too is an srun task: the batch step, where it would otherwise run, never gets
+    # the --signal warning (slurm_extra), and --kill-on-bad-exit reports its exit as srun's.
+    srun = (f"{site.launcher} --nodes={topo.num_nodes} --ntasks-per-node={topo.devices_per_node} "
+            f"--cpus-per-task={site.cpus_per_gpu} --kill-on-bad-exit=1 {shlex.quote(python)}")
+    if topo.world_size == 1:
+        return f"{env}{srun}"
+    # sbatch exports the submitting shell's environment (--export=ALL), so a MASTER_ADDR or
+    # MASTER_PORT set there would reach every job, and Lightning's default port (the job id's
+    # last 4 digits) is shared by jobs 10000 apart. The batch step runs on the first node, where
+    # rank 0 listens: it picks a port free there (scripts/master_port.py) and srun passes it on.
+    port = f'MASTER_PORT="$({shlex.quote(python)} scripts/master_port.py)"'
+    return f"env -u MASTER_ADDR {' '.join(variables + [port])} {srun}"
+
+
+def cluster_env(topo: Topology, site: Site) -> str:
+    """Which Lightning cluster environment the ranks must use (never guessed from variables)."""
+    if cluster_launched(topo, site):
+        return "slurm"
+    return "local"
+
+
+def run_accelerator(configured: str, site: Site) -> str:
+    """The --accelerator of a site's runs. Local: as resolved for this host (`cpu` simulates
+    devices). A cluster: `auto` means the GPU, so a node whose torch cannot start CUDA stops the
+    run in one line (training.cudacheck) instead of Lightning training on its CPU without a word;
+    only an explicit `cpu` (a test cluster without GPUs) trains on the nodes' CPUs."""
+    if site.is_local or configured == "cpu":
+        return configured
+    return "gpu"
