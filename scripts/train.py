@@ -17,7 +17,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale.core.topology import Topology
 from ddpscale.plan.configcheck import ACCURACY_METRIC_ENV, EPOCH_METRIC_ENV
-from ddpscale.core.io import write_json_atomic
+from ddpscale.core import record as run_record
 from ddpscale.job import held, valhistory, windows
 from ddpscale.job.samplecount import BatchSizeError
 from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     if done is not None:
         if is_first_rank():
             print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
-            write_json_atomic(args.metrics, done)
+            run_record.write(args.metrics, done)
         return 0
     ckpt = runinfo.resume_path(args.ckpt_dir, settings, trainer.global_rank == 0)
 
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         if record["compile"] != "none":
             record.update(compiling.stats())
         runinfo.finish(args.ckpt_dir, settings, record)
-        write_json_atomic(args.metrics, record)  # last: its presence marks the run as done
+        run_record.write(args.metrics, record)  # last: its presence marks the run as done
     return 0
 
 

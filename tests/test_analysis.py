@@ -4,6 +4,7 @@ import json
 import pandas as pd
 import pytest
 
+from ddpscale.core import record
 from ddpscale.report import analysis, records
 
 
@@ -11,7 +12,7 @@ def make_run(topology="1x1", **overrides):
     """One schema-1 metrics dict; topology sets nodes/devices/world size."""
     nodes, per_node = (int(x) for x in topology.split("x"))
     run = {
-        "schema_version": 1, "topology": topology, "repeat": 0,
+        "schema_version": record.SCHEMA_VERSION, "topology": topology, "repeat": 0,
         "num_nodes": nodes, "devices_per_node": per_node,
         "world_size": nodes * per_node,
         "node_ranks": [r // per_node for r in range(nodes * per_node)],
@@ -218,7 +219,8 @@ def test_load_runs_keeps_lists(tmp_path):
     ("[1, 2]", "expected a JSON object"),
     (json.dumps({k: v for k, v in make_run().items() if k != "fit_time_s"}),
      "missing required key.*fit_time_s"),
-    (json.dumps(make_run(schema_version=2)), "schema_version 2"),
+    (json.dumps(make_run(schema_version=record.SCHEMA_VERSION - 1)),
+     f"a run record of schema_version {record.SCHEMA_VERSION - 1}, .*regenerate it: delete that file"),
 ])
 def test_load_runs_rejects_bad_files(tmp_path, content, message):
     good = _write(tmp_path / "good.json", make_run())

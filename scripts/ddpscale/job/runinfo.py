@@ -218,7 +218,6 @@ def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, rank
     devices = device_facts(trainer)
     cores = usable_cores()  # this rank's; the local launcher's ranks all share the same set
     return {
-        "schema_version": 1,
         "topology": args.topology,
         "repeat": args.repeat,
         "seed": run_seed(args),

@@ -1,61 +1,26 @@
 """The runs a report is made from: metrics.json records read, validated, and checked that they
 may be compared (the world that formed, one kind of device, one identity).
 
-Pure pandas, like the rest of the report: no torch.
+Pure pandas, like the rest of the report: no torch. The file itself is ddpscale.core.record's.
 """
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from ddpscale.core.topology import STAGE_RULES
+from ddpscale.core import record as run_record
 from ddpscale.core.layout import RESULTS
 from ddpscale.core.measuremode import FULL
+from ddpscale.core.topology import STAGE_RULES
 from ddpscale.plan import identity
-
-SCHEMA_VERSION = 1
-
-# Keys the report reads. Accuracy metrics are deliberately not listed: a user
-# LightningModule may log no test step, and that is reported, not rejected.
-REQUIRED_KEYS = (
-    "schema_version", "topology", "repeat", "num_nodes", "devices_per_node",
-    "world_size", "device_name", "simulated", "backend", "scaling",
-    "batch_per_device", "effective_batch", "warmup_epochs", "epoch_times_s",
-    "fit_time_s", "throughput_samples_s", "time_per_epoch_s", "hosts",
-    "versions",
-)
-
-def validate_run(record: object, source: str) -> dict:
-    """Return record if it is a schema-1 metrics dict, else raise ValueError."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{source}: expected a JSON object, got {type(record).__name__}")
-    missing = [k for k in REQUIRED_KEYS if k not in record]
-    if missing:
-        raise ValueError(f"{source}: missing required key(s): {', '.join(missing)}")
-    if record["schema_version"] != SCHEMA_VERSION:
-        raise ValueError(
-            f"{source}: schema_version {record['schema_version']!r} is not "
-            f"supported (expected {SCHEMA_VERSION})")
-    return record
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     """One row per metrics.json; list/dict fields stay Python objects."""
-    records = []
-    for path in paths:
-        path = Path(path)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from None
-        record = dict(validate_run(record, str(path)))
-        record["source"] = str(path)
-        records.append(record)
+    records = [{**run_record.read(path), "source": str(path)} for path in paths]
     if not records:
         raise ValueError("no metrics files given")
     return pd.DataFrame.from_records(records)

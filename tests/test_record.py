@@ -1,0 +1,43 @@
+"""metrics.json has one writer and one reader (ddpscale.core.record), and one schema version."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from conftest import ROOT
+from ddpscale.core import record
+from test_analysis import make_run
+
+
+def test_a_written_record_reads_back_stamped_with_this_version(tmp_path):
+    path = tmp_path / "metrics.json"
+    run = make_run()
+    del run["schema_version"]
+    record.write(path, run)
+    assert record.read(path) == {**run, "schema_version": record.SCHEMA_VERSION}
+    assert not list(tmp_path.glob("*.tmp*")), "written atomically, nothing left beside it"
+
+
+@pytest.mark.parametrize("version", [record.SCHEMA_VERSION - 1, record.SCHEMA_VERSION + 1, None, "2"])
+def test_another_version_is_refused_in_one_line_saying_how_to_regenerate_it(tmp_path, version):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({**make_run(), "schema_version": version}))
+    with pytest.raises(ValueError) as err:
+        record.read(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: a run record of schema_version {version!r}")
+    assert "delete that file and run the workflow again" in message and "\n" not in message
+
+
+def test_only_the_record_module_writes_metrics_json():
+    """train.py hands the record over; no other code of ours writes the file."""
+    writers = []
+    for path in [*(ROOT / "scripts").glob("*.py"), *(ROOT / "scripts/ddpscale").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                    "write_json_atomic", "write_text", "dump") and "metrics" in ast.unparse(node.args[0] if node.args else node):
+                writers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert writers == [], writers
