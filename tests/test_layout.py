@@ -49,3 +49,15 @@ def test_finished_runs_of_another_workload_are_named_and_the_same_workload_is_no
 def test_the_legacy_note_says_where_the_results_are_and_how_to_keep_old_ones():
     note = legacy_note("spiralmlp")
     assert "results/runs/" in note and "results/spiralmlp/" in note and "move" in note
+
+
+def test_only_the_layout_spells_a_run_s_paths():
+    """The rule files, the status command and the scripts ask Layout for a run's metrics, log
+    and checkpoint paths; a second spelling would drift from the one the rules write."""
+    from conftest import ROOT
+
+    spelled = re.compile(r"""r\{\{?repeat\}?\}?/metrics\.json|/r\{\{?repeat\}?\}?\.log|["']runs/|logs/train/""")
+    files = [*(ROOT / "workflow").rglob("*.smk"), ROOT / "workflow/Snakefile", *(ROOT / "scripts").rglob("*.py")]
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in files if path.name != "layout.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if spelled.search(line)]
+    assert found == [], found

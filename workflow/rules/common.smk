@@ -70,7 +70,7 @@ def check_experiment_folder():
     """Finished runs of another model or data module in this folder: stop, rather than let
     Snakemake delete them to rerun (the experiment's name is what keeps two workloads apart)."""
     records = {}
-    for path in Path(RUNS_DIR).glob("*/r*/metrics.json"):
+    for path in Path().glob(LAYOUT.metrics("*", "*")):
         try:
             records[str(path)] = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -273,7 +273,7 @@ wildcard_constraints:
 
 
 def get_metrics(topologies):
-    return expand(f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json", topology=topologies, repeat=REPEATS)
+    return expand(LAYOUT.metrics("{topology}", "{repeat}"), topology=topologies, repeat=REPEATS)
 
 
 def get_all_metrics(wildcards):

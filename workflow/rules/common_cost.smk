@@ -3,7 +3,6 @@
 # total (ddpscale.plan.reservation). Functions and one print; no rules.
 from snakemake.resources import Resource
 
-from ddpscale.core import measuremode  # noqa: E402
 from ddpscale.plan import reservation  # noqa: E402
 
 
@@ -32,7 +31,7 @@ def get_stage_runtimes():
 
 
 def run_finished(topology, repeat):
-    return Path(f"{RUNS_DIR}/{topology}/r{repeat}/metrics.json").exists()
+    return Path(LAYOUT.metrics(topology, repeat)).exists()
 
 
 def print_reservation():
@@ -42,7 +41,6 @@ def print_reservation():
     settings = workflow.output_settings
     if settings is None or not settings.dryrun or not workflow.is_main_process:
         return
-    mode, _ = measuremode.resolve(config["measure"], SITE.is_local)
     jobs = reservation.training_jobs(
         STAGE_TOPOLOGIES,
         REPEATS,
@@ -50,7 +48,7 @@ def print_reservation():
         get_stage_runtimes(),
         run_finished,
     )
-    for line in reservation.summary_lines(jobs, SITE, ACCELERATOR, mode, config["throughput"]):
+    for line in reservation.summary_lines(jobs, SITE, ACCELERATOR, MEASURE, config["throughput"]):
         print(line, file=sys.stderr)
 
 

@@ -1,4 +1,6 @@
 # Helpers of rules/report.smk: its outputs, inputs and flags.
+import itertools
+
 REPORT_FIGURES = {
     "speedup": "Speedup vs ideal and predicted",
     "efficiency": "Parallel efficiency",
@@ -54,10 +56,9 @@ def get_finished_metrics(wildcards):
 def get_failures(wildcards):
     """The last line of each train log without metrics: a new failure reruns the partial report."""
     tails = {}
-    for metrics in get_metrics(TOPOLOGY_NAMES):
-        # <runs>/<topology>/r<k>/metrics.json -> <logs>/train/<topology>/r<k>.log
-        log = Path(LAYOUT.train_logs, Path(metrics).parent.relative_to(RUNS_DIR)).with_suffix(".log")
-        if not Path(metrics).exists() and log.exists():
+    for topology, repeat in itertools.product(TOPOLOGY_NAMES, REPEATS):
+        metrics, log = Path(LAYOUT.metrics(topology, repeat)), Path(LAYOUT.train_log(topology, repeat))
+        if not metrics.exists() and log.exists():
             tails[str(log)] = last_nonempty_line(log.read_text(errors="replace"))
     return json.dumps(tails, sort_keys=True)
 

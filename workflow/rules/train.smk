@@ -19,13 +19,13 @@ rule train_baseline:
         data=get_train_data,
     output:
         metrics=report(
-            f"{RUNS_DIR}/{{topology}}/r{{repeat}}/metrics.json",
+            LAYOUT.metrics("{topology}", "{repeat}"),
             caption="../report/run.rst",
             category="Runs",
             labels={"topology": "{topology}", "repeat": "{repeat}"},
         ),
     log:
-        f"{LAYOUT.train_logs}/{{topology}}/r{{repeat}}.log",
+        LAYOUT.train_log("{topology}", "{repeat}"),
     wildcard_constraints:
         topology=STAGE_PATTERNS["baseline"],
     priority: 3

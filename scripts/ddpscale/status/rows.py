@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpscale.core.topology import parse_topology
+from ddpscale.core import measuremode, progress
 from ddpscale.core.io import cause_line
-from ddpscale.core import measuremode
-from ddpscale.core import progress
+from ddpscale.core.layout import Layout
+from ddpscale.core.topology import parse_topology
 from ddpscale.plan.squeue import QUEUED_STATES, Job
 
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read
@@ -25,14 +25,19 @@ LAST_LINE_CHARS = 160
 UNLOCK = ".venv/bin/snakemake --profile profiles/<name> --unlock"
 
 
+# Paths below an experiment's folder, as Layout names them: the files are read below the folder,
+# and a command line holds them after the folder's own name.
+_BELOW = Layout("")
+
+
 def metrics_path(topology: str, repeat: int) -> str:
-    """A run's metrics.json in the experiment's folder (ddpscale.core.layout; train.smk writes it there)."""
-    return f"runs/{topology}/r{repeat}/metrics.json"
+    """A run's metrics.json in the experiment's folder."""
+    return _BELOW.metrics(topology, repeat).lstrip("/")
 
 
 def log_path(topology: str, repeat: int) -> str:
     """A run's train log in the experiment's folder."""
-    return f"logs/train/{topology}/r{repeat}.log"
+    return _BELOW.train_log(topology, repeat).lstrip("/")
 
 
 @dataclass(frozen=True)
