@@ -6,7 +6,7 @@
 
 1. the GPU tests (pytest -m gpu), which skip on machines without a GPU;
 2. the workflow on the local profile with accelerator gpu, at 1x1 and every topology this
-   machine's GPUs hold: the reference workload (seed 004's spiral MLP, weak scaling, batch
+   machine's GPUs hold: the reference workload (the MPCDF Raven tutorial's spiral MLP, weak scaling, batch
    32, 50 epochs, full training: its fit time is the guides' figure) and the transformer
    (config/transformer.yaml) eager and compiled, each measured in throughput mode (the
    cluster default: steady state to 2%, then stop). Each in its own copy of the workflow
@@ -41,7 +41,7 @@ from ddpscale.core.topology import Topology  # noqa: E402
 from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
 
 CHECK = ROOT / "results/gpu-check"
-# The figures the issue's first H100 run quotes: seed 004 at 1x1 took 362 s on an A100.
+# The figure the MPCDF Raven tutorial quotes for its spiral MLP at 1x1: 362 s on an A100.
 REFERENCE = {"batch": {"scaling": "weak", "size": 32}, "max_epochs": 50,
              "model": {"class_path": "ddpscale.workloads.models.SpiralMLP",
                        "init_args": {"hidden": [64, 32, 16], "dropout": 0.2, "lr": 0.001}}}

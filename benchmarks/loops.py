@@ -56,7 +56,7 @@ class StepLoggingMLP(SpiralMLP):
         return loss
 
 
-# The reference workload of seed 004 (few thousand parameters: overhead-bound), and a wide
+# The reference workload of the MPCDF Raven tutorial (few thousand parameters: overhead-bound), and a wide
 # MLP on synthetic data whose steps are dominated by matrix multiplies (compute-bound).
 WORKLOADS = {
     "spiral": lambda a: ((StepLoggingMLP if a.log_step else SpiralMLP)(hidden=[64, 32, 16], dropout=0.2, lr=1e-3),

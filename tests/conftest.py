@@ -21,7 +21,7 @@ from ddpscale.plan.snakemakecli import snakemake_command, workflow_python  # noq
 
 # The console script, as README and `make run` start the workflow. `python -m snakemake` puts
 # the working directory on sys.path and so hid that the console script did not find a user
-# module at the repository root (issue 11, item 11): every test runs the console script where
+# module at the repository root: every test runs the console script where
 # there is one. A GPU node's shared Python has none, and its GPU tests must still collect.
 SNAKEMAKE = snakemake_command() or [sys.executable, "-m", "snakemake"]
 WORKFLOW_PYTHON = workflow_python(SNAKEMAKE)

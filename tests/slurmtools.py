@@ -72,7 +72,7 @@ def slurm_workspace(workspace, **profile_changes):
     target.mkdir()
     (target / "config.yaml").write_text(yaml.safe_dump(profile))
     # The test cluster's GPUs are device files: its runs train on the CPU, which a cluster
-    # run does only when the config says cpu (issue 19 item 3; auto means the GPU there).
+    # run does only when the config says cpu (auto means the GPU there).
     write_config = workspace.write_config
     workspace.write_config = lambda config: write_config(
         {**config, "accelerator": "cpu"} if config.get("accelerator", "auto") == "auto" else config)

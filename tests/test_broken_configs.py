@@ -73,7 +73,7 @@ EXPECTED = {
     "tab_indentation.full": ["config/config.yaml line 35: a tab indents this line", "replace the tab with spaces"],
     "unclosed_list.full": ["config/config.yaml line 10: the list opened with '[' on this line is not closed",
                            "close it with ']'"],
-    # the contract of the user's modules, checked by importing them once (issue 18): the key, the
+    # the contract of the user's modules, checked by importing them once: the key, the
     # file that set it (the overlay, not config/config.yaml) and the fix
     "data_module_without_batch_size": [
         "broken.yaml: data.class_path: pytorch_lightning.demos.boring_classes.BoringDataModule.__init__ takes no "

@@ -58,7 +58,7 @@ def test_allreduce_on_a_one_rank_gloo_group_is_timed(tmp_path):
         assert row["busbw_gbps"] == 0.0
 
 
-# -- the gradient as DDP sends it (issue 20, item 9) -----------------------------------
+# -- the gradient as DDP sends it -----------------------------------
 
 MIB = 1024 * 1024
 
@@ -94,7 +94,7 @@ def test_allreduce_as_ddp_times_every_bucket_of_one_sync(tmp_path):
     assert row["buckets"] == 3 and row["bytes"] == 8292 and row["bucket_bytes"] == [4096, 4096, 100]
 
 
-# -- timed as nccl-tests times it, on 2 gloo ranks (issue 29, item 6) ------------------
+# -- timed as nccl-tests times it, on 2 gloo ranks ------------------
 
 # One rank: the sweep and the gradient as DDP sends it, once on the real clock with every
 # clock read, device sync and all-reduce logged in order, once on a clock that advances a

@@ -1,4 +1,4 @@
-"""A GPU run that torch cannot give a GPU stops at start, in one line (issue 19, item 3).
+"""A GPU run that torch cannot give a GPU stops at start, in one line.
 
 CI has no GPU: the end-to-end tests run train.py in the cluster mode (--accelerator gpu, as the
 SLURM profiles now pass) with this machine's real CPU-only torch, where CUDA is unavailable, and

@@ -1,5 +1,5 @@
 """A run's identity (data checksum, settings, training code, versions), and checkpoints that
-cannot be loaded (issue 11, items 1 and 2)."""
+cannot be loaded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each rank owns its GPU, and rank 0's port is not another job's (issue 11, items 7 and 8).
+"""Each rank owns its GPU, and rank 0's port is not another job's.
 
 The records are shaped as ddpscale.job.placement_check gathers them on a real node; no GPU is
 needed to check them.

@@ -1,7 +1,7 @@
 """The prediction (ddpscale.report.breakdown.predict): the baseline's compute timed at each
 topology's batch, the baseline's overhead, the topology's own Lightning sync, what the
 prediction leaves unexplained, agreement on the step time, and the baseline as itself.
-Figures: GPU-like numbers of issue 20."""
+Figures: GPU-like numbers."""
 from types import SimpleNamespace
 
 import pandas as pd

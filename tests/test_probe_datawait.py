@@ -1,4 +1,4 @@
-"""The probe's data wait (issue 20, item 7): batches drawn from the run's own train loader on the
+"""The probe's data wait: batches drawn from the run's own train loader on the
 run's device, and data_s the wait the training loop is exposed to, not the draw's whole cost
 when DataLoader workers prepare batches while a step runs."""
 

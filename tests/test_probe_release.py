@@ -1,4 +1,4 @@
-"""After the probe, training runs as in a repeat that never probed (issue 20, item 4): the
+"""After the probe, training runs as in a repeat that never probed: the
 probe's copy, optimizers, DDP wrapper, gradients and batches are collected, CUDA's peak memory
 is counted from training on, and torch.compile compiles training's own graphs."""
 

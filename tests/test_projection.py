@@ -20,7 +20,7 @@ KNOWN_S = 10 * (360.0 + 6.0) + 5.0
 
 
 def windows_run(topology="1x1", **overrides):
-    """A throughput-mode record with the keys of issue 21's contract."""
+    """A throughput-mode record with the keys the projection reads."""
     return make_run(topology, **{**KNOWN, "measure": "throughput", "time_per_epoch_s": None,
                                  "throughput_half_width": 1.0, "stop_reason": "precision reached",
                                  "window_steps": 20, "target_precision": 0.02, "max_steps": 2000,

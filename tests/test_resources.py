@@ -190,7 +190,7 @@ def test_empty_launcher_is_rejected(launcher):
         site_from_resources({"site_launcher": launcher, "site_gpus_per_node": 4})
 
 
-# --- slurm_extra: tasks per node, warning signal, exclusive nodes (issue 11, items 6 and 9) ---
+# --- slurm_extra: tasks per node, warning signal, exclusive nodes ---
 
 def test_allocation_pins_tasks_per_node():
     """--nodes=2 --ntasks=8 alone lets SLURM place 7 + 1 ranks; the step needs 4 + 4."""

@@ -1,4 +1,4 @@
-"""Signals, stops and hangs (issue 11, items 3-5): a terminated run exits non-zero and resumes
+"""Signals, stops and hangs: a terminated run exits non-zero and resumes
 mid-epoch with its time counted once; a dead or stuck rank ends its job within the collective
 timeout, and says which rank and how."""
 

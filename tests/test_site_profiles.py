@@ -4,8 +4,8 @@ every training job must be accepted and start, with the sbatch options the site 
 profile the site would refuse must fail with the cluster's reason in Snakemake's output.
 
 The runs keep the shipped config's accelerator (auto, so the GPU on a cluster): the test
-cluster's GPUs are device files, so each job stops at start naming torch's CUDA (issue 19,
-item 3). What is checked is what the cluster accepted, not the training.
+cluster's GPUs are device files, so each job stops at start naming torch's CUDA. What is
+checked is what the cluster accepted, not the training.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_cluster_run_without_site_facts_is_refused_before_submission(slurm_clust
 
 
 def test_allocation_pins_tasks_per_node_and_jobs_get_their_own_port(slurm_cluster, workspace):
-    """Items 6 and 8 of issue 11. The allocation carries --ntasks-per-node, not only --ntasks
+    """The allocation carries --ntasks-per-node, not only --ntasks
     (SLURM could place 7 + 1). sbatch exports the submitting shell's environment, so a
     MASTER_PORT / MASTER_ADDR set there reached every job; here two 2-rank runs train at once
     (1x1 and 1x2, two repeats: 6 of the cluster's 8 CPUs). All nodes of the test cluster are

@@ -1,5 +1,5 @@
 """A dropped SSH session leaves a training job running; the next snakemake must not submit a
-second job of the same run into the same checkpoint (issue 19, item 6). On the test cluster."""
+second job of the same run into the same checkpoint. On the test cluster."""
 
 from __future__ import annotations
 

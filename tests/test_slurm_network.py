@@ -1,4 +1,4 @@
-"""A run where communication dominates, on the test cluster's shaped network (issue 19, item 5).
+"""A run where communication dominates, on the test cluster's shaped network.
 
 minicluster.sh links each node to the others at 1 Gbit/s each way (netns.sh). A spiral MLP
 with 1024-wide layers has a gradient of ~8.4 MB: its all-reduce between two nodes takes ~70 ms,

@@ -133,7 +133,7 @@ def test_the_interval_of_autocorrelated_windows_is_wider_than_the_independent_fo
 
 @pytest.mark.parametrize("family", [f for f in coverage.FAMILIES if f.asserted], ids=lambda f: f.name)
 def test_the_interval_at_the_stop_covers_the_true_level_in_nine_runs_of_ten(family):
-    """Item 1-2 of issue 29: fed series whose steady level is known, one window at a time, the
+    """Fed series whose steady level is known, one window at a time, the
     interval the rule reports when it stops holds that level in at least 90% of 400 runs (95%
     nominal; the old rule: a t-interval looked at after every window from the 5th, with MSER's
     cut, covered about half of the autocorrelated runs and few of the settling ones)."""

@@ -188,7 +188,7 @@ def test_retry_of_a_finished_run_reemits_its_metrics_but_a_new_command_retrains(
 
 
 def test_a_world_smaller_than_the_topology_fails_at_fit_start():
-    """Trap 3 of issue 3: ranks that never started must fail the run, not shrink it."""
+    """Ranks that never started must fail the run, not shrink it."""
     from types import SimpleNamespace
 
     from ddpscale.job.timing import ScalingMetrics, WorldSizeError

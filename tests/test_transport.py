@@ -1,4 +1,4 @@
-"""Which network a run's collectives crossed (issue 19, item 4): NCCL's own log parsed, gloo's
+"""Which network a run's collectives crossed: NCCL's own log parsed, gloo's
 interface found, the run's record read by the report, which flags sockets on an InfiniBand site.
 
 The NCCL logs under tests/fixtures/nccl/ say in their first lines where their formats come from.

@@ -1,5 +1,5 @@
-"""A LightningCLI config as the experiment, through the whole local workflow as README runs it
-(issue 18, item 7): the file LightningCLI writes (--print_config of a user's cli_main.py) names
+"""A LightningCLI config as the experiment, through the whole local workflow as README runs it:
+the file LightningCLI writes (--print_config of a user's cli_main.py) names
 the model, the data, the epochs, gradient clipping, an optimizer with its schedule, and the
 devices and strategy of the user's own cluster runs. The runs train the CLI's model with its
 settings; what ddpscale sets per topology is named in one line; the report and the status

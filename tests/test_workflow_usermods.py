@@ -1,5 +1,5 @@
 """User modules written the ordinary Lightning way, through the whole local workflow as README
-runs it (issue 18): a learning-rate schedule sized by self.trainer, data modules that build
+runs it: a learning-rate schedule sized by self.trainer, data modules that build
 their own DistributedSampler (from self.trainer or from torch.distributed, with a training
 set that does not divide by the world size, padded or drop_last), manual optimisation, and a
 module the probe cannot time. Each run is probed and counted exactly, or its probe is n/a

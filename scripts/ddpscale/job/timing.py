@@ -107,7 +107,7 @@ class ScalingMetrics(pl.Callback):
             if problem:
                 raise samplecount.BatchSizeError(problem)
         if trainer.global_rank == 0:
-            # the banner of seed 002: what formed, as read from the process group
+            # the banner the multi-GPU guides print: what formed, as read from the process group
             nodes = sorted({r["node_rank"] for r in self.ranks})
             backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else "none"
             print(f"ddpscale: world size {len(self.ranks)} on node ranks {nodes}, hosts "

@@ -1,4 +1,4 @@
-"""The reference workload of seed 004: two interleaved spirals, stored once by prepare_data.
+"""The reference workload of the MPCDF Raven tutorial: two interleaved spirals, stored once by prepare_data.
 
 Generation uses NumPy only, so the prepare_data job does not import torch.
 """

@@ -1,2 +1,2 @@
-"""Built-in workloads: seed 004's spiral MLP (overhead-bound) and a GPT-like transformer
+"""Built-in workloads: the MPCDF Raven tutorial's spiral MLP (overhead-bound) and a GPT-like transformer
 (compute-bound), with their data modules. Users name their own in config instead."""

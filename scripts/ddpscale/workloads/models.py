@@ -1,4 +1,4 @@
-"""The built-in model of seed 004: an MLP on 2-D points. Logs what the report needs."""
+"""The built-in model of the MPCDF Raven tutorial: an MLP on 2-D points. Logs what the report needs."""
 
 from __future__ import annotations
 
