@@ -133,7 +133,7 @@ NO_OPTIMIZER = "PluginError: M.configure_optimizers() returned no optimizer (in 
 
 def na_probe(topology, world, reason=NO_OPTIMIZER):
     """What a run records when its probe could not measure (it trained anyway)."""
-    return {"schema_version": 1, "status": "n/a", "reason": reason, "topology": topology, "world_size": world}
+    return {"status": "n/a", "reason": reason, "topology": topology, "world_size": world}
 
 
 def test_a_failed_probe_keeps_its_row_with_every_probed_term_unknown():

@@ -12,7 +12,6 @@ import time
 
 import torch
 
-SCHEMA_VERSION = 1
 # Probe sizes: micro-batches per timed block, rounds of (no_sync, synced) blocks, untimed
 # warm-up steps and all-reduce calls, timed all-reduce calls per message size.
 DEFAULTS = {"steps": 20, "rounds": 5, "warmup": 3, "iters": 10}
@@ -35,7 +34,6 @@ def record(*, topology: str, num_nodes: int, devices_per_node: int, places: list
     """Rank 0's record of a probe that measured; places: every rank's host and node rank."""
     numel, nbytes = gradient
     return {
-        "schema_version": SCHEMA_VERSION,
         "status": "ok",
         "topology": topology,
         "num_nodes": num_nodes,
@@ -91,8 +89,7 @@ def sized(step_s: float, planned_steps: float | None, world_size: int, accumulat
 def na_record(topology: str, world_size: int, reason: str) -> dict:
     """The record of a probe that could not measure: the run trains on, the report shows the
     topology's terms as unknown with this reason."""
-    return {"schema_version": SCHEMA_VERSION, "status": NA, "reason": reason, "topology": topology,
-            "world_size": world_size}
+    return {"status": NA, "reason": reason, "topology": topology, "world_size": world_size}
 
 
 def is_na(probe: dict) -> bool:
