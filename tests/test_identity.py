@@ -116,24 +116,15 @@ def test_report_refuses_runs_whose_identity_differs(tmp_path):
     assert not (tmp_path / "out/report.html").exists()
 
 
-def older_run(topology, **overrides) -> dict:
-    """A metrics record written before identities were recorded."""
-    run = make_run(topology, **overrides)
+def test_a_record_without_identity_is_refused_before_the_report(tmp_path):
+    """Every record of this schema version holds its identity: one without it cannot be checked
+    against the others, and the reader names the file and the key."""
+    run = make_run("1x1")
     del run["identity"]
-    return run
-
-
-def test_runs_without_identity_are_unknown_not_a_crash():
-    old = [older_run("1x1"), older_run("1x2", throughput_samples_s=190.0)]
-    assert len(summarize(old)) == 2
-    data = reportdata.build(pd.DataFrame(old), {}, baseline="1x1", metric="test_acc", tolerance=0.02,
-                            threshold=0.8, expected=[], repeats=1, log_tails={})
-    assert any(note.startswith("identity unknown") for note in data.notes)
-
-    mixed = [older_run("1x1"), make_run("1x2", identity=ident())]
-    message = str(pytest.raises(ValueError, summarize, mixed).value)
-    assert "run(s) 1x1/r0 record no identity" in message and records.RERUN_ALL in message
-    assert len(summarize([make_run("1x1", identity=ident()), make_run("1x2", identity=ident())])) == 2
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(run))
+    with pytest.raises(ValueError, match="metrics.json: missing required key.*identity"):
+        records.load_runs([path])
 
 
 # --- checkpoints that cannot be loaded ----------------------------------------------------------

@@ -32,17 +32,13 @@ def build(runs, probes=None):
 
 def test_files_without_the_new_keys_are_not_known_and_say_nothing():
     runs = [make_run("1x1"), make_run("1x2", throughput_samples_s=190.0)]
-    for run in runs:
-        del run["identity"]
     s = summary_of(runs)
     assert s["oversubscribed"].isna().all() and s["usable_cores"].isna().all()
     assert s["compile_recompiles"].isna().all()
     assert s["simulated_nodes_on_one_host"].eq(False).all()  # read off the hosts: one node each
     assert s["caveats"].eq("").all()
     data = build(runs)
-    # the only note beside one seed's untested accuracy: their identity (data, code, versions)
-    # was not recorded, so not checked
-    assert [note.split(":")[0] for note in data.notes] == ["Accuracy not tested in 1x2", "identity unknown"]
+    assert [note.split(":")[0] for note in data.notes] == ["Accuracy not tested in 1x2"]
     assert "1x2" in data.recommendation
 
 

@@ -24,7 +24,7 @@ REQUIRED_KEYS = (
     "world_size", "device_name", "simulated", "backend", "scaling",
     "batch_per_device", "effective_batch", "warmup_epochs", "epoch_times_s",
     "fit_time_s", "throughput_samples_s", "time_per_epoch_s", "hosts",
-    "versions",
+    "versions", "identity",
 )
 
 

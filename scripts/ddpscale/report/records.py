@@ -100,31 +100,14 @@ def _run_labels(runs: pd.DataFrame) -> list[str]:
 
 
 def check_identities(runs: pd.DataFrame) -> None:
-    """Runs made from other data, settings, code or versions are not comparable: refuse.
-
-    A run written before identities were recorded is unknown: alone it is allowed (see
-    identity_note), beside known ones it cannot be checked, so it is refused too.
-    """
-    records = dict(zip(_run_labels(runs), column(runs, "identity")))
-    unknown = [label for label, rec in records.items() if not isinstance(rec, dict)]
+    """Runs made from other data, settings, code or versions are not comparable: refuse."""
+    records = dict(zip(_run_labels(runs), runs["identity"]))
     fix = (f"rerun them so every run matches, e.g. `{RERUN_ALL}`, "
            f"or delete the stale {runs_folder(runs)}/<topology>/r<k>/metrics.json and run the workflow again")
-    if unknown and len(unknown) < len(records):
-        raise ValueError(f"run(s) {', '.join(unknown)} record no identity (written before ddpscale "
-                         "recorded the data, code and versions of a run), so the report cannot check "
-                         f"that they match the others; {fix}")
     differing = identity.differences(records)
     if differing:
         raise ValueError(f"the runs differ in {'; '.join(differing)}, and the report never mixes "
                          f"runs of different data, settings, code or versions; {fix}")
-
-
-def identity_note(runs: pd.DataFrame) -> str | None:
-    """Said in the report when no run records its identity (older metrics files)."""
-    if any(isinstance(rec, dict) for rec in column(runs, "identity")):
-        return None
-    return ("identity unknown: these metrics files predate ddpscale's record of each run's data "
-            "checksum, code and versions, so the report could not check that every run used the same")
 
 
 def measure_modes(runs: pd.DataFrame) -> pd.Series:

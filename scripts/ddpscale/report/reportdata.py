@@ -59,8 +59,8 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         comparison=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
         notes=verdict.caveats(summary, runs, steps, probes)
-        + [n for n in [records.identity_note(runs), precision.precision_note(summary, runs),
-                       projection.weak_scaling_note(projected, summary)] if n],
+        + [n for n in [precision.precision_note(summary, runs), projection.weak_scaling_note(projected, summary)]
+           if n],
         description=description or measured.describe(runs),
         projection=projected,
         timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
