@@ -1,5 +1,5 @@
 """The baseline's compute at other per-device batches (ddpscale.job.batchsizes) and
-Lightning's per-batch sync timed by the probe (ddpscale.job.loopsync, stepprobe.measure)."""
+Lightning's per-batch sync timed by the probe (stepprobe.sigterm_broadcast, stepprobe.measure)."""
 from __future__ import annotations
 
 import inspect
@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.job import batchsizes, loopsync, stepprobe
+from ddpscale.job import batchsizes, stepprobe
 
 Pair = namedtuple("Pair", "x y")
 
@@ -90,7 +90,7 @@ def test_the_probe_does_lightnings_sigterm_broadcast_as_lightning_does():
     assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance)
     lightning = inspect.getsource(_TrainingEpochLoop._broadcast_sigterm_tensor)
     assert "torch.distributed.broadcast(sigterm_tensor, src=0)" in lightning and "sigterm_tensor.item()" in lightning
-    ours = inspect.getsource(loopsync.sigterm_broadcast)
+    ours = inspect.getsource(stepprobe.sigterm_broadcast)
     assert "dist.broadcast(flag, src=0)" in ours and "flag.item()" in ours
 
 
@@ -105,8 +105,8 @@ def one_rank_group(tmp_path):
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_synced_blocks_are_timed_with_and_without_one_broadcast_per_batch(one_rank_group, monkeypatch, accumulate):
     calls = []
-    real = loopsync.sigterm_broadcast
-    monkeypatch.setattr(loopsync, "sigterm_broadcast", lambda device: (calls.append(device), real(device)))
+    real = stepprobe.sigterm_broadcast
+    monkeypatch.setattr(stepprobe, "sigterm_broadcast", lambda device: (calls.append(device), real(device)))
     step = stepprobe.measure(runner(Tiny()), drawn(), [0.001], 2, steps=4, rounds=3, warmup=1, accumulate=accumulate)
     opt_steps = 4 // accumulate
     # one per micro-batch, as Lightning's loop does, in the loop_sync blocks only (warm-up + 3 rounds)
@@ -117,7 +117,7 @@ def test_synced_blocks_are_timed_with_and_without_one_broadcast_per_batch(one_ra
 
 
 def test_one_rank_has_no_lightning_sync(monkeypatch):
-    monkeypatch.setattr(loopsync, "sigterm_broadcast", lambda device: pytest.fail("one rank does not broadcast"))
+    monkeypatch.setattr(stepprobe, "sigterm_broadcast", lambda device: pytest.fail("one rank does not broadcast"))
     step = stepprobe.measure(runner(Tiny()), drawn(), [0.001], 1, steps=2, rounds=1, warmup=1)
     assert step["loop_sync_s"] == 0 and step["sync_step_with_loop_sync_s"] == step["compute_s"]
 

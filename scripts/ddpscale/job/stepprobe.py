@@ -29,11 +29,11 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 from pytorch_lightning.overrides.distributed import prepare_for_backward
 from pytorch_lightning.utilities.signature_utils import is_param_in_hook_signature
 from torch import nn
 
-from ddpscale.job import loopsync
 from ddpscale.job.commbench import align, slowest
 from ddpscale.job.devicesync import sync_device
 
@@ -218,8 +218,24 @@ def time_block(runner: Runner, batches: list, count: int, synced: bool, accumula
 
 
 # The kinds of timed block: compute alone (DDP's no_sync), a synchronised step, and a
-# synchronised step with Lightning's per-batch SIGTERM broadcast (loopsync) before each batch.
+# synchronised step with Lightning's per-batch SIGTERM broadcast (sigterm_broadcast) before each batch.
 COMPUTE, SYNCED, LOOP_SYNC = "compute", "synced", "loop_sync"
+
+
+def sigterm_broadcast(device: torch.device) -> None:
+    """One batch's SIGTERM broadcast, done as Lightning does it: the flag is 0 here (no rank
+    received SIGTERM).
+
+    Lightning 2.6 (pytorch_lightning/loops/training_epoch_loop.py, advance ->
+    _broadcast_sigterm_tensor) broadcasts a one-element SIGTERM flag from rank 0 and reads it
+    back with .item() before every training batch when the world size is above one: a
+    collective and a host sync per batch that a one-device run does not pay (upstream issue
+    #21487; pull request #21640 proposes doing it every n steps). The probe times synchronised
+    blocks with and without this call, so the breakdown names its cost instead of hiding it in
+    framework overhead."""
+    flag = torch.tensor([0], device=device)
+    dist.broadcast(flag, src=0)
+    flag.item()
 
 
 def measure(runner: Runner, batches: list, waits: list[float], world_size: int, *,
@@ -236,7 +252,7 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
     if world_size > 1 and runner.ddp is None:
         runner.wrap()
     device = runner.device
-    broadcast = functools.partial(loopsync.sigterm_broadcast, device)
+    broadcast = functools.partial(sigterm_broadcast, device)
     spec = {COMPUTE: (False, None), SYNCED: (True, None), LOOP_SYNC: (True, broadcast)}
     kinds = [COMPUTE, SYNCED, LOOP_SYNC] if world_size > 1 else [COMPUTE]
     def run(kind: str, count: int) -> float:

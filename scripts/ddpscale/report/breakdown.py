@@ -6,7 +6,7 @@ probe (metrics.json's `probe`), so every formula here is unit-tested without a c
 Per topology the probe measured, per step: data wait (D), compute with DDP's gradient
 synchronisation switched off (C), the extra time of a synchronised step over C, which is
 communication that backward did not hide (E), and on several ranks the extra time of
-Lightning's own per-batch SIGTERM broadcast + .item() (L; ddpscale.job.loopsync; 0 on
+Lightning's own per-batch SIGTERM broadcast + .item() (L; ddpscale.job.stepprobe.sigterm_broadcast; 0 on
 one rank, which Lightning does not broadcast on). The training run measured its own step time
 T (per-device batch x world size / throughput); what T has beyond D + C + E + L is framework
 overhead outside the probe (O: the rest of Lightning's loop, logging, callbacks).
