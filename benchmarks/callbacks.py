@@ -20,7 +20,8 @@ from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
 from ddpscale.job.timing import ScalingMetrics  # noqa: E402
-from ddpscale.job import runargs  # noqa: E402
+from ddpscale.job import build  # noqa: E402
+from ddpscale.plan.runspec import RunSpec  # noqa: E402
 from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
@@ -40,9 +41,10 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
                      # what the pipeline used before EpochCheckpoint, for its before/after
                      "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
                                                         enable_version_counter=False)}
-        flags = runargs.run_flags(nodes=1, devices=1, cluster_env="local", accelerator="cpu",
-                                   precision="32-true", max_epochs=1, accumulate_grad_batches=1)
-        trainer = runargs.build_trainer(flags, list(callbacks.values())[:2])
+        # the module and data are this benchmark's own: the spec only builds the Trainer
+        spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="-", data_class="-", scaling="weak",
+                       batch_size=32, max_epochs=1, accelerator="cpu")
+        trainer = build.build_trainer(spec, list(callbacks.values())[:2])
         trainer.fit(SpiralMLP(), datamodule=_Data())
         batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
         loss, optimizer = torch.tensor(0.5), trainer.optimizers[0]

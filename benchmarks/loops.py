@@ -38,7 +38,8 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from ddpscale.job.flops import precision_plan  # noqa: E402
 from ddpscale.job.stepprobe import _TrainingStep  # noqa: E402
 from ddpscale.job.timing import ScalingMetrics  # noqa: E402
-from ddpscale.job import compiling, runargs  # noqa: E402  runargs: the pipeline's own Trainer
+from ddpscale.job import build, compiling  # noqa: E402  build: the pipeline's own Trainer
+from ddpscale.plan.runspec import RunSpec  # noqa: E402
 from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.job.teardown import close_process_group  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
@@ -121,10 +122,11 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     model, data = modules(s)
     metrics = ScalingMetrics(warmup_epochs=s.warmup_epochs, expected_world_size=world)
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
-    flags = runargs.run_flags(nodes=1, devices=world, cluster_env="local", accelerator="cpu",
-                               precision=s.precision, max_epochs=s.epochs, accumulate_grad_batches=1)
+    # the module and data are this benchmark's own: the spec only builds the Trainer
+    spec = RunSpec(topology=f"1x{world}", nodes=1, devices=world, model_class="-", data_class="-", scaling="weak",
+                   batch_size=1, max_epochs=s.epochs, accelerator="cpu", precision=s.precision)
     # with the logger a run has (beside its checkpoints here): the pipeline as users get it
-    trainer = runargs.build_trainer(flags, callbacks, log_dir=os.path.join(ckpt_dir, "logs"))
+    trainer = build.build_trainer(spec, callbacks, log_dir=os.path.join(ckpt_dir, "logs"))
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own
         trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
     if "no-sigterm-broadcast" in variant.options:

@@ -123,14 +123,14 @@ def test_one_rank_has_no_lightning_sync(monkeypatch):
 
 
 def test_the_probe_batch_sizes_flag_is_parsed_and_not_part_of_the_runs_identity(tmp_path):
-    import train
+    from ddpscale.plan import runspec
     from test_identity import train_args
 
-    args = train.parse_args([*train_args(tmp_path / "d.npz", tmp_path), "--probe-batch-sizes", "8,16,32"])
-    assert args.probe_batch_sizes == [8, 16, 32]
-    assert "probe_batch_sizes" not in train.run_settings(args), "timing more sizes must not restart a run"
+    spec = runspec.parse([*train_args(tmp_path / "d.npz", tmp_path), "--probe-batch-sizes", "[8, 16, 32]"])
+    assert spec.probe_batch_sizes == [8, 16, 32]
+    assert "probe_batch_sizes" not in spec.measured(), "timing more sizes must not restart a run"
     with pytest.raises(SystemExit):
-        train.parse_args([*train_args(tmp_path / "d.npz", tmp_path), "--probe-batch-sizes", "0,8"])
+        runspec.parse([*train_args(tmp_path / "d.npz", tmp_path), "--probe-batch-sizes", "[0, 8]"])
 
 
 @pytest.mark.timeout(180)
@@ -142,7 +142,7 @@ def test_the_workflow_gives_the_baseline_every_topologys_per_device_batch(worksp
     rc, output = dry_run(workspace, config, cuda_visible_devices="")
     assert rc == 0, output
     commands = [line for line in output.splitlines() if line.startswith("Shell command: ")]
-    sized = [c for c in commands if "--probe-batch-sizes" in c]
+    sized = [c for c in commands if "--probe-batch-sizes '[" in c and "--probe-batch-sizes '[]'" not in c]
     # the baseline's first repeat, the one that probes
     assert len(sized) == 1 and "--topology 1x1 " in sized[0] and "--repeat 0 " in sized[0], sized
-    assert " --probe --probe-batch-sizes 16,32,64 " in sized[0]
+    assert " --probe --probe-batch-sizes '[16, 32, 64]' " in sized[0]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 
 import pytorch_lightning as pl
 import torch
 
-from ddpscale.job import runargs
+from ddpscale.job import build
+from ddpscale.plan.runspec import RunSpec
 from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
@@ -37,9 +37,9 @@ def test_each_epoch_end_rewrites_one_file_and_steps_write_nothing(tmp_path):
         def on_train_batch_end(self, trainer, *args):
             seen.append(sorted(p.name for p in (tmp_path / "ckpt").glob("*")) if (tmp_path / "ckpt").exists() else [])
 
-    flags = argparse.Namespace(nodes=1, devices=1, cluster_env="local", accelerator="cpu", precision="32-true",
-                               max_epochs=2, accumulate_grad_batches=1, trainer_args="{}")
-    trainer = runargs.build_trainer(flags, [Watch(), ckpt])
+    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+                   batch_size=16, max_epochs=2, accelerator="cpu")
+    trainer = build.build_trainer(spec, [Watch(), ckpt])
     trainer.fit(SpiralMLP(), datamodule=TinyData())
     assert seen[:4] == [[]] * 4, "a checkpoint appeared during the first epoch"
     assert seen[4:] == [["last.ckpt"]] * 4, "epoch 1 did not leave exactly last.ckpt"

@@ -12,16 +12,17 @@ import pytest
 from conftest import ROOT, run_user_module
 from ddpscale.job import commbench
 from ddpscale.plan import ddpsettings
-from ddpscale.job import runargs
+from ddpscale.job import build
+from ddpscale.plan.runspec import RunSpec
 
 SET = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": True,
        "bucket_cap_mb": 50, "comm_hook": "fp16_compress"}
 
 
 def flags(nodes: int, devices: int, ddp: dict | None = None):
-    return runargs.run_flags(topology=f"{nodes}x{devices}", nodes=nodes, devices=devices, accelerator="cpu",
-                             scaling="weak", batch_size=8, model_class="m.M", data_class="d.D", max_epochs=1,
-                             **({"ddp": ddpsettings.parse(json.dumps(ddp))} if ddp is not None else {}))
+    return RunSpec(topology=f"{nodes}x{devices}", nodes=nodes, devices=devices, accelerator="cpu",
+                   scaling="weak", batch_size=8, model_class="m.M", data_class="d.D", max_epochs=1,
+                   **({"ddp": ddp} if ddp is not None else {}))
 
 
 # -- pure ---------------------------------------------------------------------------------
@@ -116,14 +117,14 @@ def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
 
     from ddpscale.job import probing
 
-    strategy = runargs.build_trainer(flags(1, 2, SET), []).strategy
+    strategy = build.build_trainer(flags(1, 2, SET), []).strategy
     assert strategy._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False,
                                     "gradient_as_bucket_view": True, "bucket_cap_mb": 50}
     assert strategy._ddp_comm_hook is default_hooks.fp16_compress_hook
     assert strategy._timeout.total_seconds() == 300
     assert probing.bucket_cap_mb(strategy) == 50
     assert probing.comm_bytes_per_element(flags(1, 2, SET)) == 2
-    plain = runargs.build_trainer(flags(1, 2), []).strategy
+    plain = build.build_trainer(flags(1, 2), []).strategy
     assert probing.bucket_cap_mb(plain) is None and plain._ddp_comm_hook is None
     assert plain._ddp_kwargs == {"find_unused_parameters": False, "static_graph": False,
                                  "gradient_as_bucket_view": False}
@@ -132,7 +133,7 @@ def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
 def test_one_device_trains_without_ddp_whatever_the_settings():
     from pytorch_lightning.strategies import DDPStrategy
 
-    assert not isinstance(runargs.build_trainer(flags(1, 1, SET), []).strategy, DDPStrategy)
+    assert not isinstance(build.build_trainer(flags(1, 1, SET), []).strategy, DDPStrategy)
 
 
 # -- real training on 1x2 (CPU, gloo) -------------------------------------------------------

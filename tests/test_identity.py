@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 import torch
 
-import train
+import train  # noqa: F401  the job modules loaded, as train.py has them when it hashes its code
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records, reportdata
-from ddpscale.plan import identity
+from ddpscale.plan import identity, runspec
 from ddpscale.job import runinfo
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
@@ -35,9 +35,8 @@ def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1
 
 def keyed_settings(argv: list[str]) -> dict:
     """The settings train.py fingerprints: its flags plus the run's identity."""
-    args = train.parse_args(argv)
-    settings = train.run_settings(args)
-    return {**settings, "identity": runinfo.run_identity(args, settings, torch.device("cpu"))}
+    spec = runspec.parse(argv)
+    return {**spec.measured(), "identity": runinfo.run_identity(spec, torch.device("cpu"))}
 
 
 def save_checkpoint(path: Path) -> None:
@@ -59,7 +58,7 @@ def test_checkpoint_of_other_data_bytes_is_not_resumed(tmp_path, capsys):
     data.write_bytes(b"other dataset")  # same path and flags, other bytes
     after = keyed_settings(argv)
     assert {k: v for k, v in after.items() if k != "identity"} == {k: v for k, v in before.items() if k != "identity"}
-    assert runinfo.fingerprint(after) != runinfo.fingerprint(before)
+    assert identity.digest(after) != identity.digest(before)
     assert runinfo.resume_path(str(tmp_path / "ckpt"), after, True) is None
     assert not (tmp_path / "ckpt/last.ckpt").exists()
     assert f"changed: identity.data.{data}" in capsys.readouterr().out

@@ -75,15 +75,15 @@ def test_precision_plan():
 def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypatch):
     """One rank in this process, under train.py's Trainer: a dict loss and self.log() in the
     probed steps are fine, silently, and log nothing into the run."""
-    import argparse
     import warnings
 
     import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ddpscale.job import runargs
+    from ddpscale.job import build
     from ddpscale.job.callbacks import ProbeBeforeTraining
+    from ddpscale.plan.runspec import RunSpec
 
     class Logs(pl.LightningModule):
         def __init__(self):
@@ -104,11 +104,10 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
             return DataLoader(TensorDataset(torch.randn(20, 2), torch.randint(0, 2, (20,))), batch_size=8)
 
     monkeypatch.chdir(tmp_path)
-    args = argparse.Namespace(topology="1x1", nodes=1, devices=1, accelerator="cpu", cluster_env="local",
-                              precision="32-true", compile="none", scaling="weak", batch_size=8,
-                              accumulate_grad_batches=1, trainer_args="{}")
-    probed = ProbeBeforeTraining(args, {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}, alone=True)
-    trainer = runargs.build_trainer(args, [probed], max_epochs=1)
+    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+                   batch_size=8, max_epochs=1, accelerator="cpu")
+    probed = ProbeBeforeTraining(spec, {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}, alone=True)
+    trainer = build.build_trainer(spec, [probed], max_epochs=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(Logs(), datamodule=Data())

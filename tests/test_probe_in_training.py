@@ -48,7 +48,7 @@ def test_probed_run_trains_as_an_unprobed_one_would(tmp_path, data_file):
 def test_the_baseline_times_its_compute_at_every_batch_it_is_given(tmp_path, data_file):
     """train.py --probe-batch-sizes (the workflow gives the baseline every topology's per-device
     batch): the probe's record holds the compute at each, its own batch (32) its own timing."""
-    metrics, _ = trained(tmp_path, data_file, 1, 1, "--probe", "--probe-batch-sizes", "8,16,32")
+    metrics, _ = trained(tmp_path, data_file, 1, 1, "--probe", "--probe-batch-sizes", "[8, 16, 32]")
     step = metrics["probe"]["step"]
     assert [r["batch_per_device"] for r in step["compute_by_batch"]] == [8, 16, 32]
     assert step["compute_by_batch"][2]["compute_s"] == step["compute_s"]

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.job import stepprobe
-from ddpscale.job import compiling, probecopy, probing, runargs
+from ddpscale.job import build, compiling, probecopy, probing
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from test_probecopy import SMALL, run_args
@@ -51,7 +51,7 @@ def one_rank_group(monkeypatch):
 
 def test_the_probe_s_ddp_wrapper_optimizers_view_grads_and_hook_state_are_collected(one_rank_group):
     """Everything a probe under DDP holds, gone after free() (no gc.collect() here)."""
-    trainer = runargs.build_trainer(run_args(), [])
+    trainer = build.build_trainer(run_args(), [])
     run = probing._Probe(trainer, Tiny(), run_args(), dict(SMALL))
     copied, run.view = probecopy.attach(trainer, run.module)
     optimizers = probecopy.build_optimizers(run.view)
@@ -83,10 +83,9 @@ def test_training_after_a_probe_compiles_its_own_graphs(monkeypatch, tmp_path):
             self.during = counters["stats"]["unique_graphs"] - self.before
 
     monkeypatch.chdir(tmp_path)  # Lightning's default checkpoint folder
-    args = run_args(16)
-    args.compile = "default"
-    probed, graphs = ProbeBeforeTraining(args, SMALL), Graphs()
-    trainer = runargs.build_trainer(args, [probed, graphs], max_epochs=1)
+    spec = run_args(16, compile="default")
+    probed, graphs = ProbeBeforeTraining(spec, SMALL), Graphs()
+    trainer = build.build_trainer(spec, [probed, graphs], max_epochs=1)
     trainer.fit(compiling.wrap(Tiny(), "default"))
     assert probed.record["status"] == "ok", probed.record
     assert graphs.during >= 1, "training ran the probe's compiled graphs"

@@ -6,14 +6,14 @@ a probe that cannot measure is recorded n/a while the run trains on."""
 
 from __future__ import annotations
 
-import argparse
 
 import pytest
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from ddpscale.job import compiling, probecopy, probing, runargs
+from ddpscale.job import build, compiling, probecopy, probing
+from ddpscale.plan.runspec import RunSpec
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from conftest import ROOT
@@ -35,18 +35,16 @@ def usermods(monkeypatch, tmp_path):
     return usermods
 
 
-def run_args(batch_size: int = 16, **extra) -> argparse.Namespace:
-    """train.py's run flags for one CPU rank."""
-    return argparse.Namespace(topology="1x1", nodes=1, devices=1, accelerator="cpu", cluster_env="local",
-                              precision="32-true", compile="none", scaling="weak", batch_size=batch_size,
-                              accumulate_grad_batches=1, collective_timeout_s=30, max_epochs=1,
-                              measure="full", trainer_args="{}", **extra)
+def run_args(batch_size: int = 16, **extra) -> RunSpec:
+    """A run's spec for one CPU rank (the module and data are the test's own)."""
+    return RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+                   batch_size=batch_size, max_epochs=1, accelerator="cpu", collective_timeout_s=30, **extra)
 
 
 def fit_with_probe(model, data, *callbacks, alone: bool = True, max_epochs: int = 1):
     """A fit under train.py's Trainer with the probe before training (alone: stop after it)."""
     probed = ProbeBeforeTraining(run_args(data.batch_size), SMALL, alone=alone)
-    trainer = runargs.build_trainer(run_args(data.batch_size), [*callbacks, probed], max_epochs=max_epochs)
+    trainer = build.build_trainer(run_args(data.batch_size), [*callbacks, probed], max_epochs=max_epochs)
     trainer.fit(model, datamodule=data)
     return probed, trainer
 
@@ -76,7 +74,7 @@ def test_the_copy_sees_the_runs_trainer_and_keeps_its_own_training_state(usermod
 
     model = usermods.cnn.SmallCNN()
     data = usermods.imagedata.TrainerShardedImages(batch_size=16, train_samples=37)
-    trainer = runargs.build_trainer(run_args(16), [Look()])
+    trainer = build.build_trainer(run_args(16), [Look()])
     trainer.fit(model, datamodule=data)
     copied, view, optimizers = seen["copied"], seen["view"], seen["optimizers"]
 
@@ -192,7 +190,7 @@ def test_a_compiled_module_is_copied_with_its_own_methods_and_compiled_again(use
     eager = probecopy.eager_copy(model)
     assert eager._compiler_ctx is None and "training_step" not in eager.__dict__
     assert eager.training_step.__self__ is eager and eager.forward.__self__ is eager
-    trainer = runargs.build_trainer(run_args(), [])
+    trainer = build.build_trainer(run_args(), [])
     copied, view = probecopy.attach(trainer, model, "default")
     assert copied._compiler_ctx is not None and copied._compiler_ctx["original_training_step"].__self__ is copied
     assert model._compiler_ctx["original_training_step"].__self__ is model  # the run's, as it was
@@ -224,5 +222,5 @@ def test_the_copy_keeps_each_submodule_s_mode(usermods):
     eval, say); the probe times the same steps."""
     model = usermods.cnn.SmallCNN()
     model.net[1].eval()
-    copied, _ = probecopy.attach(runargs.build_trainer(run_args(), []), model)
+    copied, _ = probecopy.attach(build.build_trainer(run_args(), []), model)
     assert copied.training and not copied.net[1].training and copied.net[4].training

@@ -17,12 +17,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import train
 from conftest import ROOT, launched, tiny_config
 from test_identity import train_args
 from ddpscale.job.launch import describe_exit, run
-from ddpscale.core.topology import Topology
-from ddpscale.job import callbacks, runargs
+from ddpscale.job import build, callbacks
+from ddpscale.plan import runspec
 from ddpscale.job.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
@@ -111,10 +110,11 @@ def fit_tiny(tmp_path: Path, *extra: pl.Callback):
     """One rank's fit with train.py's callbacks (the stop checked at every step), resuming
     from the checkpoint if there is one."""
     # two epochs, checkpoints in tmp_path/ckpt; the data flags go unused (TinySpiral feeds it)
-    args = train.parse_args(train_args(tmp_path / "unused.npz", tmp_path))
-    measured = callbacks.build(args, Topology(1, 1), per_device=16)  # TinySpiral's batch, checked at fit start
+    # TinySpiral's batch (checked at fit start)
+    spec = runspec.parse([*train_args(tmp_path / "unused.npz", tmp_path), "--batch-size", "16"])
+    measured = callbacks.build(spec)
     measured.stop.every = 1
-    trainer = runargs.build_trainer(args, [*measured.all(), *extra])
+    trainer = build.build_trainer(spec, [*measured.all(), *extra])
     last = tmp_path / "ckpt/last.ckpt"
     trainer.fit(SpiralMLP(), datamodule=TinySpiral(), ckpt_path=str(last) if last.exists() else None)
     return measured.timing

@@ -142,7 +142,7 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
                               sanity_checking=False)
     module = SimpleNamespace(device=torch.device("cpu"))
     timed = windows.WindowedThroughput(steadystate.Rule(window_steps=2, min_windows=2, precision=0.5),
-                                       stop=False, per_device_batch=4)
+                                       stop=False, batch_per_device=4)
     batch = (torch.zeros(4, 2), torch.zeros(4))
     before = time.monotonic()
     for step in range(7):  # three windows close, a fourth is open; validation pauses the second
@@ -154,7 +154,7 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
     assert before <= timed.starts[0] <= timed.starts[1] <= timed.starts[2] <= timed.starts[3] <= time.monotonic()
     decision = timed.final()
     assert timed.steady_since() == timed.starts[decision.warmup_windows]
-    assert windows.WindowedThroughput(steadystate.Rule(), stop=True, per_device_batch=4).steady_since() is None
+    assert windows.WindowedThroughput(steadystate.Rule(), stop=True, batch_per_device=4).steady_since() is None
 
 
 def test_windows_do_not_count_the_padding_repeat_of_a_shard():
@@ -170,7 +170,7 @@ def test_windows_do_not_count_the_padding_repeat_of_a_shard():
                               sanity_checking=False, train_dataloader=SimpleNamespace(sampler=sampler))
     module = SimpleNamespace(device=torch.device("cpu"))
     timed = windows.WindowedThroughput(steadystate.Rule(window_steps=3, min_windows=2, precision=0.5),
-                                       stop=False, per_device_batch=1)
+                                       stop=False, batch_per_device=1)
     batch = (torch.zeros(1, 2), torch.zeros(1))
     for epoch in range(2):
         timed.on_train_epoch_start(trainer, module)

@@ -14,12 +14,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.plan.configcheck import EPOCH_METRIC_ENV
+from ddpscale.plan import runspec
 from ddpscale.job.timing import ScalingMetrics
 from ddpscale.job.valhistory import ValHistory, with_elapsed
 from ddpscale.report import timetoacc
 
-import train
 from conftest import ROOT
 from test_identity import train_args
 
@@ -107,14 +106,15 @@ def test_the_sanity_check_validation_is_not_an_epoch(tmp_path):
     assert history.history == [] and history.reason() == "no validation ran"
 
 
-def test_train_py_records_the_history_named_by_the_workflow_s_environment(tmp_path, data_file, monkeypatch):
-    """train.py end to end on one process: --epoch-metric defaults to $DDPSCALE_EPOCH_METRIC (the
-    workflow sets it), and metrics.json pairs every epoch's value with the running epoch time."""
-    monkeypatch.setenv(EPOCH_METRIC_ENV, "val_acc")
-    args = train.parse_args(train_args(data_file, tmp_path))
-    assert args.epoch_metric == "val_acc"
-    assert "epoch_metric" not in train.run_settings(args), "naming another metric must not retrain a run"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/train.py"), *train_args(data_file, tmp_path)],
+def test_train_py_records_the_history_of_the_epoch_metric_it_is_given(tmp_path, data_file):
+    """train.py end to end on one process: --epoch-metric names the metric, and metrics.json
+    pairs every epoch's value with the running epoch time."""
+    argv = [*train_args(data_file, tmp_path), "--epoch-metric", "val_acc"]
+    spec = runspec.parse(argv)
+    assert spec.epoch_metric == "val_acc"
+    assert "epoch_metric" not in spec.measured(), "naming another metric must not retrain a run"
+    assert "--epoch-metric" not in spec.command(rerun=True), "nor make Snakemake rerun it"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/train.py"), *argv],
                           capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())

@@ -11,8 +11,6 @@ from snakemake.exceptions import WorkflowError
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config); the
 # config itself is read and checked in common_config.smk, included first.
 from ddpscale.plan.configcheck import (  # noqa: E402
-    ACCURACY_METRIC_ENV,
-    EPOCH_METRIC_ENV,
     file_problems,
     setting_problems,
 )

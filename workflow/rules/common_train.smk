@@ -2,12 +2,8 @@
 # and flags.
 import functools
 
-from ddpscale.core import measuremode  # noqa: E402
-from ddpscale.plan.resources import run_accelerator  # noqa: E402
-from ddpscale.core.topology import batch_per_device  # noqa: E402
+from ddpscale.plan import runspec  # noqa: E402
 from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
-from ddpscale.plan.ddpsettings import DEFAULTS as DDP_DEFAULTS  # noqa: E402
-from ddpscale.plan.ddpsettings import flag as ddp_flag  # noqa: E402
 
 
 def get_resources(wildcards):
@@ -105,63 +101,35 @@ def check_site_matches_executor():
         )
 
 
-def run_flags(topology_name):
-    """Every setting that defines a run, the same for each of its repeats."""
-    topo = parse_topology(topology_name)
-    flags = {
-        "--topology": topo.name,
-        "--nodes": topo.num_nodes,
-        "--devices": topo.devices_per_node,
-        # resolved for this host on the local profile: the flag, and so the checkpoint's
-        # fingerprint, says what the run used; a cluster's runs ask for the GPU (run_accelerator)
-        "--accelerator": run_accelerator(ACCELERATOR, SITE),
-        "--cluster-env": cluster_env(topo, SITE),
-        # Locally one simulated device is one core (a 1-device run must not get every core, or
-        # adding devices would add no hardware) and a GPU its share of the cores (hostdevices)
-        "--threads": LOCAL_THREADS if SITE.is_local else SITE.cpus_per_gpu,
-        "--seed": config["seed"],
-        "--scaling": config["batch"]["scaling"],
-        "--batch-size": config["batch"]["size"],
-        "--precision": config["precision"],
-        "--compile": config["compile"],
-        "--accumulate-grad-batches": config["accumulate_grad_batches"],
-        # how a dead or stuck rank ends the job; not part of the run's identity
-        "--collective-timeout-s": config["collective_timeout_s"],
-        "--compile-timeout-s": config["compile_timeout_s"],
-        "--loader": json.dumps(config["dataloader"], sort_keys=True),
-        "--model-class": config["model"]["class_path"],
-        "--model-args": json.dumps(config["model"]["init_args"], sort_keys=True),
-        "--data-class": config["data"]["class_path"],
-        "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
-        # what the run measures, and in throughput mode when it stops (ddpscale.job.windows)
-        "--measure": MEASURE,
-        "--window-steps": config["throughput"]["window_steps"],
-    }
-    if MEASURE == measuremode.THROUGHPUT:
-        flags["--target-precision"] = config["throughput"]["precision"]
-        flags["--min-windows"] = config["throughput"]["min_windows"]
-        for key, flag in (("max_steps", "--measure-max-steps"), ("max_minutes", "--measure-max-minutes")):
-            if config["throughput"][key] is not None:
-                flags[flag] = config["throughput"][key]
-    if GENERATED:
-        flags["--data-file"] = get_data_file()
-    if config["batch"]["dim"]:  # only where set: every other config's runs keep their flags
-        flags["--batch-dim"] = config["batch"]["dim"]
-    if config["data"]["files"]:  # checksummed into the run's identity
-        flags["--data-files"] = json.dumps(config["data"]["files"])
-    # a LightningCLI config's Trainer arguments and optimizers (only where it has them: the flags of
-    # every other config, and so its finished runs, stay as they were)
-    if LIGHTNING and LIGHTNING.trainer_args:
-        flags["--trainer-args"] = json.dumps(LIGHTNING.trainer_args, sort_keys=True)
-    # DDP's settings, only where they are not torch's defaults (likewise): they change what is
-    # measured, so a change reruns every run (the 1-device run records them as unused)
-    if config["ddp"] != DDP_DEFAULTS:
-        flags["--ddp"] = ddp_flag(config["ddp"])
-    if LIGHTNING and LIGHTNING.optimizers:
-        flags["--optimizers"] = json.dumps(LIGHTNING.optimizers, sort_keys=True)
-    if LIGHTNING and LIGHTNING.loggers is not None:
-        flags["--loggers"] = json.dumps(LIGHTNING.loggers, sort_keys=True)
-    return flags
+@functools.cache
+def run_spec(topology, repeat):
+    """One run's settings (ddpscale.plan.runspec), built once per topology and repeat."""
+    return runspec.build(
+        config,
+        SITE,
+        parse_topology(topology),
+        int(repeat),
+        topologies=TOPOLOGIES,
+        measure=MEASURE,
+        accelerator=ACCELERATOR,
+        local_threads=LOCAL_THREADS,
+        data_file=get_data_file() if GENERATED else None,
+        lightning=LIGHTNING,
+        layout=LAYOUT,
+    )
+
+
+def get_run_flags(wildcards):
+    """The run's flags whose change reruns it: a param (every setting explicit, so the log shows
+    what ran)."""
+    return run_spec(wildcards.topology, wildcards.repeat).command(rerun=True)
+
+
+def get_log_flags(wildcards):
+    """The flags that only choose what the log names (the accuracy metric): as an object
+    Snakemake cannot serialise, so it keeps no record of it and choosing another metric
+    retrains nothing (test_any_logged_metric_is_compared_and_a_missing_one_is_said)."""
+    return runspec.Unrecorded(run_spec(wildcards.topology, wildcards.repeat).command(rerun=False))
 
 
 def get_run_identity(wildcards):
@@ -175,52 +143,3 @@ def get_run_identity(wildcards):
     return json.dumps(
         {"dataset": config["dataset"] if GENERATED else None, "versions": INSTALLED_VERSIONS}, sort_keys=True
     )
-
-
-def get_train_flags(wildcards):
-    """Every setting of a run as explicit flags, so the log shows exactly what ran."""
-    flags = run_flags(wildcards.topology)
-    flags.update(
-        {
-            "--repeat": wildcards.repeat,
-            "--max-epochs": config["max_epochs"],
-            "--warmup-epochs": config["warmup_epochs"],
-            "--ckpt-dir": LAYOUT.checkpoint_dir(flags["--topology"], wildcards.repeat),
-        }
-    )
-    # for the report's check of the transport NCCL chose; only where the profile states it, so
-    # the commands of every other site (and so their finished runs) stay as they were
-    if SITE.interconnect != "unknown":
-        flags["--site-interconnect"] = SITE.interconnect
-    # what the job is billed for, where the site gives it whole nodes (only there, so every
-    # other site's commands stay as they were)
-    if SITE.whole_nodes:
-        topo = parse_topology(wildcards.topology)
-        flags["--held-devices"] = SITE.held_devices(topo.num_nodes, topo.world_size)
-    # a cluster job holds its devices from the job's start, whatever ran before train.py; the
-    # 1-device run has no SLURM process group (cluster_env local), so train.py is told
-    held = "" if SITE.is_local else " --held-from-job"
-    # the first repeat probes its topology before training, in the same allocation
-    if wildcards.repeat != "0":
-        return as_flags(flags) + held
-    probe = held + " --probe"
-    if flags["--topology"] == parse_topology(config["baseline"]).name:
-        # the baseline's probe times its compute at every topology's per-device batch: the
-        # prediction of each topology starts from the baseline's compute at its batch
-        probe += " --probe-batch-sizes " + ",".join(map(str, get_probe_batch_sizes()))
-    return as_flags(flags) + probe
-
-
-def get_probe_batch_sizes():
-    """The per-device batches of the configured topologies, smallest first."""
-    return sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in TOPOLOGIES})
-
-
-# The metric the report compares, for the log line at each run's first validation (train.py
-# --accuracy-metric defaults to it). In the jobs' environment, not their flags: a flag is a
-# param, whose change reruns the job, and choosing another metric must not retrain anything.
-os.environ[ACCURACY_METRIC_ENV] = config["accuracy"]["metric"]
-# The metric recorded after every epoch for time to accuracy (train.py --epoch-metric), the same way
-os.environ[EPOCH_METRIC_ENV] = measuremode.epoch_metric(
-    config["accuracy"]["metric"], config["accuracy"]["epoch_metric"]
-)

@@ -37,11 +37,14 @@ rule train_baseline:
         train_slots=1,
     params:
         launch=get_launch,
-        flags=get_train_flags,
+        # the run's settings (ddpscale.plan.runspec): a change reruns the job
+        flags=get_run_flags,
         # not on the command line: its change alone reruns the job (dataset settings, versions)
         identity=get_run_identity,
+        # what the log names: a change reruns nothing
+        log_flags=get_log_flags,
     shell:
-        "{params.launch} {input.script} {params.flags} --metrics {output.metrics} --attempt {resources.attempt} > {log} 2>&1"
+        "{params.launch} {input.script} {params.flags} {params.log_flags} --attempt {resources.attempt} > {log} 2>&1"
 
 
 use rule train_baseline as train_single_node with:

@@ -9,7 +9,6 @@ the probe spends time on the group. GPU utilisation is sampled in steady trainin
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -22,7 +21,6 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
 from ddpscale.job import ranks
-from ddpscale.core.topology import Topology
 from ddpscale.job import flops, gpufacts, samplecount
 from ddpscale.core import steadystate
 from ddpscale.job import proberecord as step_probe
@@ -33,6 +31,7 @@ from ddpscale.job import compiling, probing, runinfo
 from ddpscale.job.checkpoint import epoch_checkpoint
 from ddpscale.job.placement_check import PlacementCheck
 from ddpscale.job.signals import GracefulStop
+from ddpscale.plan.runspec import RunSpec
 
 
 class GpuFacts(pl.Callback):
@@ -173,7 +172,7 @@ class FlopsCount(pl.Callback):
 
     FLOAT32_KEYS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32")
 
-    def __init__(self, model_args: str, precision: str, batch_dim: int = 0):
+    def __init__(self, model_args: dict, precision: str, batch_dim: int = 0):
         self.model_args = model_args
         self.precision = precision
         self.batch_dim = batch_dim
@@ -200,7 +199,7 @@ class FlopsCount(pl.Callback):
         size, why = samplecount.samples_of(batch, 0, samplecount.loader_plan(loader), self.batch_dim,
                                            samplecount.stated_by(pl_module, batch))
         # from_compiled swaps methods in place: the class is still the user's own
-        split = (flops.count_split(type(pl_module), json.loads(self.model_args), batch, size, self.precision,
+        split = (flops.count_split(type(pl_module), self.model_args, batch, size, self.precision,
                                    trained=compiling.unwrap(pl_module)) if size else None)
         if not size:
             print(f"ddpscale: FLOPs per sample not counted: {why or 'the first batch holds no samples'}", flush=True)
@@ -234,8 +233,8 @@ class ProbeBeforeTraining(pl.Callback):
     probe again. alone: probe with the sizes given, unsized, then stop before the first epoch
     (tests of the probe itself use it, so they need not train)."""
 
-    def __init__(self, args, sizes: dict | None = None, alone: bool = False):
-        self.args = args
+    def __init__(self, spec: RunSpec, sizes: dict | None = None, alone: bool = False):
+        self.spec = spec
         self.sizes = dict(sizes or step_probe.DEFAULTS)
         self.alone = alone
         self.probed = False  # on every rank, so all of them skip a resumed run's probe together
@@ -258,8 +257,8 @@ class ProbeBeforeTraining(pl.Callback):
         trainer.fit_loop.setup_data()
         started = time.perf_counter()
         with rng_untouched(trainer.strategy.root_device):
-            outcome = probing.probe(trainer, pl_module, self.args, **self.sizes,
-                                    planned_steps=None if self.alone else planned_batches(trainer, self.args),
+            outcome = probing.probe(trainer, pl_module, self.spec, **self.sizes,
+                                    planned_steps=None if self.alone else planned_batches(trainer, self.spec),
                                     sized=not self.alone)
         self.seconds = time.perf_counter() - started
         self.failure = outcome.failure
@@ -272,7 +271,7 @@ class ProbeBeforeTraining(pl.Callback):
             trainer.should_stop = True  # the fit loop ends before its first epoch
 
 
-def planned_batches(trainer, args) -> float | None:
+def planned_batches(trainer, spec: RunSpec) -> float | None:
     """The training batches (micro-batches) this run plans on each rank, what the probe's cost
     is bounded by: every epoch's in full mode; in throughput mode, which stops once steady, the
     windows its rule looks at first (min_windows of window_steps). None where an epoch has no
@@ -281,8 +280,8 @@ def planned_batches(trainer, args) -> float | None:
     if per_epoch == float("inf"):
         return None
     planned = per_epoch * trainer.max_epochs
-    if args.measure == "throughput":
-        planned = min(planned, args.min_windows * args.window_steps)
+    if spec.measure == "throughput":
+        planned = min(planned, spec.min_windows * spec.window_steps)
     return float(planned)
 
 
@@ -318,30 +317,32 @@ class RunCallbacks:
         return out
 
 
-def build(args, topo: Topology, per_device: int) -> RunCallbacks:
-    timing = ScalingMetrics(warmup_epochs=args.warmup_epochs, expected_world_size=topo.world_size,
-                            batch_dim=args.batch_dim, per_device_batch=per_device)
+def build(spec: RunSpec) -> RunCallbacks:
+    per_device = spec.batch_per_device
+    timing = ScalingMetrics(warmup_epochs=spec.warmup_epochs, expected_world_size=spec.topo.world_size,
+                            batch_dim=spec.batch_dim, batch_per_device=per_device)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
-    placement = PlacementCheck(args.accelerator, args.devices)
-    windows = WindowedThroughput(rule(args), stop=args.measure == "throughput", per_device_batch=per_device,
+    placement = PlacementCheck(spec.accelerator, spec.devices)
+    windows = WindowedThroughput(rule(spec), stop=spec.measure == "throughput", batch_per_device=per_device,
                                  counter=timing.counter)
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
-        stop=GracefulStop(os.path.join(args.ckpt_dir, runinfo.LAST), before_save=timing.pause),
+        stop=GracefulStop(os.path.join(spec.ckpt_dir, runinfo.LAST), before_save=timing.pause),
         placement=placement,
-        gpu=GpuFacts(placement, args.warmup_epochs, windows if args.measure == "throughput" else None),
-        flops=FlopsCount(args.model_args, args.precision, args.batch_dim),
-        probe=ProbeBeforeTraining(args) if args.probe else None,
-        checkpoint=epoch_checkpoint(args.ckpt_dir),
+        gpu=GpuFacts(placement, spec.warmup_epochs, windows if spec.measure == "throughput" else None),
+        flops=FlopsCount(spec.model_args, spec.precision, spec.batch_dim),
+        probe=ProbeBeforeTraining(spec) if spec.probe else None,
+        checkpoint=epoch_checkpoint(spec.ckpt_dir),
         windows=windows,
-        history=ValHistory(args.epoch_metric),
-        grace=CompileGrace(args.compile, args.collective_timeout_s, args.compile_timeout_s),
+        history=ValHistory(spec.epoch_metric),
+        grace=CompileGrace(spec.compile, spec.collective_timeout_s, spec.compile_timeout_s),
     )
 
 
-def rule(args) -> steadystate.Rule:
-    """Throughput mode's stopping rule from the run's flags (full mode times the same windows)."""
-    minutes = args.measure_max_minutes
-    return steadystate.Rule(window_steps=args.window_steps, precision=args.target_precision,
-                            min_windows=args.min_windows, max_steps=args.measure_max_steps, max_seconds=None if minutes is None else minutes * 60)
+def rule(spec: RunSpec) -> steadystate.Rule:
+    """Throughput mode's stopping rule from the run's spec (full mode times the same windows)."""
+    minutes = spec.measure_max_minutes
+    return steadystate.Rule(window_steps=spec.window_steps, precision=spec.target_precision,
+                            min_windows=spec.min_windows, max_steps=spec.measure_max_steps,
+                            max_seconds=None if minutes is None else minutes * 60)

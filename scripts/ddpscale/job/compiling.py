@@ -12,8 +12,6 @@ import re
 import shutil
 import sysconfig
 
-MODES = ("none", "default", "reduce-overhead", "max-autotune")
-
 
 def python_include_dir() -> str:
     """Where Triton looks for Python.h: this interpreter's include folder, by its install scheme."""

@@ -49,7 +49,7 @@ from ddpscale.job import batchsizes, commbench, stepprobe
 from ddpscale.job import proberecord as probe_record
 from ddpscale.plan import ddpsettings
 from ddpscale.job import probecopy
-from ddpscale.job.runargs import per_device_batch
+from ddpscale.plan.runspec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Outcome:
 class _Probe:
     """One probe's objects (the copy, its view, optimizers, batches) and what it is doing now."""
 
-    def __init__(self, trainer, module, args, sizes: dict):
-        self.trainer, self.module, self.args, self.sizes = trainer, module, args, sizes
+    def __init__(self, trainer, module, spec: RunSpec, sizes: dict):
+        self.trainer, self.module, self.spec, self.sizes = trainer, module, spec, sizes
         self.device = trainer.strategy.root_device
         self.doing = "starting"
         self.runner = self.view = self.batches = self.waits = None
@@ -100,7 +100,7 @@ class _Probe:
     def alone(self) -> None:
         """Phase 1: nothing here waits for another rank."""
         self.doing = "copying the module"
-        copied, self.view = probecopy.attach(self.trainer, self.module, self.args.compile)
+        copied, self.view = probecopy.attach(self.trainer, self.module, self.spec.compile)
         self.doing = "building the optimizers"
         optimizers = probecopy.build_optimizers(self.view)
         plugin = self.trainer.precision_plugin
@@ -124,8 +124,8 @@ class _Probe:
     def size(self, step_s: float, planned_steps: float | None) -> str | None:
         """Fit the probe to the run (probe_record.sized): the sizes it will time with, and
         what was decided; the reason where it is skipped instead."""
-        own = per_device_batch(self.args)
-        others = getattr(self.args, "probe_batch_sizes", None) if self.trainer.world_size == 1 else None
+        own = self.spec.batch_per_device
+        others = self.spec.probe_batch_sizes if self.trainer.world_size == 1 else None
         other_batches = sum(b / own for b in set(others or []) if b != own)
         sizes, self.sized = probe_record.sized(step_s, planned_steps, self.trainer.world_size, self.accumulate,
                                                other_batches)
@@ -137,19 +137,19 @@ class _Probe:
     def time_steps(self) -> None:
         self.doing = "timing training steps under DDP"
         self.step = exposed_data_wait(self.measure_steps(), loads_beside_steps(self.view.train_dataloader))
-        sizes = getattr(self.args, "probe_batch_sizes", None)
+        sizes = self.spec.probe_batch_sizes
         if self.trainer.world_size == 1 and sizes:
             # the baseline's compute at every topology's per-device batch, for the prediction
             self.doing = "timing compute at the topologies' per-device batches"
             self.step["compute_by_batch"] = batchsizes.compute_by_batch(
-                self.runner, self.batches, sizes, per_device_batch(self.args), self.step["compute_s"],
+                self.runner, self.batches, sizes, self.spec.batch_per_device, self.step["compute_s"],
                 steps=self.sizes["steps"], rounds=self.sizes["rounds"], warmup=self.sizes["warmup"],
                 accumulate=self.accumulate)
 
     def measure_steps(self) -> dict:
         return stepprobe.measure(
             self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
-            rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=per_device_batch(self.args),
+            rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=self.spec.batch_per_device,
             accumulate=self.accumulate)
 
     def benchmark(self) -> None:
@@ -159,7 +159,7 @@ class _Probe:
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
         # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set),
         # at the width its comm hook sends them (half with fp16_compress or bf16_compress)
-        width = comm_bytes_per_element(self.args)
+        width = comm_bytes_per_element(self.spec)
         buckets = commbench.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
         sent, dtype = commbench.on_the_wire(buckets, width)
         self.allreduce_ddp = commbench.allreduce_as_ddp(sent, self.device, dtype=dtype,
@@ -211,11 +211,10 @@ def bucket_cap_mb(strategy) -> float | None:
     return (getattr(strategy, "_ddp_kwargs", None) or {}).get("bucket_cap_mb")
 
 
-def comm_bytes_per_element(args) -> int | None:
+def comm_bytes_per_element(spec: RunSpec) -> int | None:
     """The width the run's comm hook sends each gradient element at (config ddp.comm_hook), or
     None where it sends the gradient as it is."""
-    ddp = getattr(args, "ddp", None) or {}
-    return ddpsettings.HOOK_BYTES[ddp.get("comm_hook", "none")]
+    return ddpsettings.HOOK_BYTES[spec.ddp["comm_hook"]]
 
 
 def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
@@ -225,14 +224,14 @@ def _agree(mine: Failure | None, **facts) -> tuple[Failure | None, list[dict]]:
     return (failures[0] if failures else None), gathered
 
 
-def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters: int,
+def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: int, iters: int,
           planned_steps: float | None = None, sized: bool = False) -> Outcome:
     """Collective: every rank calls it. The run's train dataloader must be built already
     (trainer.fit_loop.setup_data()). sized: fit the probe to the run's planned training
     (planned_steps micro-batches; None where unknown), or skip it with the reason
     (probe_record.sized); else it times with the sizes given."""
     started = time.perf_counter()
-    run = _Probe(trainer, module, args, {"steps": steps, "rounds": rounds, "warmup": warmup, "iters": iters})
+    run = _Probe(trainer, module, spec, {"steps": steps, "rounds": rounds, "warmup": warmup, "iters": iters})
     skipped = None
     try:
         failure, places = _agree(run.attempt(run.alone), host=socket.gethostname(), node_rank=trainer.node_rank,
@@ -248,13 +247,13 @@ def probe(trainer, module, args, *, steps: int, rounds: int, warmup: int, iters:
     if trainer.global_rank != 0:
         return Outcome(None, failure)
     if failure is not None:
-        return Outcome(probe_record.na_record(args.topology, trainer.world_size, failure.reason), failure)
+        return Outcome(probe_record.na_record(spec.topology, trainer.world_size, failure.reason), failure)
     if skipped is not None:
-        return Outcome(probe_record.na_record(args.topology, trainer.world_size, skipped), None)
+        return Outcome(probe_record.na_record(spec.topology, trainer.world_size, skipped), None)
     backend = dist.get_backend() if trainer.world_size > 1 else "none"
     record = probe_record.record(
-        topology=args.topology, num_nodes=args.nodes, devices_per_node=args.devices, places=places,
-        backend=backend, device=run.device, precision=args.precision, gradient=run.gradient,
+        topology=spec.topology, num_nodes=spec.nodes, devices_per_node=spec.devices, places=places,
+        backend=backend, device=run.device, precision=spec.precision, gradient=run.gradient,
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
@@ -17,10 +16,10 @@ import torch
 from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.core.io import write_json_atomic
 from ddpscale.plan import ddpsettings, identity
-from ddpscale.job.runargs import run_seed
+from ddpscale.plan.runspec import RunSpec
 
 LAST = "last.ckpt"
-# where the run's logger writes (runargs.build_trainer), beside its record
+# where the run's logger writes (build.build_trainer), beside its record
 LOGS = "logs"
 FINGERPRINT = "fingerprint.json"
 FINAL = "final.json"  # the metrics record of a finished run, kept for a retry of the same job
@@ -31,18 +30,18 @@ def logger_dir(record_path: str) -> str:
     return str(Path(record_path).parent / LOGS)
 
 
-def run_identity(args, settings: dict, root_device: torch.device) -> dict:
+def run_identity(spec: RunSpec, root_device: torch.device) -> dict:
     """What this run's numbers depend on (ddpscale.plan.identity), measured on this rank.
 
     Called once the user's classes are imported (their modules are part of the code) and
     before anything imports modules by topology, so every run of a config hashes the same set.
     """
-    data = ([args.data_file] if args.data_file else []) + json.loads(args.data_files)
+    data = ([spec.data_file] if spec.data_file else []) + list(spec.data_files)
     scripts = Path(__file__).resolve().parents[2]
-    user_modules = [path.rpartition(".")[0] for path in (args.model_class, args.data_class)]
+    user_modules = [path.rpartition(".")[0] for path in (spec.model_class, spec.data_class)]
     launcher = [scripts / "launch_local.py", scripts / "ddpscale/job/launch.py"]
     code = identity.code_files(sys.modules, scripts, [scripts / "train.py", *launcher], user_modules)
-    return identity.identity(identity.data_checksums(data), settings, identity.code_hash(code),
+    return identity.identity(identity.data_checksums(data), spec.measured(), identity.code_hash(code),
                              software_versions(root_device))
 
 
@@ -55,10 +54,6 @@ def software_versions(root_device: torch.device) -> dict:
         nccl = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
     return {"torch": torch.__version__, "lightning": pl.__version__,
             "cuda": torch.version.cuda if on_gpu else None, "nccl": nccl}
-
-
-def fingerprint(settings: dict) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
 def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None:
@@ -74,7 +69,7 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
     """
     ckpt_dir = Path(ckpt_dir)
     last, stamp = ckpt_dir / LAST, ckpt_dir / FINGERPRINT
-    wanted = fingerprint(settings)
+    wanted = identity.digest(settings)
     recorded = _read_stamp(stamp)
     if last.exists() and recorded.get("fingerprint") == wanted:
         problem = unloadable(last)
@@ -143,7 +138,7 @@ def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
     metrics. The retry re-emits this record instead of training again.
     """
     ckpt_dir = Path(ckpt_dir)
-    write_json_atomic(ckpt_dir / FINAL, {"fingerprint": fingerprint(settings), "record": record})
+    write_json_atomic(ckpt_dir / FINAL, {"fingerprint": identity.digest(settings), "record": record})
     if (ckpt_dir / LAST).exists():
         (ckpt_dir / LAST).unlink()
 
@@ -160,7 +155,7 @@ def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: b
         final = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
-    if attempt > 1 and final.get("fingerprint") == fingerprint(settings):
+    if attempt > 1 and final.get("fingerprint") == identity.digest(settings):
         return final["record"]
     if is_rank_zero:
         path.unlink(missing_ok=True)
@@ -206,54 +201,54 @@ def module_callbacks(trainer: pl.Trainer, ours: list) -> list[str]:
 
 
 def loggers(trainer: pl.Trainer) -> list[str]:
-    """The class names of the run's loggers (runargs.build_loggers): what it logged to is part of
+    """The class names of the run's loggers (build.build_loggers): what it logged to is part of
     what it measured, and the report names them."""
     return [type(logger).__name__ for logger in trainer.loggers]
 
 
-def metrics_record(args, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
+def metrics_record(spec: RunSpec, scalars: dict, trainer: pl.Trainer, summary: dict, ranks: list[dict],
                    started: str, batch_per_device: int, effective_batch: int) -> dict:
     hosts = sorted({r["host"] for r in ranks})
     simulated_nodes = os.environ.get("DDPSCALE_SIMULATED_NODES")
     devices = device_facts(trainer)
     cores = usable_cores()  # this rank's; the local launcher's ranks all share the same set
     return {
-        "topology": args.topology,
-        "repeat": args.repeat,
-        "seed": run_seed(args),
-        "num_nodes": args.nodes,
-        "devices_per_node": args.devices,
+        "topology": spec.topology,
+        "repeat": spec.repeat,
+        "seed": spec.run_seed,
+        "num_nodes": spec.nodes,
+        "devices_per_node": spec.devices,
         "world_size": formed_world_size(),
         "node_ranks": [r["node_rank"] for r in ranks],
         "hosts": hosts,
-        "simulated_nodes_on_one_host": bool(simulated_nodes) and len(hosts) == 1 and args.nodes > 1,
+        "simulated_nodes_on_one_host": bool(simulated_nodes) and len(hosts) == 1 and spec.nodes > 1,
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         **devices,
         "usable_cores": cores,
         # CPU ranks that outnumber the cores they share measure contention, not scaling
         "oversubscribed": host_oversubscribed(devices["simulated"], hosts, formed_world_size(), cores,
-                                              one_launcher=args.cluster_env == "local"),
+                                              one_launcher=spec.cluster_env == "local"),
         "backend": torch.distributed.get_backend() if formed_world_size() > 1 else None,
-        "scaling": args.scaling,
+        "scaling": spec.scaling,
         "batch_per_device": batch_per_device,
         "effective_batch": effective_batch,
-        "accumulate_grad_batches": args.accumulate_grad_batches,
-        "precision": args.precision,
-        "max_epochs": args.max_epochs,
+        "accumulate_grad_batches": spec.accumulate_grad_batches,
+        "precision": spec.precision,
+        "max_epochs": spec.max_epochs,
         **summary,
         "val_loss": scalars.get("val_loss"),
         "val_acc": scalars.get("val_acc"),
         "test_acc": scalars.get("test_acc"),
         "logged_metrics": scalars,
-        "model_class": args.model_class,
+        "model_class": spec.model_class,
         # what the report says was measured: parameters, and those the optimizer trains
         **parameter_counts(trainer.lightning_module),
         "optimizers": [type(o).__name__ for o in trainer.optimizers],
         # further Trainer settings (a LightningCLI config's), as the Trainer holds them
-        "trainer_settings": trainer_settings(trainer, json.loads(args.trainer_args)),
+        "trainer_settings": trainer_settings(trainer, spec.trainer_args),
         # DistributedDataParallel's settings (config ddp); "used": false where one device trained
-        "ddp": ddpsettings.record(ddpsettings.complete(getattr(args, "ddp", None)), formed_world_size()),
-        "data_class": args.data_class,
+        "ddp": ddpsettings.record(spec.ddp, formed_world_size()),
+        "data_class": spec.data_class,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": pl.__version__},
         "launched_from": socket.gethostname(),

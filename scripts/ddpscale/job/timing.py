@@ -40,9 +40,9 @@ def check_world_size(formed: int, expected: int) -> None:
 
 class ScalingMetrics(pl.Callback):
     def __init__(self, warmup_epochs: int = 1, expected_world_size: int | None = None, batch_dim: int = 0,
-                 per_device_batch: int | None = None):
+                 batch_per_device: int | None = None):
         self.warmup_epochs = warmup_epochs
-        self.per_device_batch = per_device_batch  # what the loader's batch must be, checked at fit start
+        self.batch_per_device = batch_per_device  # what the loader's batch must be, checked at fit start
         # every batch's samples, the one count all figures per sample use (ddpscale.job.samplecount)
         self.counter = samplecount.BatchCounter(batch_dim)
         # why the samples could not be counted on some rank (the figures per sample are then n/a)
@@ -99,11 +99,11 @@ class ScalingMetrics(pl.Callback):
         self.ranks = sorted(ranks.gather(me), key=lambda r: r["global_rank"])
         if self.expected_world_size is not None:
             check_world_size(len(self.ranks), self.expected_world_size)
-        if self.per_device_batch is not None:
+        if self.batch_per_device is not None:
             # before the probe and the first step: the loader, built as fit builds it (fit then
             # uses it), must batch as ddpscale set it up, or nothing said of the batch holds
             trainer.fit_loop.setup_data()
-            problem = samplecount.batch_size_problem(trainer.train_dataloader, self.per_device_batch)
+            problem = samplecount.batch_size_problem(trainer.train_dataloader, self.batch_per_device)
             if problem:
                 raise samplecount.BatchSizeError(problem)
         if trainer.global_rank == 0:

@@ -32,7 +32,7 @@ from ddpscale.job.devicesync import sync_device
 
 
 class WindowedThroughput(pl.Callback):
-    def __init__(self, rule: steadystate.Rule, stop: bool, per_device_batch: int,
+    def __init__(self, rule: steadystate.Rule, stop: bool, batch_per_device: int,
                  counter: samplecount.BatchCounter | None = None):
         self.rule = rule
         # the run's one count of each batch's samples: ScalingMetrics' counter, which counts
@@ -40,7 +40,7 @@ class WindowedThroughput(pl.Callback):
         self.counter = counter or samplecount.BatchCounter()
         self._counts = counter is None
         self.stop = stop  # throughput mode: stop once decided; full mode: measure only
-        self.per_device_batch = per_device_batch
+        self.batch_per_device = batch_per_device
         self.seconds: list[float] = []  # per window, the slowest rank's
         self.samples: list[int] = []  # per window, over all ranks
         # per window, when it began on this rank (time.monotonic, the GPU sampler's clock): the
@@ -75,7 +75,7 @@ class WindowedThroughput(pl.Callback):
         self._steps = self._count = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.samples_per_epoch = epoch_samples(trainer, self.per_device_batch)
+        self.samples_per_epoch = epoch_samples(trainer, self.batch_per_device)
         # how often the configured training validates, and so saves (ddpscale.report.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
         self.validates = bool(trainer.enable_validation)
@@ -237,14 +237,14 @@ def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, save
         os.remove(scratch)
 
 
-def epoch_samples(trainer, per_device_batch: int) -> int | None:
+def epoch_samples(trainer, batch_per_device: int) -> int | None:
     """Training samples of one whole epoch over all ranks (padding repeats not counted), from
     the loader each rank trains on; None where the epoch has no length (an iterable dataset)."""
     batches = trainer.num_training_batches
     if batches == float("inf"):
         here = -1
     else:
-        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), per_device_batch)
+        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), batch_per_device)
     every = trainer.strategy.all_gather(torch.tensor([here], dtype=torch.int64, device=trainer.strategy.root_device))
     every = every.reshape(-1)
     return None if bool((every < 0).any()) else int(every.sum())

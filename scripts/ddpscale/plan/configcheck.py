@@ -18,10 +18,6 @@ from ddpscale.core.topology import Topology
 from ddpscale.plan.configsource import DEFAULT_CONFIG
 from ddpscale.plan.spiral import split_sizes
 
-# config accuracy.metric, as the workflow hands it to the training jobs (ddpscale.job.metriccheck)
-ACCURACY_METRIC_ENV = "DDPSCALE_ACCURACY_METRIC"
-# config accuracy.epoch_metric resolved (ddpscale.core.measuremode.epoch_metric), for time to accuracy
-EPOCH_METRIC_ENV = "DDPSCALE_EPOCH_METRIC"
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
               "number": "a number", "boolean": "true or false", "null": "null"}

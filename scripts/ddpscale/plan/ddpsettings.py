@@ -81,7 +81,7 @@ def parse(text: str) -> dict:
 
 def strategy_kwargs(ddp: dict) -> dict:
     """DDPStrategy's kwargs, as DistributedDataParallel receives them; the hook by its name
-    (runargs turns it into torch's function). bucket_cap_mb only when set: DDP gives an unset
+    (job.build turns it into torch's function). bucket_cap_mb only when set: DDP gives an unset
     cap a 1 MiB first bucket, a set one none (ddpscale.job.commbench.ddp_buckets)."""
     out = {name: ddp[name] for name in FLAGS}
     if ddp["bucket_cap_mb"] is not None:

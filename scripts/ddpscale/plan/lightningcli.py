@@ -63,7 +63,7 @@ REFUSED = {
     "val_check_interval": "validation inside an epoch would split its timed training phase; remove it "
                           "(trainer.check_val_every_n_epoch validates less often)",
 }
-# trainer.logger: the file loggers a run can keep beside its record (runargs.build_loggers),
+# trainer.logger: the file loggers a run can keep beside its record (ddpscale.job.build.build_loggers),
 # by the packages LightningCLI writes them from, with the arguments a user may set; where they
 # write is the run's folder (LOGGER_PLACE, overridden). A logger that sends its figures away
 # (W&B, MLflow, Comet, Neptune) would reach the network from every rank of every topology:
