@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
-from ddpscale.job.timing import ScalingMetrics  # noqa: E402
+from ddpscale.job.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build  # noqa: E402
 from ddpscale.plan.runspec import RunSpec  # noqa: E402
 from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
@@ -36,7 +36,7 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
     """Microseconds per step that each callback adds to Lightning's hook dispatch (best of repeat)."""
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as ckpt_dir:
-        callbacks = {"ScalingMetrics": ScalingMetrics(warmup_epochs=1, expected_world_size=1),
+        callbacks = {"EpochTiming": EpochTiming(warmup_epochs=1, expected_world_size=1),
                      "EpochCheckpoint": epoch_checkpoint(ckpt_dir),
                      # what the pipeline used before EpochCheckpoint, for its before/after
                      "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,

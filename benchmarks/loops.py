@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
 from ddpscale.job.flops import precision_plan  # noqa: E402
 from ddpscale.job.stepprobe import _TrainingStep  # noqa: E402
-from ddpscale.job.timing import ScalingMetrics  # noqa: E402
+from ddpscale.job.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build, compiling  # noqa: E402  build: the pipeline's own Trainer
 from ddpscale.plan.runspec import RunSpec  # noqa: E402
 from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
@@ -120,7 +120,7 @@ def modules(s):
 
 def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float, float]:
     model, data = modules(s)
-    metrics = ScalingMetrics(warmup_epochs=s.warmup_epochs, expected_world_size=world)
+    metrics = EpochTiming(warmup_epochs=s.warmup_epochs, expected_world_size=world)
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     # the module and data are this benchmark's own: the spec only builds the Trainer
     spec = RunSpec(topology=f"1x{world}", nodes=1, devices=world, model_class="-", data_class="-", scaling="weak",

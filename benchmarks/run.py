@@ -205,7 +205,7 @@ def main(argv=None) -> int:
 
             hooks = per_step_us()
             rows.append(("ddpscale's callbacks, us per step through Lightning's hook dispatch",
-                         f"ScalingMetrics {hooks['ScalingMetrics']:.1f}, EpochCheckpoint {hooks['EpochCheckpoint']:.1f}"))
+                         f"EpochTiming {hooks['EpochTiming']:.1f}, EpochCheckpoint {hooks['EpochCheckpoint']:.1f}"))
         if "fastpaths" in args.only:
             rows.append(("fast path: EpochCheckpoint instead of ModelCheckpoint (us per step)",
                          f"{hooks['ModelCheckpoint']:.1f} -> {hooks['EpochCheckpoint']:.1f}"))

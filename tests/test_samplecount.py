@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddpscale.job import samplecount
-from ddpscale.job.timing import ScalingMetrics
+from ddpscale.job.timing import EpochTiming
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches, shard_indices
 from ddpscale.plan.spiral import split_sizes, write_dataset
@@ -77,7 +77,7 @@ def test_an_epoch_count_above_2_24_stays_exact():
     """The per-epoch count goes through the strategy's all-reduce as float64, not float32."""
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
-    metrics = ScalingMetrics(warmup_epochs=0)
+    metrics = EpochTiming(warmup_epochs=0)
     model = SpiralMLP()
     count = 2**24 + 1  # float32 rounds it to 2^24
     metrics.on_train_epoch_start(trainer, model)

@@ -135,7 +135,7 @@ def test_a_signal_late_in_an_epoch_stops_at_the_next_epochs_start_and_loses_noth
             fit_tiny(tmp_path, SignalDuringEpochZero(when))
         assert stopped.value.signum == signal.SIGUSR1
         assert (stopped.value.checkpoint is not None) == saved_mid_epoch
-        left = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=False)["callbacks"]["ScalingMetrics"]
+        left = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=False)["callbacks"]["EpochTiming"]
         if saved_mid_epoch:
             assert left["partial"]["epoch"] == 0 and left["epoch_times"] == []
         else:

@@ -198,7 +198,7 @@ def checkpoint_left(checkpoint) -> tuple[int, dict | None, int] | None:
 
     if not checkpoint.exists():
         return None
-    timing = torch.load(checkpoint, map_location="cpu", weights_only=False)["callbacks"]["ScalingMetrics"]
+    timing = torch.load(checkpoint, map_location="cpu", weights_only=False)["callbacks"]["EpochTiming"]
     return timing["attempts"], timing["partial"], len(timing["epoch_times"])
 
 

@@ -5,7 +5,7 @@ from datetime import datetime
 import pytest
 
 from ddpscale.job import held
-from ddpscale.job.timing import ScalingMetrics, steady_epochs
+from ddpscale.job.timing import EpochTiming, steady_epochs
 
 
 def test_an_uninterrupted_run_leaves_out_its_first_epochs():
@@ -20,7 +20,7 @@ def test_a_resumed_run_leaves_out_the_cold_epoch_of_each_process():
 
 
 def test_no_steady_epoch_left_means_no_throughput():
-    metrics = ScalingMetrics(warmup_epochs=1)
+    metrics = EpochTiming(warmup_epochs=1)
     # two attempts of one epoch each: both cold
     metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 2.0], [1.5, 1.5], [100, 100]
     metrics.epoch_attempts = [1, 2]
@@ -31,7 +31,7 @@ def test_no_steady_epoch_left_means_no_throughput():
 
 
 def test_throughput_of_a_resumed_run_counts_only_warm_epochs():
-    metrics = ScalingMetrics(warmup_epochs=1)
+    metrics = EpochTiming(warmup_epochs=1)
     # the resumed process's first epoch was slow (8 s): it must not drag the figure down
     metrics.epoch_times, metrics.train_times = [5.0, 9.0, 2.0, 2.0], [4.0, 8.0, 1.0, 1.0]
     metrics.samples, metrics.epoch_attempts = [100, 100, 100, 100], [1, 2, 2, 2]
@@ -39,7 +39,7 @@ def test_throughput_of_a_resumed_run_counts_only_warm_epochs():
 
 
 def test_old_checkpoints_without_attempts_per_epoch_still_load():
-    metrics = ScalingMetrics()
+    metrics = EpochTiming()
     metrics.load_state_dict({"epoch_times": [1.0, 1.0], "train_times": [0.5, 0.5], "samples": [10, 10],
                              "attempts": 1})
     assert metrics.epoch_attempts == [1, 1]
@@ -50,7 +50,7 @@ def test_a_manual_optimisation_step_that_returns_nothing_is_counted():
     returns nothing (the usual way to write one): its samples count, there is no loss to sum."""
     import torch
 
-    metrics = ScalingMetrics()
+    metrics = EpochTiming()
     metrics.on_train_batch_end(None, None, {}, (torch.zeros(8, 2), torch.zeros(8)), 0)
     metrics.on_train_batch_end(None, None, {"loss": torch.tensor(0.5)}, (torch.zeros(4, 2), torch.zeros(4)), 1)
     assert metrics._count == 12 and float(metrics._loss_sum) == 0.5
@@ -62,7 +62,7 @@ def test_a_loss_in_a_buffer_the_next_step_overwrites_is_summed_as_it_was():
     .detach().float() is that same storage, so keeping it as the sum aliased the buffer."""
     import torch
 
-    metrics, buffer, batch = ScalingMetrics(), torch.zeros(()), (torch.zeros(4, 2), torch.zeros(4))
+    metrics, buffer, batch = EpochTiming(), torch.zeros(()), (torch.zeros(4, 2), torch.zeros(4))
     for step, loss in enumerate((1.0, 2.0, 4.0)):
         buffer.fill_(loss)  # the replay writes this step's loss into the same buffer
         metrics.on_train_batch_end(None, None, {"loss": buffer}, batch, step)
@@ -71,7 +71,7 @@ def test_a_loss_in_a_buffer_the_next_step_overwrites_is_summed_as_it_was():
 
 
 def test_samples_trained_counts_every_epoch_warm_up_included():
-    metrics = ScalingMetrics(warmup_epochs=1)
+    metrics = EpochTiming(warmup_epochs=1)
     metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 1.0, 1.0], [1.5, 0.8, 0.8], [64, 64, 32]
     metrics.epoch_attempts = [1, 1, 1]
     summary = metrics.summary()
@@ -84,16 +84,16 @@ def test_held_time_adds_the_earlier_attempts_to_this_ones():
 
 
 def test_a_resumed_run_carries_what_its_earlier_attempt_held_in_the_checkpoint():
-    first = ScalingMetrics()
+    first = EpochTiming()
     first.held_since = time.time() - 100.0  # this attempt started 100 s ago
     saved = first.state_dict()  # what its checkpoint keeps
     assert saved["held_s"] >= 100.0
-    resumed = ScalingMetrics()
+    resumed = EpochTiming()
     resumed.held_since = time.time() - 5.0
     resumed.load_state_dict(saved)
     assert resumed.summary()["held_s"] >= saved["held_s"] + 5.0
     # a checkpoint from before held time was kept: nothing earlier is known
-    old = ScalingMetrics()
+    old = EpochTiming()
     old.load_state_dict({"epoch_times": [], "train_times": [], "samples": [], "attempts": 1})
     assert old.held_before_s == 0.0
 
@@ -117,7 +117,7 @@ def test_held_time_starts_at_the_slurm_job_on_slurm_only():
 
 def test_held_time_starts_at_the_process_start_not_when_the_callback_is_built():
     before = held.process_start()
-    assert ScalingMetrics().held_since == before <= time.time()
+    assert EpochTiming().held_since == before <= time.time()
 
 
 def test_the_job_start_is_read_from_scontrol_as_slurm_writes_it():

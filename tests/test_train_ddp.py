@@ -191,10 +191,10 @@ def test_a_world_smaller_than_the_topology_fails_at_fit_start():
     """Ranks that never started must fail the run, not shrink it."""
     from types import SimpleNamespace
 
-    from ddpscale.job.timing import ScalingMetrics, WorldSizeError
+    from ddpscale.job.timing import EpochTiming, WorldSizeError
 
     one_rank = SimpleNamespace(global_rank=0, node_rank=0, local_rank=0)  # no process group
     module = SimpleNamespace(device="cpu")
-    ScalingMetrics(expected_world_size=1).on_fit_start(one_rank, module)
+    EpochTiming(expected_world_size=1).on_fit_start(one_rank, module)
     with pytest.raises(WorldSizeError, match="has 1 rank\\(s\\) but the topology asks for 2"):
-        ScalingMetrics(expected_world_size=2).on_fit_start(one_rank, module)
+        EpochTiming(expected_world_size=2).on_fit_start(one_rank, module)

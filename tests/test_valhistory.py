@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.plan import runspec
-from ddpscale.job.timing import ScalingMetrics
+from ddpscale.job.timing import EpochTiming
 from ddpscale.job.valhistory import ValHistory, with_elapsed
 from ddpscale.report import timetoacc
 
@@ -58,7 +58,7 @@ def fit(epochs: int, callbacks: list, ckpt_path=None, tmp_path=None, **kwargs) -
 
 
 def test_each_epoch_is_recorded_and_the_target_is_timed_at_the_crossing_epoch(tmp_path):
-    timing, history = ScalingMetrics(warmup_epochs=0), ValHistory("val_acc")
+    timing, history = EpochTiming(warmup_epochs=0), ValHistory("val_acc")
     fit(len(SCRIPTED), [timing, history], tmp_path=tmp_path, enable_checkpointing=False)
     assert history.history == [{"epoch": i, "value": pytest.approx(v)} for i, v in enumerate(SCRIPTED)]
     entries = with_elapsed(history.history, timing.epoch_times)

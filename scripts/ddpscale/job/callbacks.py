@@ -2,7 +2,7 @@
 
 train.py wires these into the Trainer and writes the record; the measuring happens here and
 in the modules each callback names (ddpscale.job), inside Lightning's own hooks.
-Order matters where hooks share a moment: the world size is checked (ScalingMetrics) before
+Order matters where hooks share a moment: the world size is checked (EpochTiming) before
 the probe spends time on the group. GPU utilisation is sampled in steady training only
 (GpuFacts), so neither the probe nor the warm-up is in it.
 """
@@ -24,7 +24,7 @@ from ddpscale.job import ranks
 from ddpscale.job import flops, gpufacts, samplecount
 from ddpscale.core import steadystate
 from ddpscale.job import proberecord as step_probe
-from ddpscale.job.timing import ScalingMetrics
+from ddpscale.job.timing import EpochTiming
 from ddpscale.job.windows import WindowedThroughput
 from ddpscale.job.valhistory import ValHistory
 from ddpscale.job import compiling, probing, runinfo
@@ -40,7 +40,7 @@ class GpuFacts(pl.Callback):
     saves and the epoch's end; it reopens at the next training batch, so a checkpoint written
     at validation end (Lightning runs ModelCheckpoint after every other callback) stays
     outside. Steady as the run's figure is: in full mode the epochs after each process's first
-    warmup_epochs (as ScalingMetrics); in throughput mode (windows given) the steady windows,
+    warmup_epochs (as EpochTiming); in throughput mode (windows given) the steady windows,
     whose warm-up is found at the end, so readings are kept from the first steady window on
     (a throughput run usually stops inside its first epoch, which full mode's rule leaves out)."""
 
@@ -287,7 +287,7 @@ def planned_batches(trainer, spec: RunSpec) -> float | None:
 
 @dataclass
 class RunCallbacks:
-    timing: ScalingMetrics
+    timing: EpochTiming
     stop: GracefulStop
     placement: PlacementCheck
     gpu: GpuFacts
@@ -319,7 +319,7 @@ class RunCallbacks:
 
 def build(spec: RunSpec) -> RunCallbacks:
     per_device = spec.batch_per_device
-    timing = ScalingMetrics(warmup_epochs=spec.warmup_epochs, expected_world_size=spec.topo.world_size,
+    timing = EpochTiming(warmup_epochs=spec.warmup_epochs, expected_world_size=spec.topo.world_size,
                             batch_dim=spec.batch_dim, batch_per_device=per_device)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
     placement = PlacementCheck(spec.accelerator, spec.devices)

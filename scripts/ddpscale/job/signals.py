@@ -69,7 +69,7 @@ class GracefulStop(pl.Callback):
     """Notes SIGUSR1/SIGTERM and stops every rank at the same step, after saving `checkpoint`.
 
     before_save(trainer, pl_module) runs on every rank just before the save, at the agreed
-    step (ScalingMetrics.pause keeps the partial epoch's time and samples there)."""
+    step (EpochTiming.pause keeps the partial epoch's time and samples there)."""
 
     def __init__(self, checkpoint: str, every: int = CHECK_EVERY, before_save=None):
         self.checkpoint, self.every, self.before_save = checkpoint, every, before_save

@@ -38,7 +38,7 @@ def check_world_size(formed: int, expected: int) -> None:
                              f"{expected}: the launcher did not start every rank")
 
 
-class ScalingMetrics(pl.Callback):
+class EpochTiming(pl.Callback):
     def __init__(self, warmup_epochs: int = 1, expected_world_size: int | None = None, batch_dim: int = 0,
                  batch_per_device: int | None = None):
         self.warmup_epochs = warmup_epochs

@@ -4,7 +4,7 @@ A larger global batch can need more epochs to reach the same accuracy, so throug
 promise a speedup the training never delivers. The callback records the metric (config
 accuracy.epoch_metric, e.g. val_acc) once per epoch on rank 0; with_elapsed then pairs each
 value with the time trained so far. Its state is saved in every checkpoint, like
-ScalingMetrics', so a run resumed after a kill keeps the epochs it already validated.
+EpochTiming', so a run resumed after a kill keeps the epochs it already validated.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class WindowedThroughput(pl.Callback):
     def __init__(self, rule: steadystate.Rule, stop: bool, batch_per_device: int,
                  counter: samplecount.BatchCounter | None = None):
         self.rule = rule
-        # the run's one count of each batch's samples: ScalingMetrics' counter, which counts
+        # the run's one count of each batch's samples: EpochTiming' counter, which counts
         # before this callback reads it (callbacks.RunCallbacks.all); its own where it has none
         self.counter = counter or samplecount.BatchCounter()
         self._counts = counter is None
@@ -255,7 +255,7 @@ def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: 
     the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
     configured training ended before a window did (a tiny run), the run was a full one and its
     steady epochs' figure stands (throughput_from says which). uncounted: why some batch's
-    samples could not be counted (ScalingMetrics.uncounted): no figure per sample then."""
+    samples could not be counted (EpochTiming.uncounted): no figure per sample then."""
     if uncounted:
         windows = {**windows, "window_throughput_samples_s": None, "throughput_half_width": None}
     out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
