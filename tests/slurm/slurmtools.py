@@ -51,7 +51,7 @@ def _slurm_session():
 def slurm_cluster(_slurm_session):
     """The cluster, up for this test; skip where it cannot come up, except under CI=true.
 
-    Checked per test (about 0.1 s when it is up): tests/test_netns.py takes the cluster down to
+    Checked per test (about 0.1 s when it is up): tests/slurm/test_netns.py takes the cluster down to
     have the node namespaces to itself, whatever order the tests run in."""
     reason = _up()
     if reason:

@@ -22,7 +22,7 @@ TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 def dry_run(profile, topologies, *extra, account="test_account"):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
-    # (tests/test_hostdevices.py covers its GPU plans).
+    # (tests/unit/test_hostdevices.py covers its GPU plans).
     folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
     if account is not None:  # as a user does before the first run; None: the profile as shipped
         folder = with_account(folder, account)
@@ -102,7 +102,7 @@ def test_multi_rank_launch_commands(planned):
         srun = r"\bsrun --nodes=2 --ntasks-per-node=4 --cpus-per-task=\d+ --kill-on-bad-exit=1 "
         assert re.search(srun + re.escape(f"{py} scripts/train.py "), shell)
         # the allocation's GPUs, asked for explicitly: `auto` would train on a node's CPU
-        # without a word where torch cannot start CUDA (tests/test_cudacheck.py)
+        # without a word where torch cannot start CUDA (tests/workflow/test_cudacheck.py)
         assert "--accelerator gpu " in shell and "CUDA_VISIBLE_DEVICES" not in shell
 
 
@@ -140,7 +140,7 @@ def test_zero_nodes_stops_the_dry_run():
     "known limit: --set-resources on the command line replaces the profile's, dropping the "
     "site_* facts. Snakemake names the executor only once execution starts, so a dry run "
     "cannot tell. A real submission is stopped by check_site_matches_executor (common.smk; "
-    "tests/test_slurm.py) and the local launcher refuses multi-rank runs inside a SLURM job"
+    "tests/slurm/test_slurm.py) and the local launcher refuses multi-rank runs inside a SLURM job"
 ))
 def test_command_line_set_resources_keeps_the_slurm_site():
     rc, output = dry_run("raven", ["1x1", "2x4"], "--set-resources", "train:runtime=240")
