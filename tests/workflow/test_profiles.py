@@ -293,3 +293,29 @@ def test_raven_training_jobs_ask_for_the_gpu_node_feature():
     assert {name: res["constraint"] for name, (res, _) in train_jobs(output).items()} == {
         "1x1": "gpu", "1x4": "gpu", "2x4": "gpu"}
 
+
+# -- flags of the train command by profile (their code: tests/unit/test_timing.py, test_transport.py)
+
+def test_cluster_jobs_count_their_devices_from_the_job_start_local_ones_do_not():
+    # the 1-device job on a cluster runs without SLURM's process group (cluster_env local), and
+    # so counted its hold from train.py's start; a local run inside an allocation must not take
+    # the allocation's start, which is other runs' time
+    for profile, expected in (("slurm", True), ("local", False)):
+        rc, output = dry_run(profile, ["1x1", "2x2"])
+        assert rc == 0, output
+        jobs = train_jobs(output)
+        assert set(jobs) == {"1x1", "2x2"}
+        for _, shell in jobs.values():
+            assert (" --held-from-job " in shell + " ") is expected, shell
+
+
+def test_the_train_command_carries_the_site_interconnect_only_where_the_profile_states_it(tmp_path):
+    profile = load_profile("slurm")
+    profile["set-resources"]["train"]["site_interconnect"] = "infiniband"
+    (tmp_path / "ib").mkdir()
+    (tmp_path / "ib/config.yaml").write_text(yaml.safe_dump(profile))
+    for folder, expected in ((str(tmp_path / "ib"), True), ("local", False)):
+        rc, output = dry_run(folder, ["1x1", "2x2"])
+        assert rc == 0, output
+        for _, shell in train_jobs(output).values():
+            assert (" --site-interconnect infiniband " in shell + " ") is expected, shell
