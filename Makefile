@@ -62,9 +62,9 @@ status: $(STAMP)
 # snakemake --lint exits 1 on any lint, the one kept on purpose too (no conda env per rule, see
 # the Snakefile): the lint tests accept that one only, and check snakefmt's formatting.
 lint: $(STAMP)
-	$(VENV)/bin/python -m pytest -q tests/test_lint.py
+	$(VENV)/bin/python -m pytest -q tests/workflow/test_lint.py
 
-# Rewrites workflow/ as snakefmt formats it (width in pyproject.toml); tests/test_lint.py checks it.
+# Rewrites workflow/ as snakefmt formats it (width in pyproject.toml); tests/workflow/test_lint.py checks it.
 fmt: $(STAMP)
 	$(VENV)/bin/snakefmt workflow/
 

@@ -6,7 +6,7 @@ level is known, fed to the stopping rule one window at a time as a run feeds it.
 Each family is a kind of series real runs produce (window times of 20 steps, relative noise
 of 2% a window, the config's defaults: precision 2%, windows from 30 on, a cap of 100
 windows). For every run: the window the rule stopped at, why, and whether the 95% interval it
-reported holds the true steady throughput. The test (tests/test_steadystate.py) asserts the
+reported holds the true steady throughput. The test (tests/unit/test_steadystate.py) asserts the
 families of the issue at >= 90% coverage; docs/numbers.md shows the table.
 """
 from __future__ import annotations

@@ -22,7 +22,7 @@ TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 def dry_run(profile, topologies, *extra, account="test_account"):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
-    # (tests/test_hostdevices.py covers its GPU plans).
+    # (tests/unit/test_hostdevices.py covers its GPU plans).
     folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
     if account is not None:  # as a user does before the first run; None: the profile as shipped
         folder = with_account(folder, account)
@@ -102,7 +102,7 @@ def test_multi_rank_launch_commands(planned):
         srun = r"\bsrun --nodes=2 --ntasks-per-node=4 --cpus-per-task=\d+ --kill-on-bad-exit=1 "
         assert re.search(srun + re.escape(f"{py} scripts/train.py "), shell)
         # the allocation's GPUs, asked for explicitly: `auto` would train on a node's CPU
-        # without a word where torch cannot start CUDA (tests/test_cudacheck.py)
+        # without a word where torch cannot start CUDA (tests/workflow/test_cudacheck.py)
         assert "--accelerator gpu " in shell and "CUDA_VISIBLE_DEVICES" not in shell
 
 
@@ -140,7 +140,7 @@ def test_zero_nodes_stops_the_dry_run():
     "known limit: --set-resources on the command line replaces the profile's, dropping the "
     "site_* facts. Snakemake names the executor only once execution starts, so a dry run "
     "cannot tell. A real submission is stopped by check_site_matches_executor (common.smk; "
-    "tests/test_slurm.py) and the local launcher refuses multi-rank runs inside a SLURM job"
+    "tests/slurm/test_slurm.py) and the local launcher refuses multi-rank runs inside a SLURM job"
 ))
 def test_command_line_set_resources_keeps_the_slurm_site():
     rc, output = dry_run("raven", ["1x1", "2x4"], "--set-resources", "train:runtime=240")
@@ -293,3 +293,29 @@ def test_raven_training_jobs_ask_for_the_gpu_node_feature():
     assert {name: res["constraint"] for name, (res, _) in train_jobs(output).items()} == {
         "1x1": "gpu", "1x4": "gpu", "2x4": "gpu"}
 
+
+# -- flags of the train command by profile (their code: tests/unit/test_timing.py, test_transport.py)
+
+def test_cluster_jobs_count_their_devices_from_the_job_start_local_ones_do_not():
+    # the 1-device job on a cluster runs without SLURM's process group (cluster_env local), and
+    # so counted its hold from train.py's start; a local run inside an allocation must not take
+    # the allocation's start, which is other runs' time
+    for profile, expected in (("slurm", True), ("local", False)):
+        rc, output = dry_run(profile, ["1x1", "2x2"])
+        assert rc == 0, output
+        jobs = train_jobs(output)
+        assert set(jobs) == {"1x1", "2x2"}
+        for _, shell in jobs.values():
+            assert (" --held-from-job " in shell + " ") is expected, shell
+
+
+def test_the_train_command_carries_the_site_interconnect_only_where_the_profile_states_it(tmp_path):
+    profile = load_profile("slurm")
+    profile["set-resources"]["train"]["site_interconnect"] = "infiniband"
+    (tmp_path / "ib").mkdir()
+    (tmp_path / "ib/config.yaml").write_text(yaml.safe_dump(profile))
+    for folder, expected in ((str(tmp_path / "ib"), True), ("local", False)):
+        rc, output = dry_run(folder, ["1x1", "2x2"])
+        assert rc == 0, output
+        for _, shell in train_jobs(output).values():
+            assert (" --site-interconnect infiniband " in shell + " ") is expected, shell

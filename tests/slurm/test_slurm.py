@@ -1,7 +1,7 @@
 """The SLURM side for real: a throwaway multi-node cluster (tests/slurm/minicluster.sh), real
 sbatch and srun, `snakemake --executor slurm` through the same rules and resource mapping as
 the cluster profiles. Run alone with `pytest -m slurm`. Resuming after a time limit, a signal
-or a killed rank: tests/test_slurm_resume.py.
+or a killed rank: tests/slurm/test_slurm_resume.py.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def run(command, **kwargs) -> subprocess.CompletedProcess:
 def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devices, data_args):
     result = run(train_command(tmp_path, data_file, nodes, devices, "--data-args", data_args))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "terminate called" not in result.stderr, "a rank aborted at exit (tests/test_teardown.py)"
+    assert "terminate called" not in result.stderr, "a rank aborted at exit (tests/workflow/test_teardown.py)"
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2
     assert metrics["backend"] == "gloo"

@@ -122,20 +122,3 @@ def test_a_rank_reads_the_log_nccl_named_after_its_host_and_pid(tmp_path):
     assert (entry["backend"], entry["transport"], entry["interface"]) == ("nccl", "Socket", "ib0")
     (logs / f"{socket.gethostname().split('.')[0]}.{os.getpid()}.log").unlink()
     assert rank_entry("nccl", str(tmp_path))["why_unknown"] == "NCCL_DEBUG or NCCL_DEBUG_FILE set by the user"
-
-
-def test_the_train_command_carries_the_site_interconnect_only_where_the_profile_states_it(tmp_path):
-    import yaml
-
-    from conftest import load_profile
-    from test_profiles import dry_run, train_jobs
-
-    profile = load_profile("slurm")
-    profile["set-resources"]["train"]["site_interconnect"] = "infiniband"
-    (tmp_path / "ib").mkdir()
-    (tmp_path / "ib/config.yaml").write_text(yaml.safe_dump(profile))
-    for folder, expected in ((str(tmp_path / "ib"), True), ("local", False)):
-        rc, output = dry_run(folder, ["1x1", "2x2"])
-        assert rc == 0, output
-        for _, shell in train_jobs(output).values():
-            assert (" --site-interconnect infiniband " in shell + " ") is expected, shell

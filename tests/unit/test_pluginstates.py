@@ -1,6 +1,6 @@
 """sacct's "CANCELLED by <uid>" reaches the SLURM plugin as CANCELLED (ddpscale.plan.pluginstates).
 The whole path, a job cancelled on the test cluster while snakemake waits, is
-tests/test_slurm.py::test_cancelled_run_is_the_only_one_resubmitted."""
+tests/slurm/test_slurm.py::test_cancelled_run_is_the_only_one_resubmitted."""
 
 from __future__ import annotations
 

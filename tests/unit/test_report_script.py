@@ -13,7 +13,7 @@ from ddpscale.report import analysis, measured, reportdata
 from ddpscale.report import html as report_html
 from test_analysis import make_run
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "report.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "report.py"
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]

@@ -1,7 +1,7 @@
 """`make status` (scripts/status.py): pure rows and table from plain data and squeue lines, and
 the command on a results tree written here. A real local workflow watched while it trains,
-then killed (its lock named with the fix, and the fix works): tests/test_status_local.py; on
-the SLURM test cluster with a run queued, one running and one done: tests/test_status_slurm.py."""
+then killed (its lock named with the fix, and the fix works): tests/workflow/test_status_local.py; on
+the SLURM test cluster with a run queued, one running and one done: tests/slurm/test_status_slurm.py."""
 
 from __future__ import annotations
 

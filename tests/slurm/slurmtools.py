@@ -15,10 +15,12 @@ import psutil
 import pytest
 import yaml
 
-from conftest import ROOT, SNAKEMAKE, load_profile
+from conftest import ROOT, WORKFLOW_PYTHON, load_profile
 
 MINICLUSTER = ROOT / "tests/slurm/minicluster.sh"
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
+# snakemake with the executor's status checks kept frequent (its docstring says why)
+SNAKEMAKE_POLLING = [WORKFLOW_PYTHON, str(ROOT / "tests/slurm/polling/snakemake")]
 
 
 def _up() -> str | None:
@@ -51,7 +53,7 @@ def _slurm_session():
 def slurm_cluster(_slurm_session):
     """The cluster, up for this test; skip where it cannot come up, except under CI=true.
 
-    Checked per test (about 0.1 s when it is up): tests/test_netns.py takes the cluster down to
+    Checked per test (about 0.1 s when it is up): tests/slurm/test_netns.py takes the cluster down to
     have the node namespaces to itself, whatever order the tests run in."""
     reason = _up()
     if reason:
@@ -90,7 +92,7 @@ def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | Non
     SIGINT makes it scancel its jobs (SIGTERM leaves them running)."""
     log = workspace.path / f"snakemake-{time.monotonic_ns()}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([*SNAKEMAKE, "--profile", profile, *args],
+        proc = subprocess.Popen([*SNAKEMAKE_POLLING, "--profile", profile, *args],
                                 cwd=workspace.path, stdout=out, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, **(env or {})})
         deadline = time.monotonic() + timeout

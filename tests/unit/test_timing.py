@@ -128,18 +128,3 @@ def test_the_job_start_is_read_from_scontrol_as_slurm_writes_it():
     assert held.start_time("JobId=57 StartTime=Unknown") is None
     assert held.start_time("slurm_load_jobs error: Invalid job id specified") is None
     assert held.scontrol_start(None) is None
-
-
-def test_cluster_jobs_count_their_devices_from_the_job_start_local_ones_do_not():
-    from test_profiles import dry_run, train_jobs
-
-    # the 1-device job on a cluster runs without SLURM's process group (cluster_env local), and
-    # so counted its hold from train.py's start; a local run inside an allocation must not take
-    # the allocation's start, which is other runs' time
-    for profile, expected in (("slurm", True), ("local", False)):
-        rc, output = dry_run(profile, ["1x1", "2x2"])
-        assert rc == 0, output
-        jobs = train_jobs(output)
-        assert set(jobs) == {"1x1", "2x2"}
-        for _, shell in jobs.values():
-            assert (" --held-from-job " in shell + " ") is expected, shell

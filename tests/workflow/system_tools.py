@@ -39,7 +39,7 @@ def ensure(commands: tuple[str, ...], package: str) -> str:
 
 def require(commands: tuple[str, ...], package: str) -> str:
     """ensure() for a test: a skip that names the fix, but a failure under CI=true, which must
-    run every test (as tests/test_slurm.py does for SLURM)."""
+    run every test (as tests/slurm/test_slurm.py does for SLURM)."""
     import pytest
 
     try:
