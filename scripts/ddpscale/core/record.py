@@ -2,7 +2,7 @@
 relies on, and the one writer and reader of the file.
 
 The job writes it once, atomically and last (its presence marks the run done); the report reads
-it. The version changes with every change of the keys, and a record of another version is
+it. The version changes with every change of the keys or of what a value holds, and a record of another version is
 refused in one line that says how to regenerate it: ddpscale is pre-1.0 and keeps no readers
 for older shapes, so the report's code reads exactly what the job's code writes.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ddpscale.core.io import write_json_atomic
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Keys the report reads without a check of its own. Accuracy metrics are deliberately not
 # listed: a user's module may log no test step, and that is reported, not refused.
