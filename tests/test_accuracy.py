@@ -24,13 +24,14 @@ def test_a_stated_direction_wins_over_the_name():
     assert accuracy.direction("val_loss", "max") == "max" and accuracy.direction("test_acc", "min") == "min"
 
 
-def test_values_come_from_logged_metrics_and_older_files_from_the_top_level():
-    runs = pd.DataFrame([{"logged_metrics": {"valid/accuracy": 0.8}, "test_acc": None},
+def test_values_come_from_logged_metrics_only():
+    runs = pd.DataFrame([{"logged_metrics": {"valid/accuracy": 0.8}, "test_acc": 0.5},
                          {"logged_metrics": {"valid/accuracy": 0.7, "test_acc": 0.6}, "test_acc": 0.6},
-                         {"test_acc": 0.5}])  # a file from before logged_metrics
+                         {"logged_metrics": {}, "test_acc": None}])
     assert accuracy.values(runs, "valid/accuracy").tolist()[:2] == [0.8, 0.7]
     assert pd.isna(accuracy.values(runs, "valid/accuracy").iloc[2])
-    assert accuracy.values(runs, "test_acc").tolist()[1:] == [0.6, 0.5]
+    # the top-level test_acc is not read: logged_metrics holds every scalar the run logged
+    assert pd.isna(accuracy.values(runs, "test_acc").iloc[0]) and accuracy.values(runs, "test_acc").iloc[1] == 0.6
     assert accuracy.logged_names(runs) == ["test_acc", "valid/accuracy"]
 
 

@@ -6,17 +6,18 @@ from ddpscale.report import analysis, breakdown
 from test_analysis import make_run
 
 
-def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000, timed=None, loop_sync_s=None):
-    """A probe record; timed: {per-device batch: compute_s} the baseline's probe timed besides its own."""
-    record = {"topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
+def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000, timed=None, loop_sync_s=0.0):
+    """A probe record; allreduce_s: the gradient's all-reduce in DDP's buckets; timed: {per-device
+    batch: compute_s} the baseline's probe timed besides its own."""
+    record = {"status": "ok", "topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
               "step": {"data_s": data_s, "compute_s": compute_s, "exposed_comm_s": comm_s,
-                       "method": "timed"},
+                       "loop_sync_s": loop_sync_s, "accumulate_grad_batches": 1, "method": "timed"},
               "allreduce": [{"bytes": 1024, "time_s": allreduce_s / 4},
-                            {"bytes": grad, "time_s": allreduce_s}]}
+                            {"bytes": grad, "time_s": allreduce_s / 2}],
+              "allreduce_ddp": {"bytes": grad, "time_s": allreduce_s},
+              "sized": "20 steps x 5 rounds, about 0.4 s", "probe_wall_s": 0.4}
     if timed is not None:
         record["step"]["compute_by_batch"] = [{"batch_per_device": b, "compute_s": c} for b, c in timed.items()]
-    if loop_sync_s is not None:
-        record["step"]["loop_sync_s"] = loop_sync_s
     return record
 
 
@@ -102,6 +103,15 @@ def test_a_broken_probe_names_the_run_it_is_in():
         breakdown.probes_in_runs(runs)
 
 
+@pytest.mark.parametrize("key", breakdown.STEP_KEYS)
+def test_a_probe_without_a_step_figure_the_prediction_reads_is_refused_naming_it(key):
+    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
+    del record["step"][key]
+    runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": record}])
+    with pytest.raises(ValueError, match=f"m.json, probe: missing key 'step.{key}'; rerun its probe"):
+        breakdown.probes_in_runs(runs)
+
+
 def accumulating(record, k):
     record["step"]["accumulate_grad_batches"] = k
     return record
@@ -121,11 +131,6 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
     assert row.comm_measured_s == pytest.approx(per_batch)
     assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
     assert row.explanation.startswith("prediction and measurement agree (unexplained: 0.00 ms")
-
-
-def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
-    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.002)
-    assert breakdown.accumulation(record) == 1 and breakdown.comm_per_batch_s(record) == pytest.approx(0.002)
 
 
 NO_OPTIMIZER = "PluginError: M.configure_optimizers() returned no optimizer (in building the optimizers)"
@@ -166,9 +171,12 @@ def test_a_failed_baseline_probe_leaves_every_prediction_unknown():
     assert breakdown.breakdown(s, probes).set_index("topology").loc["1x2", "probe"] == "ok"
 
 
-def test_records_before_the_status_was_written_measured_and_na_records_need_a_reason():
-    old = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
-    assert "status" not in old and not breakdown.is_na(old)
+def test_a_probe_needs_its_status_and_an_na_one_its_reason():
+    unstamped = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
+    del unstamped["status"]
+    with pytest.raises(ValueError, match="m.json, probe: missing key 'status'"):
+        breakdown.probes_in_runs(pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json",
+                                                "probe": unstamped}]))
     runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": na_probe("1x2", 2)}])
     assert breakdown.probes_in_runs(runs)["1x2"]["status"] == "n/a"
     runs.at[0, "probe"] = {"topology": "1x2", "world_size": 2, "status": "n/a"}

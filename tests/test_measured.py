@@ -22,9 +22,9 @@ def test_the_description_reads_the_runs_and_the_workflow():
         "data_class": "pkg.data.SpiralDataModule",
         "dataset": "spiral (generated): 10000 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
         "config_files": "config/config.yaml + my.yaml", "max_epochs": "3", "batch_scaling": "strong",
-        "batch_size": "64", "precision": "32-true", "compile": "none", "optimizers": "unknown",
+        "batch_size": "64", "precision": "32-true", "compile": "none", "optimizers": "Adam",
         "trainer_settings": "ddpscale's", "module_callbacks": "none", "ddp": "torch's defaults",
-        "loggers": "unknown"}
+        "loggers": "CSVLogger"}
     assert measured.headline(text) == "spiralmlp: SpiralMLP (3,234 parameters) on SpiralDataModule"
     table = measured.with_columns(pd.DataFrame({"topology": ["1x1", "1x2"], "speedup": [1.0, 1.8]}), text)
     assert list(table.columns) == ["topology", *measured.COLUMNS, "speedup"]
@@ -43,12 +43,6 @@ def test_a_data_module_with_its_own_data_is_named_with_its_arguments():
     text = measured.dataset_text({"generator": "none"}, {"vocab_size": 256, "seq_len": 64},
                                  "ddpscale.workloads.markov_datamodule.MarkovTokens")
     assert text == "the data module's own (MarkovTokens: vocab_size 256, seq_len 64)"
-
-
-def test_runs_from_before_the_count_say_unknown():
-    runs = pd.DataFrame([make_run("1x1")])
-    assert measured.describe(runs)["model_parameters"] == "unknown"
-    assert "(" not in measured.headline(measured.describe(runs)).split(":")[1]
 
 
 def test_the_optimizer_and_further_trainer_settings_are_named():

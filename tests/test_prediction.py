@@ -4,7 +4,6 @@ prediction leaves unexplained, agreement on the step time, and the baseline as i
 Figures: GPU-like numbers."""
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from ddpscale.report import breakdown, html_tables
@@ -100,13 +99,6 @@ def test_lightning_sync_is_its_own_term_and_the_overhead_is_the_baselines():
     assert row.unexplained_s == pytest.approx(0.7 * MS)
     assert row.explanation.startswith("prediction and measurement agree (unexplained: 0.70 ms, 8% of the step, "
                                       "within 10%)")
-
-
-def test_records_from_before_the_lightning_sync_was_measured_count_it_as_overhead():
-    base = make_run("1x1", batch_per_device=64, throughput_samples_s=6400.0)
-    row = breakdown.breakdown(summary(base), {"1x1": probe("1x1", 1, 1 * MS, 6 * MS, 0.0, 0.0)}).iloc[0]
-    assert row.loop_sync_s == 0 and row.overhead_s == pytest.approx(3 * MS)
-    assert not pd.isna(row.step_s)
 
 
 def halved(measured_ms: float):

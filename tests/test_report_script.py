@@ -105,7 +105,7 @@ def test_gpu_report_has_no_banner(tmp_path):
     gpu = dict(device_kind="cuda", device_name="NVIDIA A100-SXM4-80GB",
                simulated=False, backend="nccl", scaling="strong", test_acc=None,
                achieved_tflops=24.96, mfu=0.08, precision="bf16-mixed", compile="default",
-               compile_graphs=3, compile_graph_breaks=0)
+               compile_graphs=3, compile_graph_breaks=0, compile_recompiles=0, compile_recompile_reasons=[])
     runs = pd.DataFrame([make_run("1x1", **gpu),
                          make_run("1x4", throughput_samples_s=380.0, **gpu)])
     data = reportdata.build(runs, {}, baseline="1x1", metric="test_acc", tolerance=0.02,
@@ -116,7 +116,8 @@ def test_gpu_report_has_no_banner(tmp_path):
     assert "1x4 (4 GPUs) reached 3.80x speedup, 95% efficiency" in page
     assert "fixed global batch" in page
     assert ">MFU</th>" in page and "<td class=\"\">24.9600</td><td class=\"\">8.0%</td>" in page
-    assert "precision bf16-mixed; torch.compile default (3 graph(s), 0 graph break(s) per run)" in page
+    assert ("precision bf16-mixed; torch.compile default (3 graph(s), 0 graph break(s), 0 recompilation(s) per run)"
+            in page)
 
 
 def _assert_one_line_error(proc, *fragments):

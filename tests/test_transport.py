@@ -16,6 +16,7 @@ from ddpscale.report.verdict import OVER_SOCKETS, label
 from ddpscale.job.transportinfo import nccl_debug_env
 
 from conftest import ROOT
+from test_analysis import make_run
 
 FIXTURES = ROOT / "tests/fixtures/nccl"
 
@@ -61,8 +62,8 @@ def test_gloo_binds_where_the_host_name_resolves(ifname, resolved, expected):
 
 
 def record(topology="2x1", nodes=2, site="infiniband", ranks=None):
-    return {"topology": topology, "repeat": 0, "num_nodes": nodes, "devices_per_node": 1, "world_size": 2,
-            "hosts": ["a", "b"], "simulated": False, "site_interconnect": site, "transport": ranks}
+    return make_run(topology, num_nodes=nodes, devices_per_node=2 // nodes, world_size=2, hosts=["a", "b"],
+                    simulated=False, device_kind="cuda", site_interconnect=site, transport=ranks)
 
 
 def nccl(transport, interface):
@@ -76,7 +77,7 @@ def test_each_run_says_its_network():
     assert report_transport.run_text([nccl("P2P/SHM", None)]) == "NCCL within the node (P2P/SHM)"
     unknown = {**nccl(None, None), "why_unknown": "NCCL_DEBUG or NCCL_DEBUG_FILE set by the user"}
     assert "not recorded (NCCL_DEBUG" in report_transport.run_text([unknown])
-    assert report_transport.run_text(None) is None  # one rank, or a record from before
+    assert report_transport.run_text(None) is None  # one rank: no collectives
 
 
 def test_a_multi_node_run_over_sockets_on_an_infiniband_site_is_flagged():

@@ -34,7 +34,7 @@ SAME_SAMPLES = 0.01
 COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 
 # What decides whether a row's numbers can mean what they seem (verdict.caveats words them).
-# Older metrics files lack the newer keys: those stay NA, "not known", and say nothing.
+# A fact a run could not measure (the transport of one rank) stays NA, "not known", and says nothing.
 # device_kind: "cuda" or "cpu". ranks_per_host: world size / distinct hosts. usable_cores and
 # oversubscribed (more ranks on a host than usable cores: a CPU-simulated run that measured
 # contention). simulated_nodes_on_one_host: several "nodes" on one host, so no network was
@@ -52,7 +52,7 @@ CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscrib
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
                        for stat in ("min", "max", "ci_low", "ci_high"))
 
-# How the throughput was measured (records.measure_mode; "full" for older records): in
+# How the throughput was measured (records.measure_mode): in
 # throughput mode the half-width of the 95% interval of the mean window throughput within a
 # run (median over repeats) and why the runs stopped ("precision reached", "step cap
 # reached", ...; the repeats' reasons joined).
@@ -60,31 +60,22 @@ MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason")
 
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
-    """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
-
-    simulated_nodes_on_one_host, when not recorded, is read off the hosts the ranks reported:
-    more than one node on a single host name is the same fact, measured.
-    """
-    hosts = [sorted({str(h) for h in hs}) if isinstance(hs, (list, tuple)) and len(hs) else None
-             for hs in runs["hosts"]]
-    ranks = [int(ws) // len(h) if h and known(ws) else pd.NA
-             for ws, h in zip(runs["world_size"], hosts)]
-    sim_nodes = [bool(v) if known(v) else (h is not None and len(h) == 1 and int(n) > 1
-                                            if h is not None and known(n) else pd.NA)
-                 for v, h, n in zip(column(runs, "simulated_nodes_on_one_host"), hosts,
-                                    runs["num_nodes"])]
+    """CAVEAT_COLUMNS per run."""
+    ranks = [int(ws) // len(set(map(str, hs))) for ws, hs in zip(runs["world_size"], runs["hosts"])]
     return pd.DataFrame({
         "topology": runs["topology"], "repeat": runs["repeat"],
         "device_kind": device_kinds(runs),
         "ranks_per_host": pd.array(ranks, dtype="Int64"),
-        "usable_cores": pd.to_numeric(column(runs, "usable_cores"), errors="coerce").astype("Int64"),
-        "oversubscribed": pd.array([bool(v) if known(v) else pd.NA
-                                    for v in column(runs, "oversubscribed")], dtype="boolean"),
-        "simulated_nodes_on_one_host": pd.array(sim_nodes, dtype="boolean"),
+        "usable_cores": pd.to_numeric(runs["usable_cores"], errors="coerce").astype("Int64"),
+        "oversubscribed": pd.array([bool(v) for v in runs["oversubscribed"]], dtype="boolean"),
+        "simulated_nodes_on_one_host": pd.array([bool(v) for v in runs["simulated_nodes_on_one_host"]],
+                                                dtype="boolean"),
+        # only a run with torch.compile counts its recompilations
         "compile_recompiles": pd.to_numeric(column(runs, "compile_recompiles"),
                                             errors="coerce").astype("Int64"),
-        "transport": [transport.run_text(t) for t in column(runs, "transport")],
-        "nccl_over_sockets": pd.array([transport.socket_fallback(r) is not None if isinstance(r.get("transport"), list)
+        "transport": [transport.run_text(t) for t in runs["transport"]],
+        # NA where no transport was recorded: one rank has no collectives
+        "nccl_over_sockets": pd.array([transport.socket_fallback(r) is not None if isinstance(r["transport"], list)
                                        else pd.NA for _, r in runs.iterrows()], dtype="boolean"),
     }, index=runs.index)
 
@@ -165,19 +156,18 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
 
     runs = runs.copy()
     measure = measure_mode(runs)
-    runs["stop_reason"] = column(runs, "stop_reason")
     # a module's EarlyStopping ended the run before its configured epochs: every figure is of fewer
-    runs["early_stop"] = [early_stop_text(v) for v in column(runs, "early_stop")]
+    runs["early_stop"] = [early_stop_text(v) for v in runs["early_stop"]]
     # some batch's samples could not be counted: its figures per sample are n/a, and this says why
     runs["samples_uncounted"] = [f"samples not counted: {v}" if isinstance(v, str) and v else None
-                                 for v in column(runs, "samples_uncounted")]
+                                 for v in runs["samples_uncounted"]]
     logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
     median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s", "samples_trained", "held_s",
                    "throughput_half_width", accuracy_metric]
-    for col in median_cols:  # older metrics files lack samples_trained and held_s: NaN, n/a
-        runs[col] = pd.to_numeric(column(runs, col), errors="coerce")
+    for col in median_cols:  # null where not measured (samples uncounted, no steady windows): NaN, n/a
+        runs[col] = pd.to_numeric(runs[col], errors="coerce")
 
     runs["held_devices"] = held_devices(runs)
     grouped = runs.groupby("topology", sort=False)
@@ -196,9 +186,9 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         early_stop=("early_stop", _join_known),
         samples_uncounted=("samples_uncounted", _join_known),
     )
-    # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
+    # null where not counted (a module FLOPs could not be counted for; MFU on a CPU): NaN, n/a
     for col in COMPUTE_COLUMNS:
-        runs[col] = pd.to_numeric(runs[col], errors="coerce") if col in runs else float("nan")
+        runs[col] = pd.to_numeric(runs[col], errors="coerce")
     median_cols += list(COMPUTE_COLUMNS)
     medians = grouped[median_cols].median()
     table = (table.join(medians).join(_spreads(grouped)).join(_facts_by_topology(runs))

@@ -61,12 +61,9 @@ def judge_baseline(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFram
         rows = steps[steps["topology"] == baseline]
         share = _number(rows["compute_frac"].iloc[0]) if len(rows) else None
     util = None
-    if "gpu_utilization_pct" in runs:
-        base = runs[(runs["topology"] == baseline) & ~runs["simulated"].astype(bool)]
-        if "device_kind" in base:
-            base = base[base["device_kind"].fillna("cuda").eq("cuda")]
-        values = pd.to_numeric(base["gpu_utilization_pct"], errors="coerce").dropna()
-        util = float(values.mean()) if len(values) else None
+    base = runs[(runs["topology"] == baseline) & ~runs["simulated"].astype(bool) & runs["device_kind"].eq("cuda")]
+    values = pd.to_numeric(base["gpu_utilization_pct"], errors="coerce").dropna()
+    util = float(values.mean()) if len(values) else None
     return Boundness(compute_share=share, gpu_utilization_pct=util)
 
 

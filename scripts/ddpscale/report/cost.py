@@ -39,7 +39,7 @@ def _time_speedup_note(finished: pd.DataFrame, base_samples: float) -> str | Non
     if blank.empty:
         return None
     if pd.isna(base_samples) or blank["samples_trained"].isna().any():
-        return "Time speedup is blank where a run did not record the samples it trained (older metrics files)."
+        return "Time speedup is blank where a run could not count the samples it trained (its row says why)."
     trained = ", ".join(f"{r['topology']}: {r['samples_trained']:,.0f}" for _, r in blank.iterrows())
     return (f"Time speedup is blank for {topology_names(blank)}: the samples trained ({trained}) differ from the "
             f"baseline's {base_samples:,.0f}, so the fit times measure different work; compare the cost per "

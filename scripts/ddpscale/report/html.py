@@ -59,22 +59,20 @@ def headline(summary: pd.DataFrame) -> str:
 
 
 def _unique(runs: pd.DataFrame, col: str) -> list:
-    if col not in runs.columns:
-        return []
     return list(dict.fromkeys(str(v) for v in runs[col] if v is not None and not
                               (isinstance(v, float) and pd.isna(v))))
 
 
 def _settings(runs: pd.DataFrame) -> str:
-    """Precision and torch.compile as the runs recorded them (runs before compile existed: none)."""
-    text = f"precision {', '.join(_unique(runs, 'precision')) or 'unknown'}; torch.compile "
-    text += ", ".join(_unique(runs, "compile")) or "none"
+    """Precision and torch.compile as the runs recorded them."""
+    text = f"precision {', '.join(_unique(runs, 'precision'))}; torch.compile "
+    text += ", ".join(_unique(runs, "compile"))
+    # the compile statistics: only runs with torch.compile count them
     if "compile_graph_breaks" in runs.columns and runs["compile_graph_breaks"].notna().any():
         text += (f" ({', '.join(_unique(runs, 'compile_graphs'))} graph(s), "
                  f"{', '.join(_unique(runs, 'compile_graph_breaks'))} graph break(s)")
-        recompiles = pd.to_numeric(runs.get("compile_recompiles", pd.Series(dtype=float)),
-                                   errors="coerce")
-        if recompiles.notna().any():  # runs without the key make the column float: show ints
+        recompiles = pd.to_numeric(runs["compile_recompiles"], errors="coerce")
+        if recompiles.notna().any():  # NaN in the rows of runs without compile make the column float: show ints
             counts = dict.fromkeys(str(int(v)) for v in recompiles.dropna())
             text += f", {', '.join(counts)} recompilation(s)"
         text += " per run)"
@@ -170,20 +168,18 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> li
         *[rule for rule in rules if rule is not None],
         _caveat_rules(summary),
     ]
-    hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})
+    hosts = sorted({str(h) for hs in runs["hosts"] for h in hs})
     items.append(_fact("Hosts", ", ".join(hosts) or "unknown"))
     items.append(_fact("Devices", f"{', '.join(_unique(runs, 'device_name'))} "
                                   f"({', '.join(_unique(runs, 'backend'))} backend)"))
     items.append(_fact("Training settings", _settings(runs)))
     versions = {", ".join(f"{k} {v}" for k, v in (vs or {}).items())
-                for vs in runs.get("versions", [])}
+                for vs in runs["versions"]}
     items.append(_fact("Versions", "; ".join(sorted(versions)) or "unknown"))
-    if "resumed_from_epoch" in runs.columns:
-        resumed = runs[runs["resumed_from_epoch"].notna()]
-        if len(resumed):
-            names = ", ".join(f"{t} repeat {r}" for t, r in
-                              zip(resumed["topology"], resumed["repeat"]))
-            items.append(_fact("Resumed from a checkpoint", names))
+    resumed = runs[runs["resumed_from_epoch"].notna()]
+    if len(resumed):
+        names = ", ".join(f"{t} repeat {r}" for t, r in zip(resumed["topology"], resumed["repeat"]))
+        items.append(_fact("Resumed from a checkpoint", names))
     return items
 
 

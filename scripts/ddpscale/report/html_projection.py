@@ -33,7 +33,7 @@ def projection_table(data):
             cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
         cells += [r["why_na"] or ""] if why else []
         rows.append(("", cells))
-    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs.get("configured_epochs", []) if pd.notna(v)))
+    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs["configured_epochs"] if pd.notna(v)))
     said = sentence(table, label)
     note = (f"{cost_sentence(table, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
             + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x samples per "

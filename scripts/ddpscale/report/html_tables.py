@@ -160,10 +160,9 @@ def breakdown_table(data):
 
 def probe_costs(probes: dict[str, dict]) -> str:
     """' Probe size and time: 1x1 20 steps x 5 rounds, 0.4 s; ...' (sized to the run:
-    ddpscale.job.proberecord.sized), or nothing for records from before probes were sized."""
+    ddpscale.job.proberecord.sized), or nothing for no probe."""
     said = [f"{name} {str(p['sized']).split(',')[0]}, {p['probe_wall_s']:.1f} s"
-            for name, p in sorted(probes.items(), key=lambda kv: kv[1]["world_size"])
-            if p.get("sized") and isinstance(p.get("probe_wall_s"), (int, float))]
+            for name, p in sorted(probes.items(), key=lambda kv: kv[1]["world_size"])]
     if not said:
         return ""
     return (" Probe size and time (each sized to a share of its run's planned training; a run's log says which): "
@@ -229,12 +228,12 @@ def devices_table(data):
         name = str(r["device_name"])
         if r["simulated"] and "simulated" not in name:
             name += " (CPU-simulated)"
-        util, why = r.get("gpu_utilization_pct"), r.get("gpu_utilization_reason")
+        util, why = r["gpu_utilization_pct"], r["gpu_utilization_reason"]
         rows.append(("", [escape(label(facts.loc[i])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
-                          _mb(r.get("gpu_peak_memory_mb")),
+                          _mb(r["gpu_peak_memory_mb"]),
                           _utilisation(util, why),
-                          num(r.get("achieved_tflops"), 4), _mfu(r.get("mfu"), r.get("peak_precision"))]))
+                          num(r["achieved_tflops"], 4), _mfu(r["mfu"], r["peak_precision"])]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
             "the mean of NVML's readings of each rank's GPU (by UUID), every second, in the training "
             "phase of steady epochs only: not warm-up, validation or checkpoint writes (GPU runs "
@@ -257,7 +256,7 @@ def allreduce_table(data):
             continue
         r = max(p["allreduce"], key=lambda x: x["bytes"])
         shown = label(summary.loc[name]) if name in summary.index else name
-        rows.append(("", [escape(shown), str(p["world_size"]), escape(str(p.get("backend"))),
+        rows.append(("", [escape(shown), str(p["world_size"]), escape(str(p["backend"])),
                           f"{r['bytes']:,}", num(r["time_s"] * 1e6, 1),
                           num(r["algbw_gbps"], 3), num(r["busbw_gbps"], 3)]))
     if not rows:

@@ -1,8 +1,4 @@
-"""The report's "Time to accuracy" table and its sentence in the methods (report/timetoacc.py).
-
-Shown where any run recorded a val_history (full mode, or a throughput run saying it was not
-measured); a report of older metrics files, which predate it, looks as it did.
-"""
+"""The report's "Time to accuracy" table and its sentence in the methods (report/timetoacc.py)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,10 +9,6 @@ from ddpscale.report.verdict import times
 from ddpscale.report import timetoacc
 
 
-def recorded(runs: pd.DataFrame) -> bool:
-    return "val_history_metric" in runs.columns or "measure" in runs.columns
-
-
 def _way(tta: pd.DataFrame) -> tuple[str, str]:
     """(comparison, sign of the tolerance) for the target's wording."""
     return (Markup("&ge;"), Markup("&minus;")) if tta.attrs.get("direction") != "min" else (Markup("&le;"), "+")
@@ -24,7 +16,7 @@ def _way(tta: pd.DataFrame) -> tuple[str, str]:
 
 def tta_table(data):
     tta = getattr(data, "timetoacc", None)
-    if tta is None or tta.empty or not recorded(data.runs):
+    if tta is None or tta.empty:
         return None
     heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
              "Throughput speedup", "Status"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddpscale.core.steadystate import EPOCHS_ENDED
-from ddpscale.report import analysis, breakdown, cost, measured, projection, records, timetoacc, verdict
+from ddpscale.report import analysis, breakdown, cost, measured, projection, timetoacc, verdict
 from ddpscale.report import earlier as earlier_runs
 from ddpscale.report.accuracy import throughput_mode
 from ddpscale.report.html_cells import PRECISION_REACHED, within_run
@@ -78,7 +78,7 @@ def precision_note(summary: pd.DataFrame, runs: pd.DataFrame) -> str | None:
     short = summary[[isinstance(r, str) and r not in ("", PRECISION_REACHED) for r in reasons]]
     if short.empty:
         return None
-    asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in records.column(runs, "target_precision")
+    asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in runs["target_precision"]
                                     if p is not None and pd.notna(p))) or "the precision"
     each = verdict.topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
                                                              for _, r in short.iterrows()]}))

@@ -24,7 +24,6 @@ from ddpscale.report import accuracy
 
 THROUGHPUT_MODE = "not measured (throughput mode)"
 OLYMPIC_FROM = 5  # repeats from which the fastest and slowest are dropped
-PREDATES = "not recorded (metrics.json predates val_history)"
 COLUMNS = ("topology", "world_size", "metric", "target", "repeats", "reached", "epochs_to_target",
            "time_to_accuracy_s", "tta_speedup", "speedup", "status")
 
@@ -35,13 +34,11 @@ def _text(value) -> str | None:
 
 def history(run) -> tuple[list[dict] | None, str | None]:
     """A run's val_history sorted by epoch, or None and why there is none."""
-    if run.get("measure") == "throughput":
+    if run["measure"] == "throughput":
         return None, THROUGHPUT_MODE
-    entries = run.get("val_history")
-    if not isinstance(entries, list):  # NaN in the frame: a record from before val_history
-        return None, PREDATES
+    entries = run["val_history"]
     if not entries:
-        return None, f"not measured ({_text(run.get('val_history_reason')) or 'no validation value recorded'})"
+        return None, f"not measured ({_text(run['val_history_reason']) or 'no validation value recorded'})"
     return sorted(entries, key=lambda e: e["epoch"]), None
 
 
@@ -96,7 +93,7 @@ def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str, fixed
         if entries is None:
             reasons.append(why)
             continue
-        metric = metric or _text(run.get("val_history_metric"))
+        metric = metric or _text(run["val_history_metric"])
         if _known(entries[-1]["value"]):
             finals.append(float(entries[-1]["value"]))
     if fixed is not None and metric is not None:
@@ -126,8 +123,8 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: f
         outcomes, reasons = [], []
         for _, run in mine.iterrows():
             entries, why = history(run)
-            if entries is not None and metric is not None and _text(run.get("val_history_metric")) != metric:
-                entries, why = None, f"not measured (recorded {run.get('val_history_metric')}, the baseline {metric})"
+            if entries is not None and metric is not None and _text(run["val_history_metric"]) != metric:
+                entries, why = None, f"not measured (recorded {run['val_history_metric']}, the baseline {metric})"
             if entries is None:
                 reasons.append(why)
             elif way is not None:

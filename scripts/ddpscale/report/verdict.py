@@ -30,18 +30,11 @@ def flag(row, key: str) -> bool:
         return False
 
 
-def _count(row, key: str) -> int | None:
-    value = row.get(key)
-    return None if value is None or pd.isna(value) else int(value)
-
-
 def oversubscription(row) -> str | None:
     """'oversubscribed: 4 ranks on 2 cores' for a row that measured contention, else None."""
     if not flag(row, "oversubscribed"):
         return None
-    ranks, cores = _count(row, "ranks_per_host"), _count(row, "usable_cores")
-    if ranks is None or cores is None:
-        return "oversubscribed: more ranks on a host than usable cores"
+    ranks, cores = int(row["ranks_per_host"]), int(row["usable_cores"])
     return f"oversubscribed: {ranks} ranks on {cores} core{'' if cores == 1 else 's'}"
 
 
@@ -189,8 +182,7 @@ def oversubscribed_note(summary: pd.DataFrame) -> str | None:
     rows = flagged(summary, "oversubscribed")
     if rows.empty:
         return None
-    cores = rows["usable_cores"].dropna() if "usable_cores" in rows else pd.Series(dtype=float)
-    limit = f" ({int(cores.min())} here)" if len(cores) else ""
+    limit = f" ({int(rows['usable_cores'].min())} here)"
     left = ", ".join(f"{r['topology']} ({oversubscription(r)})" for _, r in rows.iterrows())
     return (f"Left out of the recommendation: {left}. With more ranks on a host than usable "
             "cores, the ranks took turns on the same cores, so their numbers measure contention, "
@@ -209,7 +201,8 @@ def simulated_nodes_note(summary: pd.DataFrame) -> str | None:
 
 
 def _first_reason(runs: pd.DataFrame | None, topology) -> str | None:
-    """The first recompilation reason a run of this topology recorded (newer files only)."""
+    """The first recompilation reason a run of this topology recorded (only runs with torch.compile
+    record them)."""
     if runs is None or "compile_recompile_reasons" not in runs:
         return None
     for reasons in runs.loc[runs["topology"] == topology, "compile_recompile_reasons"]:
@@ -251,18 +244,18 @@ def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
     """Runs whose MFU exceeds 100%: no run outpaces its GPU's peak, so the peak the MFU was
     divided by (wrong card, or float32 held to the FP32 peak while it ran as TF32) or the
     FLOP count is wrong. Named so the figure is not trusted."""
-    if runs is None or "mfu" not in runs:
+    if runs is None:
         return None
     over = runs[pd.to_numeric(runs["mfu"], errors="coerce") > 1.0]
     if over.empty:
         return None
     shown = []
     for _, r in over.sort_values(["world_size", "topology", "repeat"]).iterrows():
-        peak, used = r.get("peak_tflops_per_device"), r.get("peak_precision")
+        peak, used = r["peak_tflops_per_device"], r["peak_precision"]
         against = (f"{peak:g} TFLOP/s per device ({used} peak)"
                    if isinstance(used, str) and not pd.isna(peak) else "its peak")
         shown.append(f"{r['topology']} repeat {int(r['repeat'])} at {float(r['mfu']):.0%} of {against} on "
-                     f"{r.get('device_name')}, {r.get('precision')}")
+                     f"{r['device_name']}, {r['precision']}")
     return (f"MFU above 100% ({'; '.join(shown)}): no run is faster than its GPU's peak, so the peak used "
             "(a card missing from the peak table or misnamed, float32 that ran as TF32 without "
             "torch.get_float32_matmul_precision() saying so) or the FLOP count is wrong. Do not trust "
@@ -276,7 +269,7 @@ def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, prob
              untested_accuracy_note(summary), probe_na_note(probes or {}),
              oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
-                                model_classes=runs.get("model_class")),
+                                model_classes=runs["model_class"]),
              recompile_note(summary, runs), mfu_over_one_note(runs)]
     return [n for n in notes if n]
 
