@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, measured, reportdata
+from ddpscale.report import analysis, description, reportdata
 from ddpscale.report import html as report_html
 from test_analysis import make_run
 
@@ -68,7 +68,7 @@ def test_all_outputs_written(sim_report):
 
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
-    assert list(tsv.columns) == ["topology", *measured.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
+    assert list(tsv.columns) == ["topology", *description.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
         "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound"] + list(
         analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
         analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + ["status", "caveats"]

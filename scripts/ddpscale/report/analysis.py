@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report import accuracy, transport
+from ddpscale.report import accuracy, interconnect
 from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
@@ -73,9 +73,9 @@ def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
         # only a run with torch.compile counts its recompilations
         "compile_recompiles": pd.to_numeric(column(runs, "compile_recompiles"),
                                             errors="coerce").astype("Int64"),
-        "transport": [transport.run_text(t) for t in runs["transport"]],
+        "transport": [interconnect.run_text(t) for t in runs["transport"]],
         # NA where no transport was recorded: one rank has no collectives
-        "nccl_over_sockets": pd.array([transport.socket_fallback(r) is not None if isinstance(r["transport"], list)
+        "nccl_over_sockets": pd.array([interconnect.socket_fallback(r) is not None if isinstance(r["transport"], list)
                                        else pd.NA for _, r in runs.iterrows()], dtype="boolean"),
     }, index=runs.index)
 

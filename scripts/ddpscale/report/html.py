@@ -12,7 +12,7 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, html_tta, measured
+from ddpscale.report import accuracy, boundness, description, html_tta
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.templating import render
@@ -236,7 +236,7 @@ def build_report(data, images: dict[str, bytes]) -> str:
     """The whole page: what was measured, the verdict, then the tables, the plots and the methods."""
     # a list of facts under the title, not a data table: two reports of different workloads
     # never look alike
-    facts = [(measured.LABELS[k], str(v)) for k, v in data.description.items()]
-    return str(render("report.html.j2", title=measured.headline(data.description), measured=facts,
+    facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
+    return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
                       methods=_methods(data.summary, data.runs, (html_tta.method(data),)))) + "\n"

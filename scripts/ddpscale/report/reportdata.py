@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddpscale.core.steadystate import EPOCHS_ENDED
-from ddpscale.report import analysis, breakdown, cost, measured, projection, timetoacc, verdict
+from ddpscale.report import analysis, breakdown, cost, projection, timetoacc, verdict
 from ddpscale.report import earlier as earlier_runs
 from ddpscale.report.accuracy import throughput_mode
+from ddpscale.report.description import describe
 from ddpscale.report.html_cells import PRECISION_REACHED, within_run
 
 
@@ -25,7 +26,7 @@ class ReportData:
     comparison: pd.DataFrame | None = None
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
-    description: dict = field(default_factory=dict)  # measured.describe: what was measured
+    description: dict = field(default_factory=dict)  # description.describe: what was measured
     projection: pd.DataFrame | None = None  # projection.projection: the full training's cost, and the answer's
     timetoacc: pd.DataFrame | None = None  # timetoacc.table: time to the baseline's accuracy
 
@@ -63,7 +64,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         notes=verdict.caveats(summary, runs, steps, probes)
         + [n for n in [precision_note(summary, runs), projection.weak_scaling_note(projected, summary)]
            if n],
-        description=description or measured.describe(runs),
+        description=description or describe(runs),
         projection=projected,
         timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
     )

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddpscale.core.topology import parse_topology
 from ddpscale.core.io import cause_line
-from ddpscale.report import accuracy, boundness, breakdown, transport
+from ddpscale.report import accuracy, boundness, breakdown, interconnect
 from ddpscale.report.analysis import device_word
 
 STATUS_OK = "ok"
@@ -267,7 +267,7 @@ def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, prob
     bound = boundness.judge_baseline(summary, runs, steps)
     notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
              untested_accuracy_note(summary), probe_na_note(probes or {}),
-             oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
+             oversubscribed_note(summary), simulated_nodes_note(summary), interconnect.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs["model_class"]),
              recompile_note(summary, runs), mfu_over_one_note(runs)]
