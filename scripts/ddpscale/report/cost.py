@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report.analysis import hours_label
 from ddpscale.report.verdict import topology_names
 
 
@@ -29,7 +28,6 @@ def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
         "gpu_hours": finished["gpu_hours"],
         "held_gpu_hours": finished["held_gpu_hours"],
     })
-    out.attrs["hours_label"] = hours_label(summary)
     out.attrs["time_speedup_note"] = _time_speedup_note(finished, base_samples)
     return out.reset_index(drop=True)
 

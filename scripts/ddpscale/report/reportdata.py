@@ -50,7 +50,6 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     summary = analysis.summarize(runs, baseline, metric, tolerance, mode)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary = verdict.add_caveats(summary)
-    summary.attrs["threshold"] = threshold
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
     projected = projection.projection(runs, job_limits)
