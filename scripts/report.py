@@ -95,7 +95,8 @@ def main(argv=None) -> int:
         return 2
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary), data.description),
+    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary, data.comparison.metric),
+                                                     data.description),
               "breakdown.tsv": data.steps,
               "prediction.tsv": data.prediction,
               "projection.tsv": projection.rounded(data.projection),

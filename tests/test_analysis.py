@@ -1,4 +1,5 @@
 """Unit tests for ddpscale.report.analysis on fixed metric dicts (no torch needed)."""
+import dataclasses
 import json
 
 import pandas as pd
@@ -6,6 +7,7 @@ import pytest
 
 from ddpscale.core import record
 from ddpscale.report import analysis, records
+from ddpscale.report.comparison import Comparison
 
 
 def make_run(topology="1x1", **overrides):
@@ -62,8 +64,15 @@ def seeded(topology, values, metric="test_acc", **overrides):
     return [make_run(topology, repeat=i, **{metric: v, **overrides}) for i, v in enumerate(values)]
 
 
+def compared(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
+    """(summary, comparison) of hand-made runs, as reportdata.build makes them."""
+    frame = pd.DataFrame(runs)
+    comparison = analysis.compare(frame, baseline, metric, tolerance)
+    return analysis.summarize(frame, comparison), comparison
+
+
 def summarize(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
-    return analysis.summarize(pd.DataFrame(runs), baseline, metric, tolerance)
+    return compared(runs, baseline, metric, tolerance)[0]
 
 
 def by_topology(summary):
@@ -210,8 +219,8 @@ def test_broken_world_size_is_an_error():
 
 def test_missing_accuracy_metric_is_not_compared_instead_of_an_error():
     """Issue 18: a report that fails after all training because of a metric's name helps nobody."""
-    table = summarize([make_run("1x1", test_acc=None), make_run("1x2", test_acc=None)])
-    assert table.attrs["accuracy_not_compared"].startswith("accuracy not compared: test_acc not logged")
+    table, comparison = compared([make_run("1x1", test_acc=None), make_run("1x2", test_acc=None)])
+    assert comparison.not_compared.startswith("accuracy not compared: test_acc not logged")
     assert table["accuracy_held"].isna().all()
 
 
@@ -254,7 +263,7 @@ def test_load_runs_missing_file(tmp_path):
 def test_rounded_keeps_small_hours():
     s = summarize([make_run("1x1", fit_time_s=2.0), make_run("1x2", fit_time_s=1.5)])
     s.loc[1, "speedup"] = 1.23456789
-    r = analysis.rounded(s)
+    r = analysis.rounded(s, "test_acc")
     # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
     assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
     assert r["speedup"].iloc[1] == 1.235
@@ -277,3 +286,13 @@ def test_no_interval_below_three_repeats():
     row = by_topology(summarize(runs)).loc["1x1"]
     assert (row.throughput_samples_s_min, row.throughput_samples_s_max) == (100.0, 120.0)
     assert pd.isna(row.throughput_samples_s_ci_low) and pd.isna(row.throughput_samples_s_ci_high)
+
+
+def test_what_the_report_compares_is_decided_once_from_the_runs():
+    summary, comparison = compared([make_run("1x1"), make_run("1x2", throughput_samples_s=190.0)])
+    assert comparison == Comparison(baseline="1x1", metric="test_acc", tolerance=0.02, direction="max",
+                                    measure="full", not_compared=None)
+    assert comparison.compared and not comparison.throughput_mode
+    assert summary.attrs == {}, "nothing travels on the frame"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        comparison.baseline = "1x2"

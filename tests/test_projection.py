@@ -202,13 +202,13 @@ def test_weak_scaling_projections_say_their_batch_and_warn_where_accuracy_was_no
 
 def test_throughput_mode_does_not_compare_accuracy_anywhere():
     data = build([windows_run("1x1", test_acc=0.9), windows_run("1x2", test_acc=0.5, throughput_samples_s=190.0)])
-    assert data.summary.attrs["accuracy_not_compared"] == accuracy.NOT_COMPARED_THROUGHPUT
+    assert data.comparison.not_compared == accuracy.NOT_COMPARED_THROUGHPUT and data.comparison.throughput_mode
     assert data.summary["accuracy_held"].isna().all()  # 0.5 vs 0.9 mid-training is no failure
     assert "by speed alone (accuracy not compared: throughput mode)" in data.recommendation
-    assert report_html.headline(data.finished).endswith("accuracy not compared (throughput mode)")
+    assert report_html.headline(data.finished, data.comparison).endswith("accuracy not compared (throughput mode)")
     _, _, table = html_tables.scaling_table(data)
     assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
-    assert "held" not in verdict.recommendation(data.summary, 0.8)
+    assert "held" not in verdict.recommendation(data.summary, data.comparison, 0.8)
 
 
 def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
@@ -235,10 +235,12 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
 
 
 def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():
-    windows = "".join(report_html._methods(build([windows_run("1x1")]).summary, pd.DataFrame([windows_run("1x1")])))
+    data = build([windows_run("1x1")])
+    windows = "".join(report_html._methods(data.summary, data.comparison, data.runs))
     assert "windows of 20 training steps" in windows and "show no trend" in windows
     assert "&plusmn;2%" in windows and "(2000 steps, 10 minutes)" in windows
-    full = "".join(report_html._methods(build([make_run("1x1")]).summary, pd.DataFrame([make_run("1x1")])))
+    data = build([make_run("1x1")])
+    full = "".join(report_html._methods(data.summary, data.comparison, data.runs))
     assert "show no trend" not in full
 
 

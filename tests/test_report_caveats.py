@@ -9,7 +9,7 @@ import pytest
 
 from ddpscale.report import analysis, boundness, reportdata, verdict
 from ddpscale.report import html as report_html
-from test_analysis import make_run
+from test_analysis import compared, make_run, summarize
 from test_breakdown import probe
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 
@@ -18,7 +18,7 @@ GPU = dict(device_kind="cuda", device_name="NVIDIA H100", simulated=False, backe
 
 
 def summary_of(runs, expected=None):
-    s = analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+    s = summarize(runs)
     s = verdict.add_missing(s, expected or list(s["topology"]), 1, {})
     return verdict.add_caveats(s)
 
@@ -54,8 +54,9 @@ def test_oversubscribed_row_is_marked_and_never_recommended():
     row = s.set_index("topology").loc["1x4"]
     assert bool(row["oversubscribed"]) and row["ranks_per_host"] == 4 and row["usable_cores"] == 2
     assert row["caveats"] == "oversubscribed: 4 ranks on 2 cores"
-    assert list(verdict.usable(s)["topology"]) == ["1x1", "1x2"]
-    text = verdict.recommendation(s, 0.8)
+    comparison = compared(OVER_RUNS)[1]
+    assert list(verdict.usable(s, comparison)["topology"]) == ["1x1", "1x2"]
+    text = verdict.recommendation(s, comparison, 0.8)
     # 1x4 is the fastest by throughput; it measured contention, so 1x2 is named instead
     assert "1x4" not in text and "the fastest is 1x2" in text
 
@@ -72,7 +73,7 @@ def test_oversubscribed_note_names_topologies_why_and_the_fix():
 
 def test_only_oversubscribed_rows_left_means_nothing_to_recommend():
     runs = [make_run("1x1", oversubscribed=True, usable_cores=0, hosts=["node0"])]
-    text = verdict.recommendation(summary_of(runs), 0.8)
+    text = verdict.recommendation(summary_of(runs), compared(runs)[1], 0.8)
     assert text.endswith("no topology finished with accuracy held on enough cores, so there is "
                          "nothing to recommend")
 
@@ -170,7 +171,7 @@ def test_recompiles_more_than_once_are_named_with_their_cost():
 def test_gpu_and_cpu_runs_are_refused_naming_each_kind():
     runs = [make_run("1x1", **GPU), make_run("1x2", **GPU), make_run("2x2")]
     with pytest.raises(ValueError) as err:
-        analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+        analysis.compare(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
     assert str(err.value) == (
         "the runs mix GPU and CPU devices (GPU: 1x1, 1x2; CPU: 2x2), and a speedup across them "
         "would compare different hardware; rerun with one accelerator: delete the stale "

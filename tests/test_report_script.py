@@ -156,7 +156,8 @@ def test_broken_run_is_never_reported(tmp_path):
 def test_headline_accuracy_phrases(accs, seeds, expected):
     runs = pd.DataFrame([make_run(t, repeat=r, test_acc=a, throughput_samples_s=100.0 * i + 100)
                          for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs)) for r in range(seeds)])
-    line = report_html.headline(analysis.summarize(runs, "1x1", "test_acc", 0.02))
+    comparison = analysis.compare(runs, "1x1", "test_acc", 0.02)
+    line = report_html.headline(analysis.summarize(runs, comparison), comparison)
     assert line == ("2x2 (4 CPU-simulated devices) reached 3.00x speedup, 75% "
                     f"efficiency over 1x1; {expected}")
 

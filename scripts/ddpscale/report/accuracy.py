@@ -126,17 +126,3 @@ def inconclusive(summary: pd.DataFrame) -> pd.Series:
 def unlogged(summary: pd.DataFrame) -> pd.Series:
     """Rows whose runs did not log the metric."""
     return _tests(summary).eq(NOT_LOGGED)
-
-
-def compared(summary: pd.DataFrame) -> bool:
-    """Whether the baseline logged the accuracy metric, so held or not means something."""
-    return not summary.attrs.get("accuracy_not_compared")
-
-
-def throughput_mode(summary: pd.DataFrame) -> bool:
-    return summary.attrs.get("measure") == "throughput"
-
-
-def why_not_compared(summary: pd.DataFrame) -> str:
-    """The short reason, in brackets after "accuracy not compared"."""
-    return "throughput mode" if throughput_mode(summary) else f"{summary.attrs.get('accuracy_metric')} not logged"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpscale.report import accuracy, interconnect
+from ddpscale.report.comparison import Comparison
 from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
@@ -138,13 +139,14 @@ def early_stop_text(value) -> str | None:
             f"({value.get('by')})")
 
 
-def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
-              tolerance: float, mode: str = "auto") -> pd.DataFrame:
-    """Median over repeats per topology, then speedup etc. against baseline.
+def compare(runs: pd.DataFrame, baseline: str, accuracy_metric: str, tolerance: float,
+            mode: str = "auto") -> Comparison:
+    """What these runs are compared against and how, once they are shown to be comparable (the
+    world that formed, one kind of device, one identity, one measure mode, a baseline run).
 
     The accuracy metric is any scalar the module logged (report.accuracy); where no run (or
-    not the baseline) logged it, accuracy is not compared and attrs["accuracy_not_compared"]
-    says so."""
+    not the baseline) logged it, or the runs measured in throughput mode, accuracy is not
+    compared and not_compared says why."""
     check_world_sizes(runs)
     check_device_kinds(runs)
     check_identities(runs)
@@ -153,15 +155,26 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         raise ValueError(
             f"baseline '{baseline}' has no finished run; add it to topologies "
             f"in config/config.yaml")
-
-    runs = runs.copy()
     measure = measure_mode(runs)
+    values = accuracy.values(runs, accuracy_metric)
+    not_compared = (accuracy.NOT_COMPARED_THROUGHPUT if measure == THROUGHPUT else
+                    accuracy.not_compared(accuracy_metric, accuracy.logged_names(runs), baseline,
+                                          bool(values[runs["topology"] == baseline].notna().any()),
+                                          bool(values.notna().any())))
+    return Comparison(baseline=baseline, metric=accuracy_metric, tolerance=float(tolerance),
+                      direction=accuracy.direction(accuracy_metric, mode), measure=measure, not_compared=not_compared)
+
+
+def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
+    """Median over repeats per topology, then speedup etc. against the baseline (runs as
+    compare checked them)."""
+    baseline, accuracy_metric, measure = comparison.baseline, comparison.metric, comparison.measure
+    runs = runs.copy()
     # a module's EarlyStopping ended the run before its configured epochs: every figure is of fewer
     runs["early_stop"] = [early_stop_text(v) for v in runs["early_stop"]]
     # some batch's samples could not be counted: its figures per sample are n/a, and this says why
     runs["samples_uncounted"] = [f"samples not counted: {v}" if isinstance(v, str) and v else None
                                  for v in runs["samples_uncounted"]]
-    logged = accuracy.logged_names(runs)
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
     median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s", "samples_trained", "held_s",
@@ -209,37 +222,27 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table["measure"] = measure
     if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
         table[accuracy_metric] = float("nan")
-    delta = table[accuracy_metric] - base[accuracy_metric]
-    way = accuracy.direction(accuracy_metric, mode)
-    table["accuracy_delta"] = delta
+    table["accuracy_delta"] = table[accuracy_metric] - base[accuracy_metric]
     # held is a test over the repeats' seeds (report.accuracy.verdict); NA: not tested, not
     # logged or inconclusive, and accuracy_test says which
     seeds = {} if measure == THROUGHPUT else {
         topology: group[accuracy_metric].dropna().tolist() for topology, group in runs.groupby("topology")}
-    tests = [accuracy.verdict(seeds.get(t, []), seeds.get(baseline, []), tolerance, way, t == baseline)
+    tests = [accuracy.verdict(seeds.get(t, []), seeds.get(baseline, []), comparison.tolerance, comparison.direction,
+                              t == baseline)
              for t in table["topology"]]
     table["accuracy_held"] = pd.array([t[0] for t in tests], dtype="boolean")
     table["accuracy_test"] = [t[1] for t in tests]
     # the change the wrong way and, where tested, the far end of its one-sided 95% interval
     table["accuracy_bound"] = [t[2] for t in tests]
-    not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
-                                         bool(table[accuracy_metric].notna().any()))
-    if measure == THROUGHPUT:
-        not_compared = accuracy.NOT_COMPARED_THROUGHPUT
-
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta", "accuracy_held", "accuracy_test",
                                            "accuracy_bound"] + list(SPREAD_COLUMNS)
                   + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)].reset_index(drop=True)
-    # Plots and HTML need these but they are not per-row data.
-    table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric, tolerance=float(tolerance),
-                       accuracy_direction=way, accuracy_not_compared=not_compared, measure=measure)
     return table
 
 
-def baseline_world_size(summary: pd.DataFrame) -> int:
-    base = summary.attrs.get("baseline")
-    rows = summary[summary["topology"] == base]
+def baseline_world_size(summary: pd.DataFrame, baseline: str) -> int:
+    rows = summary[summary["topology"] == baseline]
     return int(rows["world_size"].iloc[0] if len(rows) else summary["world_size"].min())
 
 
@@ -263,11 +266,9 @@ _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
              "accuracy_delta": 4, "accuracy_bound": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 
-def rounded(summary: pd.DataFrame) -> pd.DataFrame:
+def rounded(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     out = summary.copy()
     for col, places in _ROUNDING.items():
         out[col] = out[col].round(places)
-    metric = summary.attrs.get("accuracy_metric")
-    if metric in out.columns:
-        out[metric] = out[metric].round(4)
+    out[metric] = out[metric].round(4)
     return out

@@ -53,9 +53,8 @@ def _number(value) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
-def judge_baseline(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> Boundness:
+def judge_baseline(runs: pd.DataFrame, steps: pd.DataFrame, baseline: str) -> Boundness:
     """The baseline's compute share (from breakdown.breakdown) and GPU utilisation (GPU runs)."""
-    baseline = summary.attrs.get("baseline")
     share = None
     if steps is not None and len(steps) and "compute_frac" in steps:
         rows = steps[steps["topology"] == baseline]

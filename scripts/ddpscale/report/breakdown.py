@@ -153,7 +153,7 @@ def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
+def predict(summary: pd.DataFrame, probes: dict[str, dict], baseline: str) -> pd.DataFrame:
     """Predicted step time and efficiency from the baseline's step and each topology's all-reduce.
 
     Model: the baseline's compute timed at the topology's per-device batch (scaled linearly with
@@ -167,7 +167,6 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     topology slower for a reason the model lacks shows it instead of being predicted as measured.
     The baseline's prediction is the baseline.
     """
-    baseline = summary.attrs.get("baseline")
     base_rows = summary[summary["topology"] == baseline]
     if base_rows.empty or baseline not in probes or pd.isna(base_rows.iloc[0]["throughput_samples_s"]):
         return pd.DataFrame()

@@ -7,14 +7,14 @@ import pandas as pd
 from ddpscale.report.verdict import topology_names
 
 
-def cost_table(summary: pd.DataFrame) -> pd.DataFrame:
+def cost_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Per sample, not per run: under weak scaling with fixed steps per epoch (the Markov token
     data) 8 devices train 8x the samples of one in about the same time. Device-seconds per
     sample = devices / steady throughput, so the extra over the baseline is 1 / efficiency - 1
     (zero at perfect efficiency); in hours, for the samples the baseline trained. gpu_hours
     (epochs) and held_gpu_hours (the whole hold) are each run's own, as measured."""
     finished = summary[summary["fit_time_s"].notna()]
-    base = finished[finished["topology"] == summary.attrs.get("baseline")]
+    base = finished[finished["topology"] == baseline]
     per_sample = finished["gpu_seconds_per_sample"]
     base_per_sample = float(base["gpu_seconds_per_sample"].iloc[0]) if len(base) else float("nan")
     base_samples = float(base["samples_trained"].iloc[0]) if len(base) else float("nan")

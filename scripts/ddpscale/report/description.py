@@ -94,7 +94,6 @@ def with_columns(summary: pd.DataFrame, description: dict[str, str]) -> pd.DataF
     table = summary.copy()
     for offset, col in enumerate(COLUMNS):
         table.insert(1 + offset, col, description[col])
-    table.attrs.update(summary.attrs)
     return table
 
 

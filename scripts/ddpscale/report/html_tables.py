@@ -29,11 +29,9 @@ def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> 
 
 
 def scaling_table(data):
-    s = data.summary
-    metric = s.attrs.get("accuracy_metric", "accuracy")
-    tol = s.attrs.get("tolerance", 0.0)
-    way = s.attrs.get("accuracy_direction", "max")
-    windows = accuracy.throughput_mode(s)
+    s, comparison = data.summary, data.comparison
+    metric, tol, way = comparison.metric, comparison.tolerance, comparison.direction
+    windows = comparison.throughput_mode
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
              "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
              Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
@@ -269,7 +267,7 @@ def allreduce_table(data):
 
 
 def comparison_table(data):
-    cmp = data.comparison
+    cmp = data.versus_earlier
     if cmp is None:
         return None
     heads = ["Topology", "In", "Throughput earlier", "Throughput now", "Change",

@@ -370,13 +370,12 @@ def sentence(table: pd.DataFrame, label: str) -> str:
     return "full training on " + "; on ".join(parts) if parts else ""
 
 
-def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame) -> str | None:
+def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame, baseline: str) -> str | None:
     """Where the global batch grew over the baseline's and accuracy was not compared at it, a
     projection of the configured epochs assumes those epochs converge at the larger batch, which
     nothing here showed (MLPerf keeps reference convergence points per batch size for this)."""
     if table is None or table.empty or "global_batch" not in table:
         return None
-    baseline = summary.attrs.get("baseline")
     base = table.loc[table["topology"] == baseline, "global_batch"]
     if base.empty or not known(base.iloc[0]):
         return None

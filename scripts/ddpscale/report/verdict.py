@@ -12,6 +12,7 @@ from ddpscale.core.topology import parse_topology
 from ddpscale.core.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, interconnect
 from ddpscale.report.analysis import device_word
+from ddpscale.report.comparison import Comparison
 
 STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
@@ -63,11 +64,10 @@ def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
     """A `caveats` column (markers joined by '; ', empty when none) for the table and the TSV."""
     table = summary.copy()
     table["caveats"] = ["; ".join(markers(row)) for _, row in table.iterrows()]
-    table.attrs.update(summary.attrs)
     return table
 
 
-def usable(summary: pd.DataFrame) -> pd.DataFrame:
+def usable(summary: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     """Finished topologies that were not oversubscribed (those measured contention, not
     scaling) and whose accuracy was not shown to drop. Where accuracy is compared, a row whose
     metric was not logged is left out too (never recommended as if it held); a row with too few
@@ -76,27 +76,26 @@ def usable(summary: pd.DataFrame) -> pd.DataFrame:
     recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    if accuracy.compared(summary):
+    if comparison.compared:
         finished = finished[~finished["accuracy_held"].eq(False).fillna(False) & ~accuracy.unlogged(finished)]
     return finished.drop(flagged(finished, "oversubscribed").index)
 
 
-def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
+def unknown_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str | None:
     """Finished rows left out of the recommendation because their metric was not logged."""
-    if not accuracy.compared(summary):
+    if not comparison.compared:
         return None
     done = summary[summary["throughput_samples_s"].notna()]
     rows = done[accuracy.unlogged(done)]
     if rows.empty:
         return None
-    metric = summary.attrs.get("accuracy_metric")
-    return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {metric}, so "
+    return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {comparison.metric}, so "
             "whether accuracy held there is not known.")
 
 
-def untested_accuracy_note(summary: pd.DataFrame) -> str | None:
+def untested_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str | None:
     """Why accuracy has no verdict where seeds were too few or the test was inconclusive."""
-    if not accuracy.compared(summary):
+    if not comparison.compared:
         return None
     done = summary[summary["throughput_samples_s"].notna()]
     notes = []
@@ -113,11 +112,11 @@ def untested_accuracy_note(summary: pd.DataFrame) -> str | None:
     return ". ".join(notes) + "." if notes else None
 
 
-def tested_none(summary: pd.DataFrame) -> bool:
+def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
     """Accuracy compared, yet no topology beside the baseline had the seeds for a test."""
-    others = summary[summary["topology"] != summary.attrs.get("baseline")]
+    others = summary[summary["topology"] != comparison.baseline]
     others = others[others["throughput_samples_s"].notna() & ~accuracy.unlogged(others)]
-    return accuracy.compared(summary) and not others.empty and bool(accuracy.untested(others).all())
+    return comparison.compared and not others.empty and bool(accuracy.untested(others).all())
 
 
 def times(speedup) -> str:
@@ -126,17 +125,17 @@ def times(speedup) -> str:
     return "n/a" if speedup is None or pd.isna(speedup) else f"{speedup:.2f}x"
 
 
-def recommendation(summary: pd.DataFrame, threshold: float) -> str:
+def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
-    ok = usable(summary)
+    ok = usable(summary, comparison)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
-    if not accuracy.compared(summary):
-        where += f"by speed alone (accuracy not compared: {accuracy.why_not_compared(summary)}), "
-    elif tested_none(summary):
+    if not comparison.compared:
+        where += f"by speed alone (accuracy not compared: {comparison.why_not_compared()}), "
+    elif tested_none(summary, comparison):
         seeds = int(summary["repeats"].min())
         where += f"by speed alone (accuracy not tested: {accuracy.seeds_word(seeds)} each), "
     if ok.empty:
-        held = " with accuracy held" if accuracy.compared(summary) else ""
+        held = " with accuracy held" if comparison.compared else ""
         if len(flagged(summary, "oversubscribed")):
             return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
         return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
@@ -144,7 +143,7 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     efficient = ok[ok["efficiency"] >= threshold - 1e-9]
     fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
             f"{times(fastest['speedup'])}, {fastest['efficiency']:.0%} efficient)")
-    baseline = summary.attrs.get("baseline")
+    baseline = comparison.baseline
     if efficient.empty:
         keep = f"no topology stays above {threshold:.0%} efficiency"
     else:
@@ -262,11 +261,12 @@ def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
             "these MFU figures.")
 
 
-def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
+def caveats(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, steps: pd.DataFrame,
+            probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
-    bound = boundness.judge_baseline(summary, runs, steps)
-    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
-             untested_accuracy_note(summary), probe_na_note(probes or {}),
+    bound = boundness.judge_baseline(runs, steps, comparison.baseline)
+    notes = [comparison.not_compared, unknown_accuracy_note(summary, comparison),
+             untested_accuracy_note(summary, comparison), probe_na_note(probes or {}),
              oversubscribed_note(summary), simulated_nodes_note(summary), interconnect.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs["model_class"]),
@@ -295,7 +295,6 @@ def last_line(log: Path) -> str | None:
 def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
                 log_tails: dict[str, str | None]) -> pd.DataFrame:
     """Every expected topology appears: a status per row, and rows for those that never finished."""
-    attrs = dict(summary.attrs)
     counts = dict(zip(summary["topology"], summary["repeats"]))
     table = summary.copy()
     table["status"] = [run_status(int(counts[t]), repeats, None) for t in table["topology"]]
@@ -314,5 +313,4 @@ def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
         for col in ("num_nodes", "devices_per_node", "world_size", "repeats", "batch_per_device",
                     "effective_batch"):
             table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
-    table.attrs.update(attrs)
     return table
