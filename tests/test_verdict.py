@@ -71,14 +71,15 @@ def test_cost_is_per_sample_so_weak_scaling_at_perfect_efficiency_costs_nothing_
     # fit times of different work do not compare: blank, and the note says why
     assert table_.loc["1x1", "time_speedup"] == pytest.approx(1.0)
     assert table_.loc[["1x8", "2x4"], "time_speedup"].isna().all()
-    note = cost.cost_table(table(runs), "1x1").attrs["time_speedup_note"]
+    note = cost.time_speedup_note(table(runs), "1x1")
     assert "1x8 and 2x4" in note and "320,000" in note and "40,000" in note
 
 
 def test_cost_table_html_leaves_time_speedup_blank_and_says_why():
     runs = [make_run("1x1", samples_trained=40000), make_run("1x2", samples_trained=80000)]
-    s = table(runs, simulated=True)
-    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=cost.cost_table(s, "1x1")))
+    s, comparison = compared_table(runs, simulated=True)
+    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=cost.cost_table(s, "1x1"),
+                                                                 comparison=comparison))
     row = html.split('<td class="l">1x2</td>')[1].split("</tr>")[0]
     assert row.count('<td class=""></td>') == 1  # the time speedup cell
     assert "device-seconds per 1,000 samples" in html and "Held device-hours" in html
@@ -89,7 +90,7 @@ def test_cost_speedup_in_time_is_kept_where_runs_trained_the_same_samples():
     table_ = cost.cost_table(table(RUNS), "1x1").set_index("topology")
     assert table_.loc["2x4", "time_speedup"] == pytest.approx(400 / 72)
     assert table_.loc["2x4", "extra_pct"] == pytest.approx((8 / 5.6 - 1) * 100)
-    assert cost.cost_table(table(RUNS), "1x1").attrs["time_speedup_note"] is None
+    assert cost.time_speedup_note(table(RUNS), "1x1") is None
 
 
 def test_unfinished_topologies_are_rows_marked_never_dropped():

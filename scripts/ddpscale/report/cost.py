@@ -13,11 +13,10 @@ def cost_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     sample = devices / steady throughput, so the extra over the baseline is 1 / efficiency - 1
     (zero at perfect efficiency); in hours, for the samples the baseline trained. gpu_hours
     (epochs) and held_gpu_hours (the whole hold) are each run's own, as measured."""
-    finished = summary[summary["fit_time_s"].notna()]
-    base = finished[finished["topology"] == baseline]
+    finished, base = _finished(summary, baseline)
     per_sample = finished["gpu_seconds_per_sample"]
     base_per_sample = float(base["gpu_seconds_per_sample"].iloc[0]) if len(base) else float("nan")
-    base_samples = float(base["samples_trained"].iloc[0]) if len(base) else float("nan")
+    base_samples = _base_samples(base)
     out = pd.DataFrame({
         "topology": finished["topology"], "world_size": finished["world_size"],
         "speedup": finished["speedup"],
@@ -28,11 +27,23 @@ def cost_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
         "gpu_hours": finished["gpu_hours"],
         "held_gpu_hours": finished["held_gpu_hours"],
     })
-    out.attrs["time_speedup_note"] = _time_speedup_note(finished, base_samples)
     return out.reset_index(drop=True)
 
 
-def _time_speedup_note(finished: pd.DataFrame, base_samples: float) -> str | None:
+def _finished(summary: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the rows that finished, the baseline's among them)"""
+    finished = summary[summary["fit_time_s"].notna()]
+    return finished, finished[finished["topology"] == baseline]
+
+
+def _base_samples(base: pd.DataFrame) -> float:
+    return float(base["samples_trained"].iloc[0]) if len(base) else float("nan")
+
+
+def time_speedup_note(summary: pd.DataFrame, baseline: str) -> str | None:
+    """Why the cost table's time speedup is blank where it is, or None where it is not."""
+    finished, base = _finished(summary, baseline)
+    base_samples = _base_samples(base)
     blank = finished[finished["time_speedup"].isna()]
     if blank.empty:
         return None

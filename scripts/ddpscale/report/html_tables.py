@@ -16,6 +16,7 @@ from markupsafe import Markup, escape
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
+from ddpscale.report.cost import time_speedup_note
 from ddpscale.report.html_cells import held as held_cell, num, pct, throughput_cell, throughput_note, with_spread
 from ddpscale.report.html_projection import projection_table
 from ddpscale.report.templating import render
@@ -101,8 +102,9 @@ def cost_table(data):
             f"x devices; held {label} = the time the job held its devices x devices, from the SLURM job's "
             "start (else the training process's) to the metrics record: start-up, process-group set-up, "
             "probe, checkpoint writes and test pass included.")
-    if cost.attrs.get("time_speedup_note"):
-        note += " " + cost.attrs["time_speedup_note"]
+    blank = time_speedup_note(data.summary, data.comparison.baseline)
+    if blank:
+        note += " " + blank
     return "Cost", note, _table(heads, rows)
 
 
