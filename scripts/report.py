@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
           f"{data.recommendation}")
-    print(f"ddpscale report: {projection.cost_sentence(data.projection, analysis.hours_label(data.summary))}")
+    print(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
     for note in data.notes:
         print(f"ddpscale report: note: {note}")
     return 0

@@ -50,15 +50,16 @@ def test_median_over_repeats_device_hours_and_the_answers_cost():
                          windows_run("2x2", repeat=0, window_throughput_samples_s=400.0, held_s=30.0),
                          windows_run("2x2", repeat=1, window_throughput_samples_s=360.0, held_s=30.0),
                          windows_run("2x2", repeat=2, window_throughput_samples_s=300.0, held_s=30.0)])
-    table = projection.projection(runs).set_index("topology")
+    projected = projection.projection(runs)
+    table, spent = projected.set_index("topology"), projection.spent(runs, projected)
     median = 10 * (36000 / 360.0 + 6.0) + 5.0  # the middle repeat
     assert table.loc["2x2", "projected_s"] == pytest.approx(median)
     assert table.loc["2x2", "projected_device_hours"] == pytest.approx(median * 4 / 3600)
     assert table.loc["1x1", "projected_device_hours"] == pytest.approx(KNOWN_S / 3600)
     assert table["measured_s"].isna().all()  # throughput mode trained no full run
-    assert table.attrs["answer_device_hours"] == pytest.approx((60.0 * 1 + 3 * 30.0 * 4) / 3600)
+    assert spent.answer_device_hours == pytest.approx((60.0 * 1 + 3 * 30.0 * 4) / 3600)
     # held: plus what each run held its devices outside its windows' 6 s epoch (60 s and 30 s held)
-    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + 54.0 + (median + 24.0) * 4) / 3600)
+    assert spent.full_device_hours == pytest.approx((KNOWN_S + 54.0 + (median + 24.0) * 4) / 3600)
 
 
 def test_full_mode_shows_the_projections_error_against_the_measured_training():
@@ -66,15 +67,16 @@ def test_full_mode_shows_the_projections_error_against_the_measured_training():
     row = projection.projection(runs).iloc[0]
     assert row["measured_s"] == pytest.approx(3506.0)  # fit time + checkpoint writes
     assert row["error"] == pytest.approx(KNOWN_S / 3506.0 - 1)
-    assert math.isnan(projection.projection(runs).attrs["full_device_hours"])  # the answer was full training
+    assert projection.spent(runs, projection.projection(runs)).full_device_hours is None  # the answer was full training
 
 
 def test_a_run_without_a_steady_window_throughput_is_not_projected_and_says_why():
     # make_run's full runs timed no window (too few steps): no figure to project from
-    table = projection.projection(pd.DataFrame([make_run("1x1"), make_run("1x2")]))
+    runs = pd.DataFrame([make_run("1x1"), make_run("1x2")])
+    table = projection.projection(runs)
     assert table["projected_s"].isna().all()
     assert set(table["why_na"]) == {"not recorded: window_throughput_samples_s"}
-    assert table.attrs["answer_device_hours"] == pytest.approx((40.0 * 1 + 40.0 * 2) / 3600)
+    assert projection.spent(runs, table).answer_device_hours == pytest.approx((40.0 * 1 + 40.0 * 2) / 3600)
     _, note, html = html_tables.projection_table(build([make_run("1x1"), make_run("1x2")]))
     assert "n/a" in html and "not recorded: window_throughput_samples_s" in html
 
@@ -156,9 +158,10 @@ def test_projected_held_hours_count_what_the_answer_s_held_cost_counts():
               "attempts": 1}
     assert projection.outside_training_s(known_run(**record)) == pytest.approx(13.0)
     assert np.isnan(projection.outside_training_s(known_run(**{**record, "attempts": 2})))  # held spans attempts
-    table = build([windows_run("1x1", **record), windows_run("1x2", **record)]).projection.set_index("topology")
+    data = build([windows_run("1x1", **record), windows_run("1x2", **record)])
+    table = data.projection.set_index("topology")
     assert table.loc["1x2", "projected_held_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 2 / 3600)
-    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
+    assert data.spent.full_device_hours == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
 
 
 def test_a_job_holding_whole_nodes_is_billed_for_them():
@@ -167,10 +170,10 @@ def test_a_job_holding_whole_nodes_is_billed_for_them():
     runs = [windows_run("1x1", held_s=36.0, held_devices=4), windows_run("1x2", held_s=36.0, held_devices=4)]
     data = build(runs)
     assert data.summary.set_index("topology").loc["1x2", "held_gpu_hours"] == pytest.approx(36.0 * 4 / 3600)
-    assert data.projection.attrs["answer_device_hours"] == pytest.approx(2 * 36.0 * 4 / 3600)
-    # a record from before held_devices: its ranks
-    older = build([windows_run("1x1", held_s=36.0), windows_run("1x2", held_s=36.0)])
-    assert older.projection.attrs["answer_device_hours"] == pytest.approx(36.0 * 3 / 3600)
+    assert data.spent.answer_device_hours == pytest.approx(2 * 36.0 * 4 / 3600)
+    # where the site gives a job only its ranks, its ranks
+    ranks = build([windows_run("1x1", held_s=36.0), windows_run("1x2", held_s=36.0)])
+    assert ranks.spent.answer_device_hours == pytest.approx(36.0 * 3 / 3600)
 
 
 def test_the_sentences_read_like_the_issue():
@@ -180,8 +183,8 @@ def test_the_sentences_read_like_the_issue():
     assert projection.sentence(table, "GPU-hours") == (
         "full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20.0 GPU-hours; "
         "on 2x4 (50 epochs at global batch 256): 3.1 h, 24.8 GPU-hours")
-    table.attrs.update(measure="throughput", answer_device_hours=0.75, full_device_hours=44.8)
-    assert projection.cost_sentence(table, "GPU-hours") == \
+    spent = projection.Spent(answer_device_hours=0.75, full_device_hours=44.8, full_why_na=None)
+    assert projection.cost_sentence(spent, "GPU-hours") == \
         "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours (held)."
     assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -267,9 +268,7 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
     mode, the measured full training; error = projected / measured - 1. A topology with a repeat
     that cannot be projected is n/a, with the reason (a median of the rest would hide it).
     limits: {topology: {"limit_s", "signal_s"}}, the job time limit a training of it runs under
-    (the profile's; none locally): a training longer than one job is split into jobs (jobs).
-    attrs: measure, answer_device_hours, full_device_hours (throughput mode:
-    one full training of every topology; + full_why_na)."""
+    (the profile's; none locally): a training longer than one job is split into jobs (jobs)."""
     each = per_run(runs)
     rows = []
     for topology, group in each.groupby("topology", sort=False):
@@ -300,13 +299,21 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
                      "measured_s": measured, "error": compared / measured - 1.0 if measured else math.nan,
                      "why_na": why or split_why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
-    table = table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
-    mode = measure_mode(runs)
-    table.attrs["measure"] = mode
-    table.attrs["answer_device_hours"] = answer_cost(runs)
-    table.attrs["full_device_hours"], table.attrs["full_why_na"] = (
-        full_cost(table) if mode == THROUGHPUT else (math.nan, None))
-    return table
+    return table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What this answer cost, and in throughput mode what answering by full training would have."""
+    answer_device_hours: float  # answer_cost
+    full_device_hours: float | None  # full_cost; None in full mode, which trained in full; NaN: not known
+    full_why_na: str | None  # why full_device_hours is not known
+
+
+def spent(runs: pd.DataFrame, table: pd.DataFrame) -> Spent:
+    """What the runs cost, and what the projections (projection's table of them) say full training would."""
+    full, why = full_cost(table) if measure_mode(runs) == THROUGHPUT else (None, None)
+    return Spent(answer_device_hours=answer_cost(runs), full_device_hours=full, full_why_na=why)
 
 
 def answer_cost(runs: pd.DataFrame) -> float:
@@ -397,14 +404,13 @@ def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame, baselin
             "(measure: full, 3 or more repeats) to test it, or scale the batch strongly (batch.scaling: strong)")
 
 
-def cost_sentence(table: pd.DataFrame, label: str) -> str:
+def cost_sentence(cost: Spent, label: str) -> str:
     """'This answer cost X GPU-hours (held); training every topology in full would take Y GPU-hours.'"""
-    text = f"This answer cost {hours(table.attrs['answer_device_hours'])} {label} (held)"
-    if table.attrs.get("measure") == THROUGHPUT:
-        full = table.attrs.get("full_device_hours", math.nan)
+    text = f"This answer cost {hours(cost.answer_device_hours)} {label} (held)"
+    if cost.full_device_hours is not None:
+        full = cost.full_device_hours
         text += (f"; training every topology in full would take {hours(full)} {label} (held)" if not pd.isna(full)
-                 else f"; what training every topology in full would take is not known "
-                      f"({table.attrs.get('full_why_na')})")
+                 else f"; what training every topology in full would take is not known ({cost.full_why_na})")
     return text + "."
 
 

@@ -24,6 +24,7 @@ class ReportData:
     cost: pd.DataFrame
     recommendation: str
     threshold: float
+    spent: projection.Spent  # what the answer cost, and what full training would
     versus_earlier: pd.DataFrame | None = None  # earlier.compare: this scaling table beside an earlier one
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
@@ -64,7 +65,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         + [n for n in [precision_note(summary, comparison, runs), projection.weak_scaling_note(projected, summary, baseline)]
            if n],
         description=description or describe(runs),
-        projection=projected,
+        projection=projected, spent=projection.spent(runs, projected),
         timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
     )
 
