@@ -25,6 +25,7 @@ class ReportData:
     recommendation: str
     threshold: float
     spent: projection.Spent  # what the answer cost, and what full training would
+    tta_target: timetoacc.Target  # what time to accuracy is timed to
     versus_earlier: pd.DataFrame | None = None  # earlier.compare: this scaling table beside an earlier one
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
@@ -54,6 +55,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
     projected = projection.projection(runs, job_limits)
+    goal = timetoacc.target(runs, baseline, tolerance, mode, target)
     return ReportData(
         comparison=comparison, summary=summary, runs=runs, probes=probes,
         steps=steps, prediction=breakdown.predict(done, probes, baseline),
@@ -66,7 +68,7 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
            if n],
         description=description or describe(runs),
         projection=projected, spent=projection.spent(runs, projected),
-        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
+        timetoacc=timetoacc.table(runs, summary, baseline, goal), tta_target=goal,
     )
 
 
