@@ -15,7 +15,7 @@ def _way(goal: timetoacc.Target) -> tuple[str, str]:
 
 
 def tta_table(data):
-    tta = getattr(data, "timetoacc", None)
+    tta = data.timetoacc
     if tta is None or tta.empty:
         return None
     heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
