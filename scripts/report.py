@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.core.io import atomic_write  # noqa: E402
-from ddpscale.report import (analysis, breakdown, earlier, measured, plots, projection, records,  # noqa: E402
+from ddpscale.report import (analysis, breakdown, description, earlier, plots, projection, records,  # noqa: E402
                              reportdata, verdict)
 from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
@@ -88,14 +88,15 @@ def main(argv=None) -> int:
             log_tails=log_tails(args.log_dir, args.expected),
             earlier=earlier.read_earlier(args.compare) if args.compare else None,
             compared_with=str(args.compare) if args.compare else None, job_limits=args.job_limits,
-            description=measured.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
+            description=description.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
     except ValueError as exc:
         # A user-facing problem with the inputs: one line, no traceback.
         print(f"ddpscale report: {exc}", file=sys.stderr)
         return 2
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    tables = {"scaling.tsv": measured.with_columns(analysis.rounded(data.summary), data.description),
+    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary, data.comparison.metric),
+                                                     data.description),
               "breakdown.tsv": data.steps,
               "prediction.tsv": data.prediction,
               "projection.tsv": projection.rounded(data.projection),
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
           f"{data.recommendation}")
-    print(f"ddpscale report: {projection.cost_sentence(data.projection, analysis.hours_label(data.summary))}")
+    print(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
     for note in data.notes:
         print(f"ddpscale report: note: {note}")
     return 0

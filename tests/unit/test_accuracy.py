@@ -8,7 +8,7 @@ import pytest
 
 from ddpscale.report import accuracy, verdict
 from ddpscale.job import metriccheck
-from test_analysis import make_run, seeded, summarize
+from test_analysis import compared, make_run, seeded
 
 
 @pytest.mark.parametrize("name,way", [
@@ -24,13 +24,14 @@ def test_a_stated_direction_wins_over_the_name():
     assert accuracy.direction("val_loss", "max") == "max" and accuracy.direction("test_acc", "min") == "min"
 
 
-def test_values_come_from_logged_metrics_and_older_files_from_the_top_level():
-    runs = pd.DataFrame([{"logged_metrics": {"valid/accuracy": 0.8}, "test_acc": None},
+def test_values_come_from_logged_metrics_only():
+    runs = pd.DataFrame([{"logged_metrics": {"valid/accuracy": 0.8}, "test_acc": 0.5},
                          {"logged_metrics": {"valid/accuracy": 0.7, "test_acc": 0.6}, "test_acc": 0.6},
-                         {"test_acc": 0.5}])  # a file from before logged_metrics
+                         {"logged_metrics": {}, "test_acc": None}])
     assert accuracy.values(runs, "valid/accuracy").tolist()[:2] == [0.8, 0.7]
     assert pd.isna(accuracy.values(runs, "valid/accuracy").iloc[2])
-    assert accuracy.values(runs, "test_acc").tolist()[1:] == [0.6, 0.5]
+    # the top-level test_acc is not read: logged_metrics holds every scalar the run logged
+    assert pd.isna(accuracy.values(runs, "test_acc").iloc[0]) and accuracy.values(runs, "test_acc").iloc[1] == 0.6
     assert accuracy.logged_names(runs) == ["test_acc", "valid/accuracy"]
 
 
@@ -71,21 +72,21 @@ def test_the_verdict_over_three_seeds_errs_as_rarely_as_it_claims(drop, verdicts
 def test_a_loss_as_the_metric_flags_the_run_whose_loss_rose():
     runs = [*seeded("1x1", [0.30] * 3, "val_loss"), *seeded("1x2", [0.40] * 3, "val_loss"),
             *seeded("2x2", [0.10] * 3, "val_loss")]
-    table = summarize(runs, metric="val_loss", tolerance=0.05).set_index("topology")
-    assert table.attrs["accuracy_direction"] == "min" and table.attrs["accuracy_not_compared"] is None
-    assert table["accuracy_held"].tolist() == [True, False, True]
+    table, comparison = compared(runs, metric="val_loss", tolerance=0.05)
+    assert comparison.direction == "min" and comparison.not_compared is None and comparison.compared
+    assert table.set_index("topology")["accuracy_held"].tolist() == [True, False, True]
 
 
 def test_a_metric_no_run_logged_is_not_compared_and_speed_alone_recommends():
     only_its_own = {"val_loss": None, "val_acc": None, "test_acc": None}
     runs = [make_run("1x1", logged_metrics={"valid/accuracy": 0.9}, **only_its_own),
             make_run("1x2", logged_metrics={"valid/accuracy": 0.5}, throughput_samples_s=200.0, **only_its_own)]
-    table = summarize(runs, metric="valid/acc")
-    assert table.attrs["accuracy_not_compared"] == (
+    table, comparison = compared(runs, metric="valid/acc")
+    assert comparison.not_compared == (
         "accuracy not compared: valid/acc not logged; the runs logged: valid/accuracy")
     assert table["accuracy_held"].isna().all()
     table["status"] = "ok"
-    sentence = verdict.recommendation(table, 0.8)
+    sentence = verdict.recommendation(table, comparison, 0.8)
     assert "by speed alone (accuracy not compared: valid/acc not logged)" in sentence
     assert "the fastest is 1x2" in sentence
 
@@ -93,17 +94,17 @@ def test_a_metric_no_run_logged_is_not_compared_and_speed_alone_recommends():
 def test_with_accuracy_compared_a_row_without_the_metric_is_never_recommended():
     runs = [make_run("1x1", test_acc=0.9), make_run("1x2", test_acc=0.9, throughput_samples_s=150.0),
             make_run("2x2", test_acc=None, throughput_samples_s=400.0)]  # its test pass logged nothing
-    table = summarize(runs)
+    table, comparison = compared(runs)
     table["status"] = "ok"
-    assert "the fastest is 1x2" in verdict.recommendation(table, 0.5)
-    assert verdict.unknown_accuracy_note(table) == (
+    assert "the fastest is 1x2" in verdict.recommendation(table, comparison, 0.5)
+    assert verdict.unknown_accuracy_note(table, comparison) == (
         "Left out of the recommendation: 2x2, whose runs did not log test_acc, so whether accuracy held "
         "there is not known.")
 
 
 def test_the_baseline_without_the_metric_leaves_accuracy_not_compared():
     runs = [make_run("1x1", test_acc=None), make_run("1x2", test_acc=0.9)]
-    assert summarize(runs).attrs["accuracy_not_compared"].startswith(
+    assert compared(runs)[1].not_compared.startswith(
         "accuracy not compared: test_acc not logged by the baseline 1x1; the runs logged: ")
 
 

@@ -1,4 +1,5 @@
 """Unit tests for ddpscale.report.analysis on fixed metric dicts (no torch needed)."""
+import dataclasses
 import json
 
 import pandas as pd
@@ -6,35 +7,55 @@ import pytest
 
 from ddpscale.core import record
 from ddpscale.report import analysis, records
+from ddpscale.report.comparison import Comparison
 
 
 def make_run(topology="1x1", **overrides):
-    """One schema-1 metrics dict; topology sets nodes/devices/world size."""
+    """One metrics record with every key train.py writes (a CPU run in full mode, probed by no
+    one); topology sets nodes/devices/world size. logged_metrics holds val_loss, val_acc and
+    test_acc as given, unless a test gives it."""
     nodes, per_node = (int(x) for x in topology.split("x"))
     run = {
-        "schema_version": record.SCHEMA_VERSION, "topology": topology, "repeat": 0,
+        "schema_version": record.SCHEMA_VERSION, "topology": topology, "repeat": 0, "seed": 42,
         "num_nodes": nodes, "devices_per_node": per_node,
         "world_size": nodes * per_node,
         "node_ranks": [r // per_node for r in range(nodes * per_node)],
-        "hosts": [f"node{i}" for i in range(nodes)], "slurm_job_id": None,
+        "hosts": [f"node{i}" for i in range(nodes)], "simulated_nodes_on_one_host": False, "slurm_job_id": None,
         "device_kind": "cpu", "device_name": "cpu, simulated", "simulated": True,
+        "usable_cores": 64, "oversubscribed": False, "transport": None, "site_interconnect": "unknown",
         "backend": "gloo", "scaling": "weak", "batch_per_device": 32,
         "effective_batch": 32 * nodes * per_node, "accumulate_grad_batches": 1,
-        "precision": "32-true", "max_epochs": 3, "epochs_completed": 3,
+        "precision": "32-true", "compile": "none", "max_epochs": 3, "configured_epochs": 3, "epochs_completed": 3,
         "warmup_epochs": 1, "epoch_times_s": [12.0, 10.0, 10.0],
         "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0, "samples_trained": 9600,
-        "held_s": 40.0,
+        "samples_per_epoch": 3200, "samples_uncounted": None, "early_stop": None,
+        "held_s": 40.0, "held_devices": nodes * per_node, "probe_s": 0.0,
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
+        # full mode: the windows were timed but too few to be steady
+        "measure": "full", "stop_reason": "full training", "throughput_half_width": None,
+        "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "window_seconds": [],
+        "window_samples": [], "window_throughput_samples_s": None, "warmup_excess_s": 0.0, "steps_measured": 0,
+        "checkpoint_s": 0.0, "checkpoint_save_s": [], "epoch_overhead_s": 0.0, "epoch_overheads_s": [],
+        "validates": True, "check_val_every_n_epoch": 1, "validation_s": [], "after_stop_validation_s": [],
+        "after_stop_checkpoint_s": [],
+        "flops_per_sample": None, "achieved_tflops": None, "mfu": None, "peak_tflops_per_device": None,
+        "peak_precision": None, "gpu_utilization_pct": None, "gpu_utilization_reason": None,
+        "gpu_peak_memory_mb": None,
         "val_loss": 0.3, "val_acc": 0.9, "test_acc": 0.9, "attempts": 1,
-        "resumed_from_epoch": None, "model_class": "M", "data_class": "D",
+        "val_history": [], "val_history_metric": None, "val_history_reason": "no epoch metric configured",
+        "resumed_from_epoch": None, "model_class": "M", "model_parameters": 1000, "data_class": "D",
+        "optimizers": ["Adam"], "trainer_settings": {}, "module_callbacks": [], "loggers": ["CSVLogger"],
+        "ddp": {"used": nodes * per_node > 1},
         "versions": {"python": "3.11", "torch": "2.x", "lightning": "2.x"},
         "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:01:00",
-        # what train.py records today; the same for every run unless a test changes it
+        # the same for every run unless a test changes it
         "identity": {"data": {"data.npz": "aaaa"}, "settings": {"seed": 0}, "code": "c0de",
                      "versions": {"torch": "2.x", "lightning": "2.x", "cuda": None, "nccl": None},
                      "digest": "d1"},
     }
     run.update(overrides)
+    if "logged_metrics" not in overrides:
+        run["logged_metrics"] = {k: run[k] for k in ("val_loss", "val_acc", "test_acc") if run[k] is not None}
     return run
 
 
@@ -43,8 +64,15 @@ def seeded(topology, values, metric="test_acc", **overrides):
     return [make_run(topology, repeat=i, **{metric: v, **overrides}) for i, v in enumerate(values)]
 
 
+def compared(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
+    """(summary, comparison) of hand-made runs, as reportdata.build makes them."""
+    frame = pd.DataFrame(runs)
+    comparison = analysis.compare(frame, baseline, metric, tolerance)
+    return analysis.summarize(frame, comparison), comparison
+
+
 def summarize(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
-    return analysis.summarize(pd.DataFrame(runs), baseline, metric, tolerance)
+    return compared(runs, baseline, metric, tolerance)[0]
 
 
 def by_topology(summary):
@@ -61,7 +89,7 @@ def test_speedup_efficiency_hours_and_order():
         "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound"] + list(
         analysis.SPREAD_COLUMNS) + list(
         analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS)
-    assert s["measure"].eq("full").all() and s["stop_reason"].isna().all()  # records from before throughput mode
+    assert s["measure"].eq("full").all() and s["stop_reason"].eq("full training").all()
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
     t = by_topology(s)
@@ -92,12 +120,12 @@ def test_time_speedup_only_where_the_runs_trained_the_baseline_samples():
     assert t.loc["1x4", "samples_trained"] == 40000
 
 
-def test_runs_from_before_samples_and_held_time_were_recorded_still_summarise():
-    runs = [make_run("1x1"), make_run("1x2")]
-    for run in runs:
-        del run["samples_trained"], run["held_s"]
+def test_a_run_that_could_not_count_its_samples_has_no_time_speedup_and_says_why():
+    uncounted = "a batch holding str has no length"
+    runs = [make_run("1x1"), make_run("1x2", samples_trained=None, samples_uncounted=uncounted)]
     t = by_topology(summarize(runs))
-    assert t["time_speedup"].isna().all() and t["held_gpu_hours"].isna().all()
+    assert pd.isna(t.loc["1x2", "time_speedup"]) and t.loc["1x1", "time_speedup"] == pytest.approx(1.0)
+    assert t.loc["1x2", "samples_uncounted"] == f"samples not counted: {uncounted}"
     assert t.loc["1x2", "gpu_seconds_per_sample"] == pytest.approx(2 / 100.0)
 
 
@@ -191,11 +219,8 @@ def test_broken_world_size_is_an_error():
 
 def test_missing_accuracy_metric_is_not_compared_instead_of_an_error():
     """Issue 18: a report that fails after all training because of a metric's name helps nobody."""
-    runs = [make_run("1x1"), make_run("1x2")]
-    for r in runs:
-        del r["test_acc"]
-    table = summarize(runs)
-    assert table.attrs["accuracy_not_compared"].startswith("accuracy not compared: test_acc not logged")
+    table, comparison = compared([make_run("1x1", test_acc=None), make_run("1x2", test_acc=None)])
+    assert comparison.not_compared.startswith("accuracy not compared: test_acc not logged")
     assert table["accuracy_held"].isna().all()
 
 
@@ -238,7 +263,7 @@ def test_load_runs_missing_file(tmp_path):
 def test_rounded_keeps_small_hours():
     s = summarize([make_run("1x1", fit_time_s=2.0), make_run("1x2", fit_time_s=1.5)])
     s.loc[1, "speedup"] = 1.23456789
-    r = analysis.rounded(s)
+    r = analysis.rounded(s, "test_acc")
     # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
     assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
     assert r["speedup"].iloc[1] == 1.235
@@ -261,3 +286,13 @@ def test_no_interval_below_three_repeats():
     row = by_topology(summarize(runs)).loc["1x1"]
     assert (row.throughput_samples_s_min, row.throughput_samples_s_max) == (100.0, 120.0)
     assert pd.isna(row.throughput_samples_s_ci_low) and pd.isna(row.throughput_samples_s_ci_high)
+
+
+def test_what_the_report_compares_is_decided_once_from_the_runs():
+    summary, comparison = compared([make_run("1x1"), make_run("1x2", throughput_samples_s=190.0)])
+    assert comparison == Comparison(baseline="1x1", metric="test_acc", tolerance=0.02, direction="max",
+                                    measure="full", not_compared=None)
+    assert comparison.compared and not comparison.throughput_mode
+    assert summary.attrs == {}, "nothing travels on the frame"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        comparison.baseline = "1x2"

@@ -2,21 +2,22 @@
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, breakdown
-from test_analysis import make_run
+from ddpscale.report import breakdown
+from test_analysis import make_run, summarize
 
 
-def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000, timed=None, loop_sync_s=None):
-    """A probe record; timed: {per-device batch: compute_s} the baseline's probe timed besides its own."""
-    record = {"topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
+def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000, timed=None, loop_sync_s=0.0):
+    """A probe record; allreduce_s: the gradient's all-reduce in DDP's buckets; timed: {per-device
+    batch: compute_s} the baseline's probe timed besides its own."""
+    record = {"status": "ok", "topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
               "step": {"data_s": data_s, "compute_s": compute_s, "exposed_comm_s": comm_s,
-                       "method": "timed"},
+                       "loop_sync_s": loop_sync_s, "accumulate_grad_batches": 1, "method": "timed"},
               "allreduce": [{"bytes": 1024, "time_s": allreduce_s / 4},
-                            {"bytes": grad, "time_s": allreduce_s}]}
+                            {"bytes": grad, "time_s": allreduce_s / 2}],
+              "allreduce_ddp": {"bytes": grad, "time_s": allreduce_s},
+              "sized": "20 steps x 5 rounds, about 0.4 s", "probe_wall_s": 0.4}
     if timed is not None:
         record["step"]["compute_by_batch"] = [{"batch_per_device": b, "compute_s": c} for b, c in timed.items()]
-    if loop_sync_s is not None:
-        record["step"]["loop_sync_s"] = loop_sync_s
     return record
 
 
@@ -26,7 +27,7 @@ def base_probe(**kw):
 
 
 def summary(*runs):
-    return analysis.summarize(pd.DataFrame(list(runs)), "1x1", "test_acc", 0.02)
+    return summarize(list(runs))
 
 
 # Strong scaling, global batch 64: the baseline's step takes 64 / 6400 = 10 ms.
@@ -55,7 +56,7 @@ def test_perfect_halving_is_predicted_and_agrees():
     two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0075)
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)}
-    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    row = breakdown.predict(s, probes, "1x1").set_index("topology").loc["1x2"]
     # predicted step: 0.5 + 3 + 1 + 3 (the baseline's overhead) = 7.5 ms; speedup 10/7.5 over 2 devices
     assert row.predicted_step_s == pytest.approx(0.0075)
     assert row.unexplained_s == pytest.approx(0.0, abs=1e-12)
@@ -71,7 +72,7 @@ def test_compute_that_does_not_shrink_is_named():
     two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0105)
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}
-    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    row = breakdown.predict(s, probes, "1x1").set_index("topology").loc["1x2"]
     assert row.predicted_step_s == pytest.approx(0.0075) and row.step_error == pytest.approx(7.5 / 10.5 - 1)
     assert row.explanation.startswith("unexplained: 3.00 ms, 29% of the step, beyond 10%; "
                                       "compute (forward + backward + optimizer) is off: 6.00 ms")
@@ -83,7 +84,7 @@ def test_hidden_communication_is_named():
     two = make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0066)
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "1x2": probe("1x2", 2, 0.0005, 0.003, 0.0001, 0.003)}
-    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    row = breakdown.predict(s, probes, "1x1").set_index("topology").loc["1x2"]
     assert row.explanation.startswith("unexplained: -2.90 ms, -44% of the step, beyond 10%; "
                                       "exposed gradient communication is off")
     assert "hid part of the all-reduce" in row.explanation
@@ -93,12 +94,21 @@ def test_topology_without_probe_or_baseline_probe_is_left_out():
     two = make_run("1x2", batch_per_device=32, throughput_samples_s=9000.0)
     s = summary(BASE, two)
     assert list(breakdown.breakdown(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}).topology) == ["1x2"]
-    assert breakdown.predict(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}).empty
+    assert breakdown.predict(s, {"1x2": probe("1x2", 2, 0, 0.003, 0, 0.001)}, "1x1").empty
 
 
 def test_a_broken_probe_names_the_run_it_is_in():
     runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": {"topology": "1x2"}}])
     with pytest.raises(ValueError, match="m.json, probe: missing key 'world_size'"):
+        breakdown.probes_in_runs(runs)
+
+
+@pytest.mark.parametrize("key", breakdown.STEP_KEYS)
+def test_a_probe_without_a_step_figure_the_prediction_reads_is_refused_naming_it(key):
+    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
+    del record["step"][key]
+    runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": record}])
+    with pytest.raises(ValueError, match=f"m.json, probe: missing key 'step.{key}'; rerun its probe"):
         breakdown.probes_in_runs(runs)
 
 
@@ -116,16 +126,11 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
     s = summary(BASE, two)
     probes = {"1x1": accumulating(base_probe(), k),
               "1x2": accumulating(probe("1x2", 2, 0.0005, 0.003, per_batch, 0.004), k)}
-    row = breakdown.predict(s, probes).set_index("topology").loc["1x2"]
+    row = breakdown.predict(s, probes, "1x1").set_index("topology").loc["1x2"]
     assert row.comm_predicted_s == pytest.approx(per_batch)
     assert row.comm_measured_s == pytest.approx(per_batch)
     assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
     assert row.explanation.startswith("prediction and measurement agree (unexplained: 0.00 ms")
-
-
-def test_probes_from_before_accumulation_was_recorded_sync_every_batch():
-    record = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.002)
-    assert breakdown.accumulation(record) == 1 and breakdown.comm_per_batch_s(record) == pytest.approx(0.002)
 
 
 NO_OPTIMIZER = "PluginError: M.configure_optimizers() returned no optimizer (in building the optimizers)"
@@ -147,7 +152,7 @@ def test_a_failed_probe_keeps_its_row_with_every_probed_term_unknown():
     assert row.probe == f"n/a (probe failed: {NO_OPTIMIZER})"
     assert all(pd.isna(row[f"{t}_{unit}"]) for t in breakdown.TERMS for unit in ("s", "frac")) and pd.isna(row.step_s)
     assert row.train_step_s == pytest.approx(0.0075), "what the training run measured is still known"
-    pred = breakdown.predict(s, probes).set_index("topology")
+    pred = breakdown.predict(s, probes, "1x1").set_index("topology")
     assert pred.loc["1x2", "explanation"] == row.probe
     assert pd.isna(pred.loc["1x2", "predicted_efficiency"]) and pd.isna(pred.loc["1x2", "comm_measured_s"])
     assert pred.loc["1x2", "measured_efficiency"] == pytest.approx(10 / 7.5 / 2)
@@ -159,16 +164,19 @@ def test_a_failed_baseline_probe_leaves_every_prediction_unknown():
     s = summary(BASE, two)
     probes = {"1x1": na_probe("1x1", 1, "ValueError: boom (in drawing batches)"),
               "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)}
-    pred = breakdown.predict(s, probes).set_index("topology")
+    pred = breakdown.predict(s, probes, "1x1").set_index("topology")
     assert list(pred.index) == ["1x1", "1x2"] and pred.predicted_efficiency.isna().all()
     assert set(pred.explanation) == {"n/a (the baseline's probe failed: ValueError: boom (in drawing batches))"}
     # the topology's own probe still gives its breakdown
     assert breakdown.breakdown(s, probes).set_index("topology").loc["1x2", "probe"] == "ok"
 
 
-def test_records_before_the_status_was_written_measured_and_na_records_need_a_reason():
-    old = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
-    assert "status" not in old and not breakdown.is_na(old)
+def test_a_probe_needs_its_status_and_an_na_one_its_reason():
+    unstamped = probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001)
+    del unstamped["status"]
+    with pytest.raises(ValueError, match="m.json, probe: missing key 'status'"):
+        breakdown.probes_in_runs(pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json",
+                                                "probe": unstamped}]))
     runs = pd.DataFrame([{"topology": "1x2", "repeat": 0, "source": "m.json", "probe": na_probe("1x2", 2)}])
     assert breakdown.probes_in_runs(runs)["1x2"]["status"] == "n/a"
     runs.at[0, "probe"] = {"topology": "1x2", "world_size": 2, "status": "n/a"}
@@ -182,7 +190,7 @@ def test_a_step_bound_by_communication_is_named_when_prediction_agrees():
     two = make_run("2x1", batch_per_device=32, throughput_samples_s=64 / 0.0145)
     s = summary(BASE, two)
     probes = {"1x1": base_probe(), "2x1": probe("2x1", 2, 0.0005, 0.003, 0.008, 0.008)}
-    row = breakdown.predict(s, probes).set_index("topology").loc["2x1"]
+    row = breakdown.predict(s, probes, "1x1").set_index("topology").loc["2x1"]
     assert row.explanation == ("prediction and measurement agree (unexplained: 0.00 ms, 0% of the step, "
                                "within 10%); exposed gradient communication is the "
                                "largest term (55% of the predicted step)")

@@ -12,11 +12,17 @@ from ddpscale.report import html as report_html
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 
-# 10 epochs x (36,000 samples / 100 samples/s + 6 s per epoch outside the steps: loader start,
-# validation, checkpoint save) + 5 s warm-up excess
+# 10 epochs x (36,000 samples / 100 samples/s + 6 s per epoch outside the steps: loader start
+# and hooks; no validation, a save at every epoch's end that takes no time) + 5 s warm-up excess
 KNOWN = {"configured_epochs": 10, "samples_per_epoch": 36000, "window_throughput_samples_s": 100.0,
-         "epoch_overhead_s": 6.0, "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
+         "epoch_overhead_s": 6.0, "epoch_overheads_s": [6.0], "validates": False, "checkpoint_save_s": [[0, 0.0]],
+         "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
 KNOWN_S = 10 * (360.0 + 6.0) + 5.0
+
+
+def known_run(**overrides) -> pd.Series:
+    """A 1x1 record with the KNOWN figures, as the report's frame holds a row."""
+    return pd.Series(make_run("1x1", **{**KNOWN, **overrides}))
 
 
 def windows_run(topology="1x1", **overrides):
@@ -33,9 +39,9 @@ def build(runs, baseline: str = "1x1"):
 
 
 def test_projection_arithmetic_on_known_numbers():
-    assert projection.project_run(pd.Series(KNOWN)) == (pytest.approx(KNOWN_S), None)
+    assert projection.project_run(known_run()) == (pytest.approx(KNOWN_S), None)
     # every epoch pays what no step took, once per epoch
-    no_overhead = pd.Series({**KNOWN, "epoch_overhead_s": 0.0})
+    no_overhead = known_run(epoch_overheads_s=[0.0])
     assert projection.project_run(no_overhead)[0] == pytest.approx(10 * 360.0 + 5.0)
 
 
@@ -44,14 +50,16 @@ def test_median_over_repeats_device_hours_and_the_answers_cost():
                          windows_run("2x2", repeat=0, window_throughput_samples_s=400.0, held_s=30.0),
                          windows_run("2x2", repeat=1, window_throughput_samples_s=360.0, held_s=30.0),
                          windows_run("2x2", repeat=2, window_throughput_samples_s=300.0, held_s=30.0)])
-    table = projection.projection(runs).set_index("topology")
+    projected = projection.projection(runs)
+    table, spent = projected.set_index("topology"), projection.spent(runs, projected)
     median = 10 * (36000 / 360.0 + 6.0) + 5.0  # the middle repeat
     assert table.loc["2x2", "projected_s"] == pytest.approx(median)
     assert table.loc["2x2", "projected_device_hours"] == pytest.approx(median * 4 / 3600)
     assert table.loc["1x1", "projected_device_hours"] == pytest.approx(KNOWN_S / 3600)
     assert table["measured_s"].isna().all()  # throughput mode trained no full run
-    assert table.attrs["answer_device_hours"] == pytest.approx((60.0 * 1 + 3 * 30.0 * 4) / 3600)
-    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + median * 4) / 3600)
+    assert spent.answer_device_hours == pytest.approx((60.0 * 1 + 3 * 30.0 * 4) / 3600)
+    # held: plus what each run held its devices outside its windows' 6 s epoch (60 s and 30 s held)
+    assert spent.full_device_hours == pytest.approx((KNOWN_S + 54.0 + (median + 24.0) * 4) / 3600)
 
 
 def test_full_mode_shows_the_projections_error_against_the_measured_training():
@@ -59,30 +67,29 @@ def test_full_mode_shows_the_projections_error_against_the_measured_training():
     row = projection.projection(runs).iloc[0]
     assert row["measured_s"] == pytest.approx(3506.0)  # fit time + checkpoint writes
     assert row["error"] == pytest.approx(KNOWN_S / 3506.0 - 1)
-    assert math.isnan(projection.projection(runs).attrs["full_device_hours"])  # the answer was full training
+    assert projection.spent(runs, projection.projection(runs)).full_device_hours is None  # the answer was full training
 
 
-def test_an_old_record_is_not_projected_and_says_why():
-    table = projection.projection(pd.DataFrame([make_run("1x1"), make_run("1x2", held_s=None)]))
+def test_a_run_without_a_steady_window_throughput_is_not_projected_and_says_why():
+    # make_run's full runs timed no window (too few steps): no figure to project from
+    runs = pd.DataFrame([make_run("1x1"), make_run("1x2")])
+    table = projection.projection(runs)
     assert table["projected_s"].isna().all()
-    assert table.loc[0, "why_na"].startswith("not recorded: configured_epochs, samples_per_epoch")
-    assert math.isnan(table.attrs["answer_device_hours"])
-    assert "1x2/r0 recorded no held time" in table.attrs["answer_why_na"]
+    assert set(table["why_na"]) == {"not recorded: window_throughput_samples_s"}
+    assert projection.spent(runs, table).answer_device_hours == pytest.approx((40.0 * 1 + 40.0 * 2) / 3600)
     _, note, html = html_tables.projection_table(build([make_run("1x1"), make_run("1x2")]))
-    assert "n/a" in html and "not recorded: configured_epochs" in html
+    assert "n/a" in html and "not recorded: window_throughput_samples_s" in html
 
 
 def test_the_first_epoch_s_one_off_cost_is_added_once_not_every_epoch():
     """Issue 29 item 3: the first epoch's cold validation and first save (30 s) against 6 s in
     the epochs after it: 10 epochs cost 10 x 6 + 24 once, not 10 x the mean of the three."""
-    record = pd.Series({**KNOWN, "epoch_overhead_s": 14.0, "epoch_overheads_s": [30.0, 6.0, 6.0]})
+    record = known_run(epoch_overhead_s=14.0, epoch_overheads_s=[30.0, 6.0, 6.0])
     projected, why = projection.project_run(record)
     assert why is None and projected == pytest.approx(10 * (360.0 + 6.0) + 24.0 + 5.0)
     # one timed: its (cold) figure; none: nothing to add
     assert projection.warm_and_once([30.0]) == (30.0, 0.0)
     assert projection.warm_and_once([]) == (None, 0.0)
-    # an older record without the list: its mean, every epoch
-    assert projection.overheads({"epoch_overhead_s": 14.0}, 10) == (140.0, 0.0, None)
 
 
 # A throughput run that stopped in its first epoch: 8 s outside its steps there, of which a
@@ -104,11 +111,11 @@ def test_validations_and_saves_are_counted_as_the_trainer_makes_them_cold_ones_o
     # no validation: a save at every epoch's end, every second epoch's: none at all
     assert projection.events(10, 1, False) == (0, 10) and projection.events(10, 2, False) == (0, 0)
     # the run as a whole
-    projected, why = projection.project_run(pd.Series(TIMED))
+    projected, why = projection.project_run(known_run(**TIMED))
     assert why is None and projected == pytest.approx(10 * 360.0 + 10 * 3.5 + 4.5 + 5.0)
     # a record that says it validates but timed no validation is not guessed
     untimed = {**TIMED, "validation_s": [], "after_stop_validation_s": []}
-    assert projection.project_run(pd.Series(untimed)) == (pytest.approx(math.nan, nan_ok=True),
+    assert projection.project_run(known_run(**untimed)) == (pytest.approx(math.nan, nan_ok=True),
                                                           "no validation was timed")
 
 
@@ -132,15 +139,14 @@ def test_a_full_run_is_projected_from_its_first_part_so_the_check_can_fail():
     on these flat windows), the projection says 1 s a window; the run's own whole-run figure
     would have blended in the slow half and agreed with itself."""
     fast, slow = [1.0] * 60, [2.0] * 60
-    record = pd.Series({**KNOWN, "measure": "full", "window_seconds": fast + slow, "window_samples": [100] * 120,
-                        "window_steps": 20, "target_precision": 0.02, "min_windows": 30, "batch_per_device": 5,
-                        "world_size": 1, "epoch_overheads_s": [6.0] * 10, "samples_per_epoch": 36000,
-                        "window_throughput_samples_s": 100 / 1.5})
+    record = known_run(measure="full", window_seconds=fast + slow, window_samples=[100] * 120, window_steps=20,
+                       target_precision=0.02, min_windows=30, batch_per_device=5, world_size=1,
+                       epoch_overheads_s=[6.0] * 10, samples_per_epoch=36000, window_throughput_samples_s=100 / 1.5)
     part = projection.first_part(record)
     assert part["steps"] == 30 * 20 and part["window_throughput_samples_s"] == pytest.approx(100.0)
     projected, _ = projection.project_run(record)
     assert projected == pytest.approx(10 * (360.0 + 6.0) + 0.0)  # from the first part: 100 samples/s
-    whole, _ = projection.project_run(pd.Series({**record, "window_seconds": None}))
+    whole, _ = projection.project_run(pd.Series({**record, "window_seconds": []}))
     assert whole > 1.4 * projected  # the whole run's own figure would hide the extrapolation
 
 
@@ -150,11 +156,12 @@ def test_projected_held_hours_count_what_the_answer_s_held_cost_counts():
     40 s, 3 s of it probing, 24 s in windows and epochs: 13 s outside training, added once."""
     record = {**KNOWN, "held_s": 40.0, "probe_s": 3.0, "window_seconds": [10.0, 8.0], "epoch_overheads_s": [6.0],
               "attempts": 1}
-    assert projection.outside_training_s(record) == pytest.approx(13.0)
-    assert np.isnan(projection.outside_training_s({**record, "attempts": 2}))  # held spans attempts
-    table = build([windows_run("1x1", **record), windows_run("1x2", **record)]).projection.set_index("topology")
+    assert projection.outside_training_s(known_run(**record)) == pytest.approx(13.0)
+    assert np.isnan(projection.outside_training_s(known_run(**{**record, "attempts": 2})))  # held spans attempts
+    data = build([windows_run("1x1", **record), windows_run("1x2", **record)])
+    table = data.projection.set_index("topology")
     assert table.loc["1x2", "projected_held_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 2 / 3600)
-    assert table.attrs["full_device_hours"] == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
+    assert data.spent.full_device_hours == pytest.approx((KNOWN_S + 13.0) * 3 / 3600)
 
 
 def test_a_job_holding_whole_nodes_is_billed_for_them():
@@ -163,10 +170,10 @@ def test_a_job_holding_whole_nodes_is_billed_for_them():
     runs = [windows_run("1x1", held_s=36.0, held_devices=4), windows_run("1x2", held_s=36.0, held_devices=4)]
     data = build(runs)
     assert data.summary.set_index("topology").loc["1x2", "held_gpu_hours"] == pytest.approx(36.0 * 4 / 3600)
-    assert data.projection.attrs["answer_device_hours"] == pytest.approx(2 * 36.0 * 4 / 3600)
-    # a record from before held_devices: its ranks
-    older = build([windows_run("1x1", held_s=36.0), windows_run("1x2", held_s=36.0)])
-    assert older.projection.attrs["answer_device_hours"] == pytest.approx(36.0 * 3 / 3600)
+    assert data.spent.answer_device_hours == pytest.approx(2 * 36.0 * 4 / 3600)
+    # where the site gives a job only its ranks, its ranks
+    ranks = build([windows_run("1x1", held_s=36.0), windows_run("1x2", held_s=36.0)])
+    assert ranks.spent.answer_device_hours == pytest.approx(36.0 * 3 / 3600)
 
 
 def test_the_sentences_read_like_the_issue():
@@ -176,8 +183,8 @@ def test_the_sentences_read_like_the_issue():
     assert projection.sentence(table, "GPU-hours") == (
         "full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20.0 GPU-hours; "
         "on 2x4 (50 epochs at global batch 256): 3.1 h, 24.8 GPU-hours")
-    table.attrs.update(measure="throughput", answer_device_hours=0.75, full_device_hours=44.8)
-    assert projection.cost_sentence(table, "GPU-hours") == \
+    spent = projection.Spent(answer_device_hours=0.75, full_device_hours=44.8, full_why_na=None)
+    assert projection.cost_sentence(spent, "GPU-hours") == \
         "This answer cost 0.750 GPU-hours (held); training every topology in full would take 44.8 GPU-hours (held)."
     assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
 
@@ -198,13 +205,13 @@ def test_weak_scaling_projections_say_their_batch_and_warn_where_accuracy_was_no
 
 def test_throughput_mode_does_not_compare_accuracy_anywhere():
     data = build([windows_run("1x1", test_acc=0.9), windows_run("1x2", test_acc=0.5, throughput_samples_s=190.0)])
-    assert data.summary.attrs["accuracy_not_compared"] == accuracy.NOT_COMPARED_THROUGHPUT
+    assert data.comparison.not_compared == accuracy.NOT_COMPARED_THROUGHPUT and data.comparison.throughput_mode
     assert data.summary["accuracy_held"].isna().all()  # 0.5 vs 0.9 mid-training is no failure
     assert "by speed alone (accuracy not compared: throughput mode)" in data.recommendation
-    assert report_html.headline(data.finished).endswith("accuracy not compared (throughput mode)")
+    assert report_html.headline(data.finished, data.comparison).endswith("accuracy not compared (throughput mode)")
     _, _, table = html_tables.scaling_table(data)
     assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
-    assert "held" not in verdict.recommendation(data.summary, 0.8)
+    assert "held" not in verdict.recommendation(data.summary, data.comparison, 0.8)
 
 
 def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
@@ -231,10 +238,12 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
 
 
 def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():
-    windows = "".join(report_html._methods(build([windows_run("1x1")]).summary, pd.DataFrame([windows_run("1x1")])))
+    data = build([windows_run("1x1")])
+    windows = "".join(report_html._methods(data.summary, data.comparison, data.runs))
     assert "windows of 20 training steps" in windows and "show no trend" in windows
     assert "&plusmn;2%" in windows and "(2000 steps, 10 minutes)" in windows
-    full = "".join(report_html._methods(build([make_run("1x1")]).summary, pd.DataFrame([make_run("1x1")])))
+    data = build([make_run("1x1")])
+    full = "".join(report_html._methods(data.summary, data.comparison, data.runs))
     assert "show no trend" not in full
 
 

@@ -41,3 +41,20 @@ def test_only_the_record_module_writes_metrics_json():
                     "write_json_atomic", "write_text", "dump") and "metrics" in ast.unparse(node.args[0] if node.args else node):
                 writers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert writers == [], writers
+
+
+@pytest.mark.parametrize("key", ["held_devices", "measure", "logged_metrics", "val_history", "window_seconds"])
+def test_a_record_without_a_key_the_report_reads_is_refused_naming_the_file_and_the_key(tmp_path, key):
+    """No reader falls back to a default for a key train.py always writes: a record without it is
+    not one of this ddpscale's, and the report says so instead of showing a guess."""
+    assert key in record.REQUIRED_KEYS
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({k: v for k, v in make_run().items() if k != key}))
+    with pytest.raises(ValueError) as err:
+        record.read(path)
+    assert str(err.value).startswith(f"{path}: missing required key(s): {key};")
+    assert "run the workflow again" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_test_record_carries_every_required_key():
+    assert [k for k in record.REQUIRED_KEYS if k not in make_run()] == []

@@ -9,7 +9,7 @@ import pytest
 
 from ddpscale.report import analysis, boundness, reportdata, verdict
 from ddpscale.report import html as report_html
-from test_analysis import make_run
+from test_analysis import compared, make_run, summarize
 from test_breakdown import probe
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 
@@ -18,7 +18,7 @@ GPU = dict(device_kind="cuda", device_name="NVIDIA H100", simulated=False, backe
 
 
 def summary_of(runs, expected=None):
-    s = analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+    s = summarize(runs)
     s = verdict.add_missing(s, expected or list(s["topology"]), 1, {})
     return verdict.add_caveats(s)
 
@@ -28,14 +28,14 @@ def build(runs, probes=None):
                             tolerance=0.02, threshold=0.8, expected=[], repeats=1, log_tails={})
 
 
-# --- older metrics files: every new key missing means "not known", never a crash or a caveat --
+# --- runs with nothing to flag say nothing -------------------------------------------------------
 
-def test_files_without_the_new_keys_are_not_known_and_say_nothing():
+def test_runs_with_nothing_to_flag_say_nothing():
     runs = [make_run("1x1"), make_run("1x2", throughput_samples_s=190.0)]
     s = summary_of(runs)
-    assert s["oversubscribed"].isna().all() and s["usable_cores"].isna().all()
-    assert s["compile_recompiles"].isna().all()
-    assert s["simulated_nodes_on_one_host"].eq(False).all()  # read off the hosts: one node each
+    assert s["oversubscribed"].eq(False).all() and s["usable_cores"].eq(64).all()
+    assert s["compile_recompiles"].isna().all()  # counted only with torch.compile
+    assert s["simulated_nodes_on_one_host"].eq(False).all()
     assert s["caveats"].eq("").all()
     data = build(runs)
     assert [note.split(":")[0] for note in data.notes] == ["Accuracy not tested in 1x2"]
@@ -54,8 +54,9 @@ def test_oversubscribed_row_is_marked_and_never_recommended():
     row = s.set_index("topology").loc["1x4"]
     assert bool(row["oversubscribed"]) and row["ranks_per_host"] == 4 and row["usable_cores"] == 2
     assert row["caveats"] == "oversubscribed: 4 ranks on 2 cores"
-    assert list(verdict.usable(s)["topology"]) == ["1x1", "1x2"]
-    text = verdict.recommendation(s, 0.8)
+    comparison = compared(OVER_RUNS)[1]
+    assert list(verdict.usable(s, comparison)["topology"]) == ["1x1", "1x2"]
+    text = verdict.recommendation(s, comparison, 0.8)
     # 1x4 is the fastest by throughput; it measured contention, so 1x2 is named instead
     assert "1x4" not in text and "the fastest is 1x2" in text
 
@@ -72,24 +73,17 @@ def test_oversubscribed_note_names_topologies_why_and_the_fix():
 
 def test_only_oversubscribed_rows_left_means_nothing_to_recommend():
     runs = [make_run("1x1", oversubscribed=True, usable_cores=0, hosts=["node0"])]
-    text = verdict.recommendation(summary_of(runs), 0.8)
+    text = verdict.recommendation(summary_of(runs), compared(runs)[1], 0.8)
     assert text.endswith("no topology finished with accuracy held on enough cores, so there is "
                          "nothing to recommend")
 
 
-def test_oversubscribed_without_counts_still_says_so():
-    s = summary_of([make_run("1x1"), make_run("1x2", oversubscribed=True)])
-    assert s.set_index("topology").loc["1x2", "caveats"] == (
-        "oversubscribed: more ranks on a host than usable cores")
-
-
 # --- 2. nodes simulated on one host ------------------------------------------------------------
 
-def test_simulated_nodes_are_labelled_from_the_key_or_the_hosts():
+def test_simulated_nodes_are_labelled():
     runs = [make_run("1x1"),
             make_run("2x1", throughput_samples_s=170.0, simulated_nodes_on_one_host=True, hosts=["h"]),
-            # an older file without the key: two nodes on one host name is the same fact
-            make_run("2x2", throughput_samples_s=300.0, hosts=["h", "h"])]
+            make_run("2x2", throughput_samples_s=300.0, simulated_nodes_on_one_host=True, hosts=["h"])]
     s = summary_of(runs)
     assert s["simulated_nodes_on_one_host"].tolist() == [False, True, True]
     assert [verdict.label(r) for _, r in s.iterrows()] == [
@@ -100,7 +94,7 @@ def test_simulated_nodes_are_labelled_from_the_key_or_the_hosts():
                            "nodes stayed inside that host")
     assert "crossed no network" in note
     real = summary_of([make_run("1x1"), make_run("2x2", throughput_samples_s=300.0)])
-    assert verdict.simulated_nodes_note(real) is None  # make_run gives each node its own host
+    assert verdict.simulated_nodes_note(real) is None
 
 
 # --- 3. overhead-bound -------------------------------------------------------------------------
@@ -177,17 +171,11 @@ def test_recompiles_more_than_once_are_named_with_their_cost():
 def test_gpu_and_cpu_runs_are_refused_naming_each_kind():
     runs = [make_run("1x1", **GPU), make_run("1x2", **GPU), make_run("2x2")]
     with pytest.raises(ValueError) as err:
-        analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+        analysis.compare(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
     assert str(err.value) == (
         "the runs mix GPU and CPU devices (GPU: 1x1, 1x2; CPU: 2x2), and a speedup across them "
         "would compare different hardware; rerun with one accelerator: delete the stale "
         "results/<experiment>/runs/<topology> folders of the kind you do not want and run the workflow again")
-
-
-def test_device_kind_missing_falls_back_to_simulated():
-    old_gpu = {k: v for k, v in make_run("1x2", **GPU).items() if k != "device_kind"}
-    with pytest.raises(ValueError, match=r"GPU: 1x2; CPU: 1x1"):
-        analysis.summarize(pd.DataFrame([make_run("1x1"), old_gpu]), "1x1", "test_acc", 0.02)
 
 
 def test_mixed_runs_exit_2_with_one_line(tmp_path):

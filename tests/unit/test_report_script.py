@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, measured, reportdata
+from ddpscale.report import analysis, description, reportdata
 from ddpscale.report import html as report_html
 from test_analysis import make_run
 
@@ -68,7 +68,7 @@ def test_all_outputs_written(sim_report):
 
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
-    assert list(tsv.columns) == ["topology", *measured.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
+    assert list(tsv.columns) == ["topology", *description.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
         "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound"] + list(
         analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
         analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + ["status", "caveats"]
@@ -105,7 +105,7 @@ def test_gpu_report_has_no_banner(tmp_path):
     gpu = dict(device_kind="cuda", device_name="NVIDIA A100-SXM4-80GB",
                simulated=False, backend="nccl", scaling="strong", test_acc=None,
                achieved_tflops=24.96, mfu=0.08, precision="bf16-mixed", compile="default",
-               compile_graphs=3, compile_graph_breaks=0)
+               compile_graphs=3, compile_graph_breaks=0, compile_recompiles=0, compile_recompile_reasons=[])
     runs = pd.DataFrame([make_run("1x1", **gpu),
                          make_run("1x4", throughput_samples_s=380.0, **gpu)])
     data = reportdata.build(runs, {}, baseline="1x1", metric="test_acc", tolerance=0.02,
@@ -116,7 +116,8 @@ def test_gpu_report_has_no_banner(tmp_path):
     assert "1x4 (4 GPUs) reached 3.80x speedup, 95% efficiency" in page
     assert "fixed global batch" in page
     assert ">MFU</th>" in page and "<td class=\"\">24.9600</td><td class=\"\">8.0%</td>" in page
-    assert "precision bf16-mixed; torch.compile default (3 graph(s), 0 graph break(s) per run)" in page
+    assert ("precision bf16-mixed; torch.compile default (3 graph(s), 0 graph break(s), 0 recompilation(s) per run)"
+            in page)
 
 
 def _assert_one_line_error(proc, *fragments):
@@ -155,7 +156,8 @@ def test_broken_run_is_never_reported(tmp_path):
 def test_headline_accuracy_phrases(accs, seeds, expected):
     runs = pd.DataFrame([make_run(t, repeat=r, test_acc=a, throughput_samples_s=100.0 * i + 100)
                          for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs)) for r in range(seeds)])
-    line = report_html.headline(analysis.summarize(runs, "1x1", "test_acc", 0.02))
+    comparison = analysis.compare(runs, "1x1", "test_acc", 0.02)
+    line = report_html.headline(analysis.summarize(runs, comparison), comparison)
     assert line == ("2x2 (4 CPU-simulated devices) reached 3.00x speedup, 75% "
                     f"efficiency over 1x1; {expected}")
 

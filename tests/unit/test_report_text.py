@@ -24,7 +24,7 @@ def test_speedup_is_rounded_the_same_in_verdict_headline_and_table():
     _, _, table = html_tables.scaling_table(data)
     page = report_html.build_report(data, {})
     assert "1.96x" in data.recommendation
-    assert "reached 1.96x speedup" in report_html.headline(data.finished)
+    assert "reached 1.96x speedup" in report_html.headline(data.finished, data.comparison)
     assert ">1.96x<" in table
     assert "2.0x" not in page
 

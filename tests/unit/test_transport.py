@@ -10,12 +10,13 @@ import pytest
 
 from ddpscale.plan.resources import SiteError, site_from_resources
 from ddpscale.core.transport import gloo_interface, parse_nccl_log
-from ddpscale.report import transport as report_transport
+from ddpscale.report import interconnect
 from ddpscale.report.analysis import run_facts
 from ddpscale.report.verdict import OVER_SOCKETS, label
 from ddpscale.job.transportinfo import nccl_debug_env
 
 from conftest import ROOT
+from test_analysis import make_run
 
 FIXTURES = ROOT / "tests/fixtures/nccl"
 
@@ -61,8 +62,8 @@ def test_gloo_binds_where_the_host_name_resolves(ifname, resolved, expected):
 
 
 def record(topology="2x1", nodes=2, site="infiniband", ranks=None):
-    return {"topology": topology, "repeat": 0, "num_nodes": nodes, "devices_per_node": 1, "world_size": 2,
-            "hosts": ["a", "b"], "simulated": False, "site_interconnect": site, "transport": ranks}
+    return make_run(topology, num_nodes=nodes, devices_per_node=2 // nodes, world_size=2, hosts=["a", "b"],
+                    simulated=False, device_kind="cuda", site_interconnect=site, transport=ranks)
 
 
 def nccl(transport, interface):
@@ -71,19 +72,19 @@ def nccl(transport, interface):
 
 def test_each_run_says_its_network():
     gloo = [{"backend": "gloo", "interface": "eth0", "transport": "TCP"}] * 2
-    assert report_transport.run_text(gloo) == "gloo on eth0"
-    assert report_transport.run_text([nccl("IB", "mlx5_0:1/IB")] * 2) == "NCCL over InfiniBand (NET/IB on mlx5_0:1/IB)"
-    assert report_transport.run_text([nccl("P2P/SHM", None)]) == "NCCL within the node (P2P/SHM)"
+    assert interconnect.run_text(gloo) == "gloo on eth0"
+    assert interconnect.run_text([nccl("IB", "mlx5_0:1/IB")] * 2) == "NCCL over InfiniBand (NET/IB on mlx5_0:1/IB)"
+    assert interconnect.run_text([nccl("P2P/SHM", None)]) == "NCCL within the node (P2P/SHM)"
     unknown = {**nccl(None, None), "why_unknown": "NCCL_DEBUG or NCCL_DEBUG_FILE set by the user"}
-    assert "not recorded (NCCL_DEBUG" in report_transport.run_text([unknown])
-    assert report_transport.run_text(None) is None  # one rank, or a record from before
+    assert "not recorded (NCCL_DEBUG" in interconnect.run_text([unknown])
+    assert interconnect.run_text(None) is None  # one rank: no collectives
 
 
 def test_a_multi_node_run_over_sockets_on_an_infiniband_site_is_flagged():
     sockets = [nccl("Socket", "ib0"), {**nccl("Socket", "ib0"), "rank": 1}]
     runs = pd.DataFrame([record("2x1", ranks=sockets), record("4x1", ranks=[nccl("IB", "mlx5_0:1/IB")]),
                          record("1x2", nodes=1, ranks=[nccl("P2P/SHM", None)])])
-    note = report_transport.fallback_note(runs)
+    note = interconnect.fallback_note(runs)
     assert note.startswith("2x1 ran NCCL over sockets (NET/Socket on ib0), not InfiniBand as the site's facts say")
     assert "check NCCL_IB_HCA / NCCL_SOCKET_IFNAME" in note and "4x1" not in note
     facts = run_facts(runs)
@@ -96,7 +97,7 @@ def test_a_multi_node_run_over_sockets_on_an_infiniband_site_is_flagged():
 def test_sockets_are_not_flagged_where_the_site_does_not_promise_infiniband(changes):
     nodes = changes.get("nodes", 2)
     row = record(nodes=nodes, site=changes.get("site", "infiniband"), ranks=[nccl("Socket", "eth0")])
-    assert report_transport.socket_fallback(row) is None
+    assert interconnect.socket_fallback(row) is None
 
 
 def test_the_site_states_its_interconnect_from_a_known_list():

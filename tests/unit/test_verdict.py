@@ -5,13 +5,18 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import analysis, cost, earlier, html_tables, verdict
-from test_analysis import make_run
+from test_analysis import compared, make_run
 
 
-def table(runs, expected=None, repeats=1, tails=None, simulated=False):
+def compared_table(runs, expected=None, repeats=1, tails=None, simulated=False):
+    """(summary with every expected topology, comparison) of hand-made runs."""
     runs = [{**r, "simulated": simulated, "device_name": "A100"} for r in runs]
-    s = analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
-    return verdict.add_missing(s, expected or list(s["topology"]), repeats, tails or {})
+    s, comparison = compared(runs)
+    return verdict.add_missing(s, expected or list(s["topology"]), repeats, tails or {}), comparison
+
+
+def table(runs, **kw):
+    return compared_table(runs, **kw)[0]
 
 
 RUNS = [make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0),
@@ -26,23 +31,23 @@ def three_seeds(runs):
 
 
 def test_recommends_fastest_and_largest_above_threshold():
-    text = verdict.recommendation(table(three_seeds(RUNS)), 0.8)
+    text = verdict.recommendation(*compared_table(three_seeds(RUNS)), 0.8)
     assert text == ("The fastest is 2x4 (8 GPUs, 5.60x, 70% efficient); the largest that stays "
                     "above 80% efficiency is 1x4 (4 GPUs, 85%)")
     # one seed each: accuracy is not tested, and the sentence says what it went by
-    assert verdict.recommendation(table(RUNS), 0.8).startswith(
+    assert verdict.recommendation(*compared_table(RUNS), 0.8).startswith(
         "By speed alone (accuracy not tested: one seed each), the fastest is 2x4")
 
 
 def test_a_topology_that_lost_accuracy_is_never_recommended():
     runs = three_seeds(RUNS[:3] + [make_run("2x4", throughput_samples_s=560.0, test_acc=0.80)])
-    text = verdict.recommendation(table(runs), 0.8)
+    text = verdict.recommendation(*compared_table(runs), 0.8)
     assert "2x4" not in text and text.startswith("The fastest is 1x4")
 
 
 def test_no_topology_above_threshold_says_so_and_simulated_is_labelled():
     runs = [RUNS[0], make_run("1x2", throughput_samples_s=120.0)]
-    text = verdict.recommendation(table(runs, simulated=True), 0.8)
+    text = verdict.recommendation(*compared_table(runs, simulated=True), 0.8)
     assert text.startswith("On CPU-simulated devices")
     assert "none beyond the baseline 1x1 stays above 80% efficiency" in text
 
@@ -53,7 +58,7 @@ def test_cost_is_per_sample_so_weak_scaling_at_perfect_efficiency_costs_nothing_
     runs = [make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0, samples_trained=40000, held_s=430.0),
             make_run("1x8", throughput_samples_s=800.0, fit_time_s=400.0, samples_trained=320000, held_s=460.0),
             make_run("2x4", throughput_samples_s=640.0, fit_time_s=500.0, samples_trained=320000, held_s=560.0)]
-    table_ = cost.cost_table(table(runs)).set_index("topology")
+    table_ = cost.cost_table(table(runs), "1x1").set_index("topology")
     assert table_.loc["1x8", "extra_pct"] == pytest.approx(0.0)
     assert table_.loc["1x8", "extra_gpu_hours"] == pytest.approx(0.0)
     assert table_.loc["2x4", "extra_pct"] == pytest.approx(25.0)  # efficiency 0.8: 1 / 0.8 - 1
@@ -66,14 +71,15 @@ def test_cost_is_per_sample_so_weak_scaling_at_perfect_efficiency_costs_nothing_
     # fit times of different work do not compare: blank, and the note says why
     assert table_.loc["1x1", "time_speedup"] == pytest.approx(1.0)
     assert table_.loc[["1x8", "2x4"], "time_speedup"].isna().all()
-    note = cost.cost_table(table(runs)).attrs["time_speedup_note"]
+    note = cost.time_speedup_note(table(runs), "1x1")
     assert "1x8 and 2x4" in note and "320,000" in note and "40,000" in note
 
 
 def test_cost_table_html_leaves_time_speedup_blank_and_says_why():
     runs = [make_run("1x1", samples_trained=40000), make_run("1x2", samples_trained=80000)]
-    s = table(runs, simulated=True)
-    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=cost.cost_table(s)))
+    s, comparison = compared_table(runs, simulated=True)
+    heading, note, html = html_tables.cost_table(SimpleNamespace(summary=s, cost=cost.cost_table(s, "1x1"),
+                                                                 comparison=comparison))
     row = html.split('<td class="l">1x2</td>')[1].split("</tr>")[0]
     assert row.count('<td class=""></td>') == 1  # the time speedup cell
     assert "device-seconds per 1,000 samples" in html and "Held device-hours" in html
@@ -81,23 +87,23 @@ def test_cost_table_html_leaves_time_speedup_blank_and_says_why():
 
 
 def test_cost_speedup_in_time_is_kept_where_runs_trained_the_same_samples():
-    table_ = cost.cost_table(table(RUNS)).set_index("topology")
+    table_ = cost.cost_table(table(RUNS), "1x1").set_index("topology")
     assert table_.loc["2x4", "time_speedup"] == pytest.approx(400 / 72)
     assert table_.loc["2x4", "extra_pct"] == pytest.approx((8 / 5.6 - 1) * 100)
-    assert cost.cost_table(table(RUNS)).attrs["time_speedup_note"] is None
+    assert cost.time_speedup_note(table(RUNS), "1x1") is None
 
 
 def test_unfinished_topologies_are_rows_marked_never_dropped():
     tails = {"2x4": "ddpscale train: training loss became non-finite", "4x4": None}
-    s = table(RUNS[:2], expected=["1x1", "1x2", "2x4", "4x4"], tails=tails)
+    s, comparison = compared_table(RUNS[:2], expected=["1x1", "1x2", "2x4", "4x4"], tails=tails)
     status = dict(zip(s["topology"], s["status"]))
     assert status == {"1x1": "ok", "1x2": "ok",
                       "2x4": "failed: ddpscale train: training loss became non-finite",
                       "4x4": "not run"}
     assert s.loc[s.topology == "4x4", "world_size"].item() == 16
     assert pd.isna(s.loc[s.topology == "2x4", "throughput_samples_s"].item())
-    assert "2x4" not in verdict.recommendation(s, 0.8)
-    assert list(cost.cost_table(s)["topology"]) == ["1x1", "1x2"]
+    assert "2x4" not in verdict.recommendation(s, comparison, 0.8)
+    assert list(cost.cost_table(s, "1x1")["topology"]) == ["1x1", "1x2"]
 
 
 def test_missing_repeats_are_reported():
@@ -115,7 +121,7 @@ def test_last_line_of_a_log(tmp_path):
 def test_comparison_shows_change_and_topologies_in_only_one_run(tmp_path):
     earlier_path = tmp_path / "scaling.tsv"
     old = analysis.rounded(table([make_run("1x1", throughput_samples_s=80.0),
-                                  make_run("4x4", throughput_samples_s=900.0)]))
+                                  make_run("4x4", throughput_samples_s=900.0)]), "test_acc")
     old.to_csv(earlier_path, sep="\t", index=False)
     cmp = earlier.compare(table(RUNS[:2]), earlier.read_earlier(earlier_path)).set_index("topology")
     assert cmp.loc["1x1", "throughput_samples_s_change_pct"] == pytest.approx(25.0)

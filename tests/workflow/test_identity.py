@@ -91,7 +91,8 @@ def ident(data="aaaa1111", code="c0de", torch_version="2.13.0", **settings) -> d
 
 
 def summarize(runs):
-    return analysis.summarize(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+    frame = pd.DataFrame(runs)
+    return analysis.summarize(frame, analysis.compare(frame, "1x1", "test_acc", 0.02))
 
 
 def test_report_refuses_runs_whose_identity_differs(tmp_path):

@@ -68,8 +68,9 @@ def test_each_epoch_is_recorded_and_the_target_is_timed_at_the_crossing_epoch(tm
     # the baseline's record as train.py writes it, and a topology that trained the same way
     record = {"topology": "1x1", "world_size": 1, "measure": "full", "val_history": entries,
               "val_history_metric": "val_acc"}
-    out = timetoacc.table(pd.DataFrame([record]), pd.DataFrame([{"topology": "1x1", "world_size": 1, "speedup": 1.0}]),
-                          "1x1", 0.02)
+    runs = pd.DataFrame([record])
+    out = timetoacc.table(runs, pd.DataFrame([{"topology": "1x1", "world_size": 1, "speedup": 1.0}]),
+                          "1x1", timetoacc.target(runs, "1x1", 0.02))
     assert out.loc[0, "epochs_to_target"] == 4
     assert out.loc[0, "time_to_accuracy_s"] == pytest.approx(sum(timing.epoch_times[:4]))
 

@@ -14,7 +14,7 @@ import pytest
 
 from test_throughput_mode import measured
 
-from ddpscale.report import measured as description
+from ddpscale.report import description
 from ddpscale.report import projection
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

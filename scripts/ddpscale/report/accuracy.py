@@ -19,8 +19,6 @@ from ddpscale.core.stats import difference_bounds
 # perplexity, val_mse, ...); any other name is taken as an accuracy-like score.
 LOWER_IS_BETTER = ("loss", "error", "err", "perplexity", "ppl", "mse", "mae", "rmse", "nll", "ce", "bce",
                    "xent", "wer", "cer", "bpc", "bpb", "kl")
-# The keys metrics files had before logged_metrics was recorded in every run.
-OLD_TOP_LEVEL = ("val_loss", "val_acc", "test_acc")
 # In throughput mode each run stops once its throughput is measured, long before the configured
 # training ends: whatever metric it logged is no final accuracy, so none is compared.
 THROUGHPUT_MODE = "not compared (throughput mode)"
@@ -46,23 +44,14 @@ def better(direction_: str) -> str:
 
 
 def values(runs: pd.DataFrame, metric: str) -> pd.Series:
-    """The metric's value per run: from logged_metrics, else (older files) a top-level key."""
-    logged = runs["logged_metrics"] if "logged_metrics" in runs else pd.Series(None, index=runs.index)
-    top = runs[metric] if metric in runs else pd.Series(None, index=runs.index)
-    found = [m.get(metric) if isinstance(m, dict) and metric in m else t for m, t in zip(logged, top)]
+    """The metric's value per run, from its logged_metrics: NaN where it did not log it."""
+    found = [logged.get(metric) for logged in runs["logged_metrics"]]
     return pd.to_numeric(pd.Series(found, index=runs.index, dtype=object), errors="coerce")
 
 
 def logged_names(runs: pd.DataFrame) -> list[str]:
     """Every metric name some run logged, sorted."""
-    names = set()
-    for logged in runs.get("logged_metrics", []):
-        if isinstance(logged, dict):
-            names.update(logged)
-    for key in OLD_TOP_LEVEL:  # files from before logged_metrics
-        if key in runs and runs[key].notna().any():
-            names.add(key)
-    return sorted(names)
+    return sorted({name for logged in runs["logged_metrics"] for name in logged})
 
 
 # Seeds a side needs before "accuracy held" is a test: below this the spread between seeds
@@ -137,17 +126,3 @@ def inconclusive(summary: pd.DataFrame) -> pd.Series:
 def unlogged(summary: pd.DataFrame) -> pd.Series:
     """Rows whose runs did not log the metric."""
     return _tests(summary).eq(NOT_LOGGED)
-
-
-def compared(summary: pd.DataFrame) -> bool:
-    """Whether the baseline logged the accuracy metric, so held or not means something."""
-    return not summary.attrs.get("accuracy_not_compared")
-
-
-def throughput_mode(summary: pd.DataFrame) -> bool:
-    return summary.attrs.get("measure") == "throughput"
-
-
-def why_not_compared(summary: pd.DataFrame) -> str:
-    """The short reason, in brackets after "accuracy not compared"."""
-    return "throughput mode" if throughput_mode(summary) else f"{summary.attrs.get('accuracy_metric')} not logged"

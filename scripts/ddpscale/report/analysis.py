@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report import accuracy, transport
+from ddpscale.report import accuracy, interconnect
+from ddpscale.report.comparison import Comparison
 from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
@@ -34,7 +35,7 @@ SAME_SAMPLES = 0.01
 COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 
 # What decides whether a row's numbers can mean what they seem (verdict.caveats words them).
-# Older metrics files lack the newer keys: those stay NA, "not known", and say nothing.
+# A fact a run could not measure (the transport of one rank) stays NA, "not known", and says nothing.
 # device_kind: "cuda" or "cpu". ranks_per_host: world size / distinct hosts. usable_cores and
 # oversubscribed (more ranks on a host than usable cores: a CPU-simulated run that measured
 # contention). simulated_nodes_on_one_host: several "nodes" on one host, so no network was
@@ -52,7 +53,7 @@ CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscrib
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
                        for stat in ("min", "max", "ci_low", "ci_high"))
 
-# How the throughput was measured (records.measure_mode; "full" for older records): in
+# How the throughput was measured (records.measure_mode): in
 # throughput mode the half-width of the 95% interval of the mean window throughput within a
 # run (median over repeats) and why the runs stopped ("precision reached", "step cap
 # reached", ...; the repeats' reasons joined).
@@ -60,31 +61,22 @@ MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason")
 
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
-    """CAVEAT_COLUMNS per run (NA where a metrics file predates the key).
-
-    simulated_nodes_on_one_host, when not recorded, is read off the hosts the ranks reported:
-    more than one node on a single host name is the same fact, measured.
-    """
-    hosts = [sorted({str(h) for h in hs}) if isinstance(hs, (list, tuple)) and len(hs) else None
-             for hs in runs["hosts"]]
-    ranks = [int(ws) // len(h) if h and known(ws) else pd.NA
-             for ws, h in zip(runs["world_size"], hosts)]
-    sim_nodes = [bool(v) if known(v) else (h is not None and len(h) == 1 and int(n) > 1
-                                            if h is not None and known(n) else pd.NA)
-                 for v, h, n in zip(column(runs, "simulated_nodes_on_one_host"), hosts,
-                                    runs["num_nodes"])]
+    """CAVEAT_COLUMNS per run."""
+    ranks = [int(ws) // len(set(map(str, hs))) for ws, hs in zip(runs["world_size"], runs["hosts"])]
     return pd.DataFrame({
         "topology": runs["topology"], "repeat": runs["repeat"],
         "device_kind": device_kinds(runs),
         "ranks_per_host": pd.array(ranks, dtype="Int64"),
-        "usable_cores": pd.to_numeric(column(runs, "usable_cores"), errors="coerce").astype("Int64"),
-        "oversubscribed": pd.array([bool(v) if known(v) else pd.NA
-                                    for v in column(runs, "oversubscribed")], dtype="boolean"),
-        "simulated_nodes_on_one_host": pd.array(sim_nodes, dtype="boolean"),
+        "usable_cores": pd.to_numeric(runs["usable_cores"], errors="coerce").astype("Int64"),
+        "oversubscribed": pd.array([bool(v) for v in runs["oversubscribed"]], dtype="boolean"),
+        "simulated_nodes_on_one_host": pd.array([bool(v) for v in runs["simulated_nodes_on_one_host"]],
+                                                dtype="boolean"),
+        # only a run with torch.compile counts its recompilations
         "compile_recompiles": pd.to_numeric(column(runs, "compile_recompiles"),
                                             errors="coerce").astype("Int64"),
-        "transport": [transport.run_text(t) for t in column(runs, "transport")],
-        "nccl_over_sockets": pd.array([transport.socket_fallback(r) is not None if isinstance(r.get("transport"), list)
+        "transport": [interconnect.run_text(t) for t in runs["transport"]],
+        # NA where no transport was recorded: one rank has no collectives
+        "nccl_over_sockets": pd.array([interconnect.socket_fallback(r) is not None if isinstance(r["transport"], list)
                                        else pd.NA for _, r in runs.iterrows()], dtype="boolean"),
     }, index=runs.index)
 
@@ -147,13 +139,14 @@ def early_stop_text(value) -> str | None:
             f"({value.get('by')})")
 
 
-def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
-              tolerance: float, mode: str = "auto") -> pd.DataFrame:
-    """Median over repeats per topology, then speedup etc. against baseline.
+def compare(runs: pd.DataFrame, baseline: str, accuracy_metric: str, tolerance: float,
+            mode: str = "auto") -> Comparison:
+    """What these runs are compared against and how, once they are shown to be comparable (the
+    world that formed, one kind of device, one identity, one measure mode, a baseline run).
 
     The accuracy metric is any scalar the module logged (report.accuracy); where no run (or
-    not the baseline) logged it, accuracy is not compared and attrs["accuracy_not_compared"]
-    says so."""
+    not the baseline) logged it, or the runs measured in throughput mode, accuracy is not
+    compared and not_compared says why."""
     check_world_sizes(runs)
     check_device_kinds(runs)
     check_identities(runs)
@@ -162,22 +155,32 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         raise ValueError(
             f"baseline '{baseline}' has no finished run; add it to topologies "
             f"in config/config.yaml")
-
-    runs = runs.copy()
     measure = measure_mode(runs)
-    runs["stop_reason"] = column(runs, "stop_reason")
+    values = accuracy.values(runs, accuracy_metric)
+    not_compared = (accuracy.NOT_COMPARED_THROUGHPUT if measure == THROUGHPUT else
+                    accuracy.not_compared(accuracy_metric, accuracy.logged_names(runs), baseline,
+                                          bool(values[runs["topology"] == baseline].notna().any()),
+                                          bool(values.notna().any())))
+    return Comparison(baseline=baseline, metric=accuracy_metric, tolerance=float(tolerance),
+                      direction=accuracy.direction(accuracy_metric, mode), measure=measure, not_compared=not_compared)
+
+
+def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
+    """Median over repeats per topology, then speedup etc. against the baseline (runs as
+    compare checked them)."""
+    baseline, accuracy_metric, measure = comparison.baseline, comparison.metric, comparison.measure
+    runs = runs.copy()
     # a module's EarlyStopping ended the run before its configured epochs: every figure is of fewer
-    runs["early_stop"] = [early_stop_text(v) for v in column(runs, "early_stop")]
+    runs["early_stop"] = [early_stop_text(v) for v in runs["early_stop"]]
     # some batch's samples could not be counted: its figures per sample are n/a, and this says why
     runs["samples_uncounted"] = [f"samples not counted: {v}" if isinstance(v, str) and v else None
-                                 for v in column(runs, "samples_uncounted")]
-    logged = accuracy.logged_names(runs)
+                                 for v in runs["samples_uncounted"]]
     # null or never logged -> NaN, so the median skips it and an all-null topology stays NaN
     runs[accuracy_metric] = accuracy.values(runs, accuracy_metric)
     median_cols = ["fit_time_s", "time_per_epoch_s", "throughput_samples_s", "samples_trained", "held_s",
                    "throughput_half_width", accuracy_metric]
-    for col in median_cols:  # older metrics files lack samples_trained and held_s: NaN, n/a
-        runs[col] = pd.to_numeric(column(runs, col), errors="coerce")
+    for col in median_cols:  # null where not measured (samples uncounted, no steady windows): NaN, n/a
+        runs[col] = pd.to_numeric(runs[col], errors="coerce")
 
     runs["held_devices"] = held_devices(runs)
     grouped = runs.groupby("topology", sort=False)
@@ -196,9 +199,9 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
         early_stop=("early_stop", _join_known),
         samples_uncounted=("samples_uncounted", _join_known),
     )
-    # Runs from before FLOPs were counted lack these: NaN, shown as n/a.
+    # null where not counted (a module FLOPs could not be counted for; MFU on a CPU): NaN, n/a
     for col in COMPUTE_COLUMNS:
-        runs[col] = pd.to_numeric(runs[col], errors="coerce") if col in runs else float("nan")
+        runs[col] = pd.to_numeric(runs[col], errors="coerce")
     median_cols += list(COMPUTE_COLUMNS)
     medians = grouped[median_cols].median()
     table = (table.join(medians).join(_spreads(grouped)).join(_facts_by_topology(runs))
@@ -219,37 +222,27 @@ def summarize(runs: pd.DataFrame, baseline: str, accuracy_metric: str,
     table["measure"] = measure
     if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
         table[accuracy_metric] = float("nan")
-    delta = table[accuracy_metric] - base[accuracy_metric]
-    way = accuracy.direction(accuracy_metric, mode)
-    table["accuracy_delta"] = delta
+    table["accuracy_delta"] = table[accuracy_metric] - base[accuracy_metric]
     # held is a test over the repeats' seeds (report.accuracy.verdict); NA: not tested, not
     # logged or inconclusive, and accuracy_test says which
     seeds = {} if measure == THROUGHPUT else {
         topology: group[accuracy_metric].dropna().tolist() for topology, group in runs.groupby("topology")}
-    tests = [accuracy.verdict(seeds.get(t, []), seeds.get(baseline, []), tolerance, way, t == baseline)
+    tests = [accuracy.verdict(seeds.get(t, []), seeds.get(baseline, []), comparison.tolerance, comparison.direction,
+                              t == baseline)
              for t in table["topology"]]
     table["accuracy_held"] = pd.array([t[0] for t in tests], dtype="boolean")
     table["accuracy_test"] = [t[1] for t in tests]
     # the change the wrong way and, where tested, the far end of its one-sided 95% interval
     table["accuracy_bound"] = [t[2] for t in tests]
-    not_compared = accuracy.not_compared(accuracy_metric, logged, baseline, bool(pd.notna(base[accuracy_metric])),
-                                         bool(table[accuracy_metric].notna().any()))
-    if measure == THROUGHPUT:
-        not_compared = accuracy.NOT_COMPARED_THROUGHPUT
-
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta", "accuracy_held", "accuracy_test",
                                            "accuracy_bound"] + list(SPREAD_COLUMNS)
                   + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)].reset_index(drop=True)
-    # Plots and HTML need these but they are not per-row data.
-    table.attrs.update(baseline=baseline, accuracy_metric=accuracy_metric, tolerance=float(tolerance),
-                       accuracy_direction=way, accuracy_not_compared=not_compared, measure=measure)
     return table
 
 
-def baseline_world_size(summary: pd.DataFrame) -> int:
-    base = summary.attrs.get("baseline")
-    rows = summary[summary["topology"] == base]
+def baseline_world_size(summary: pd.DataFrame, baseline: str) -> int:
+    rows = summary[summary["topology"] == baseline]
     return int(rows["world_size"].iloc[0] if len(rows) else summary["world_size"].min())
 
 
@@ -273,11 +266,9 @@ _ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
              "accuracy_delta": 4, "accuracy_bound": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
 
 
-def rounded(summary: pd.DataFrame) -> pd.DataFrame:
+def rounded(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     out = summary.copy()
     for col, places in _ROUNDING.items():
         out[col] = out[col].round(places)
-    metric = summary.attrs.get("accuracy_metric")
-    if metric in out.columns:
-        out[metric] = out[metric].round(4)
+    out[metric] = out[metric].round(4)
     return out

@@ -53,20 +53,16 @@ def _number(value) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
-def judge_baseline(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame) -> Boundness:
+def judge_baseline(runs: pd.DataFrame, steps: pd.DataFrame, baseline: str) -> Boundness:
     """The baseline's compute share (from breakdown.breakdown) and GPU utilisation (GPU runs)."""
-    baseline = summary.attrs.get("baseline")
     share = None
     if steps is not None and len(steps) and "compute_frac" in steps:
         rows = steps[steps["topology"] == baseline]
         share = _number(rows["compute_frac"].iloc[0]) if len(rows) else None
     util = None
-    if "gpu_utilization_pct" in runs:
-        base = runs[(runs["topology"] == baseline) & ~runs["simulated"].astype(bool)]
-        if "device_kind" in base:
-            base = base[base["device_kind"].fillna("cuda").eq("cuda")]
-        values = pd.to_numeric(base["gpu_utilization_pct"], errors="coerce").dropna()
-        util = float(values.mean()) if len(values) else None
+    base = runs[(runs["topology"] == baseline) & ~runs["simulated"].astype(bool) & runs["device_kind"].eq("cuda")]
+    values = pd.to_numeric(base["gpu_utilization_pct"], errors="coerce").dropna()
+    util = float(values.mean()) if len(values) else None
     return Boundness(compute_share=share, gpu_utilization_pct=util)
 
 

@@ -40,14 +40,16 @@ AGREE_STEP = 0.10
 NAN = float("nan")
 
 
-PROBE_KEYS = ("topology", "world_size", "step", "allreduce", "gradient_bytes")
+PROBE_KEYS = ("topology", "world_size", "status", "backend", "step", "allreduce", "allreduce_ddp", "gradient_bytes",
+              "sized", "probe_wall_s")
+# what the prediction reads of a probe's step (ddpscale.job.stepprobe.measure writes them all)
+STEP_KEYS = ("data_s", "compute_s", "exposed_comm_s", "loop_sync_s", "accumulate_grad_batches")
 NA_KEYS = ("topology", "world_size", "reason")
 PROBE_OK = "ok"
 
 
 def is_na(probe: dict) -> bool:
-    """A probe that could not measure (metrics.json 'probe' status n/a); records from before
-    the status was written measured."""
+    """A probe that could not measure (metrics.json 'probe' status n/a)."""
     return probe.get("status") == "n/a"
 
 
@@ -64,6 +66,9 @@ def _checked(record: dict, source: str) -> dict:
     for key in NA_KEYS if is_na(record) else PROBE_KEYS:
         if key not in record:
             raise ValueError(f"{source}: missing key '{key}'; rerun its probe")
+    for key in () if is_na(record) else STEP_KEYS:
+        if key not in record["step"]:
+            raise ValueError(f"{source}: missing key 'step.{key}'; rerun its probe")
     return record
 
 
@@ -86,22 +91,15 @@ def train_step_s(row) -> float:
 
 def allreduce_s(probe: dict) -> float:
     """Measured all-reduce time for one synchronisation of the gradient, in the buckets DDP
-    sends (probe 'allreduce_ddp'); probes made before it was recorded: the largest message of
-    the size sweep, one message of the whole gradient (faster than its buckets)."""
+    sends (probe 'allreduce_ddp')."""
     if probe["world_size"] <= 1:
         return 0.0
-    as_ddp = probe.get("allreduce_ddp")
-    if as_ddp:
-        return float(as_ddp["time_s"])
-    if not probe["allreduce"]:
-        return 0.0
-    return float(max(probe["allreduce"], key=lambda r: r["bytes"])["time_s"])
+    return float(probe["allreduce_ddp"]["time_s"])
 
 
 def accumulation(probe: dict) -> int:
-    """Batches per gradient synchronisation (accumulate_grad_batches); 1 in probes made before
-    it was recorded, which synchronised on every batch."""
-    return int(probe["step"].get("accumulate_grad_batches", 1))
+    """Batches per gradient synchronisation (accumulate_grad_batches)."""
+    return int(probe["step"]["accumulate_grad_batches"])
 
 
 def comm_per_batch_s(probe: dict) -> float:
@@ -111,9 +109,8 @@ def comm_per_batch_s(probe: dict) -> float:
 
 def measured_terms(row, probe: dict) -> dict:
     step = probe["step"]
-    # loop_sync: 0 in records from before it was measured (it was part of the overhead then)
     parts = {"data": step["data_s"], "compute": step["compute_s"], "comm": step["exposed_comm_s"],
-             "loop_sync": step.get("loop_sync_s", 0.0)}
+             "loop_sync": step["loop_sync_s"]}
     total = train_step_s(row)
     parts["overhead"] = max(0.0, total - sum(parts.values()))
     return {**parts, "step": max(total, sum(parts.values()))}
@@ -156,7 +153,7 @@ def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
+def predict(summary: pd.DataFrame, probes: dict[str, dict], baseline: str) -> pd.DataFrame:
     """Predicted step time and efficiency from the baseline's step and each topology's all-reduce.
 
     Model: the baseline's compute timed at the topology's per-device batch (scaled linearly with
@@ -170,7 +167,6 @@ def predict(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     topology slower for a reason the model lacks shows it instead of being predicted as measured.
     The baseline's prediction is the baseline.
     """
-    baseline = summary.attrs.get("baseline")
     base_rows = summary[summary["topology"] == baseline]
     if base_rows.empty or baseline not in probes or pd.isna(base_rows.iloc[0]["throughput_samples_s"]):
         return pd.DataFrame()

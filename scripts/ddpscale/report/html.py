@@ -12,8 +12,9 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, html_tta, measured
+from ddpscale.report import accuracy, boundness, description, html_tta
 from ddpscale.report.analysis import device_word, hours_label
+from ddpscale.report.comparison import Comparison
 from ddpscale.report.html_tables import TABLES
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
@@ -22,9 +23,8 @@ BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 
 
-def headline(summary: pd.DataFrame) -> str:
-    metric = summary.attrs.get("accuracy_metric", "accuracy")
-    baseline = summary.attrs.get("baseline")
+def headline(summary: pd.DataFrame, comparison: Comparison) -> str:
+    metric, baseline = comparison.metric, comparison.baseline
     top = summary.iloc[-1]  # sorted by world size, then nodes: the biggest run
     n = int(top["world_size"])
     devices = "; ".join([f"{n} {device_word(summary, n)}", *markers(top)])
@@ -36,13 +36,13 @@ def headline(summary: pd.DataFrame) -> str:
                 f"{times(top['speedup'])} speedup, {top['efficiency']:.0%} efficiency "
                 f"over {baseline}")
     held = summary["accuracy_held"]
-    others = summary[summary["topology"] != summary.attrs.get("baseline")]
+    others = summary[summary["topology"] != baseline]
     failed = summary.loc[held.fillna(True).eq(False), "topology"].tolist()
     missing = summary.loc[accuracy.unlogged(summary), "topology"].tolist()
     untested = others.loc[accuracy.untested(others), "topology"].tolist()
     unclear = others.loc[accuracy.inconclusive(others), "topology"].tolist()
-    if summary.attrs.get("accuracy_not_compared") or len(missing) == len(summary):
-        acc = f"accuracy not compared ({accuracy.why_not_compared(summary)})"
+    if not comparison.compared or len(missing) == len(summary):
+        acc = f"accuracy not compared ({comparison.why_not_compared()})"
     elif failed:
         acc = f"accuracy ({metric}) NOT held in {', '.join(failed)}"
     elif untested and len(untested) + len(missing) == len(others):
@@ -59,34 +59,30 @@ def headline(summary: pd.DataFrame) -> str:
 
 
 def _unique(runs: pd.DataFrame, col: str) -> list:
-    if col not in runs.columns:
-        return []
     return list(dict.fromkeys(str(v) for v in runs[col] if v is not None and not
                               (isinstance(v, float) and pd.isna(v))))
 
 
 def _settings(runs: pd.DataFrame) -> str:
-    """Precision and torch.compile as the runs recorded them (runs before compile existed: none)."""
-    text = f"precision {', '.join(_unique(runs, 'precision')) or 'unknown'}; torch.compile "
-    text += ", ".join(_unique(runs, "compile")) or "none"
+    """Precision and torch.compile as the runs recorded them."""
+    text = f"precision {', '.join(_unique(runs, 'precision'))}; torch.compile "
+    text += ", ".join(_unique(runs, "compile"))
+    # the compile statistics: only runs with torch.compile count them
     if "compile_graph_breaks" in runs.columns and runs["compile_graph_breaks"].notna().any():
         text += (f" ({', '.join(_unique(runs, 'compile_graphs'))} graph(s), "
                  f"{', '.join(_unique(runs, 'compile_graph_breaks'))} graph break(s)")
-        recompiles = pd.to_numeric(runs.get("compile_recompiles", pd.Series(dtype=float)),
-                                   errors="coerce")
-        if recompiles.notna().any():  # runs without the key make the column float: show ints
+        recompiles = pd.to_numeric(runs["compile_recompiles"], errors="coerce")
+        if recompiles.notna().any():  # NaN in the rows of runs without compile make the column float: show ints
             counts = dict.fromkeys(str(int(v)) for v in recompiles.dropna())
             text += f", {', '.join(counts)} recompilation(s)"
         text += " per run)"
     return text
 
 
-def _accuracy_rule(summary: pd.DataFrame) -> Markup:
-    metric = str(summary.attrs.get("accuracy_metric"))
-    tol = str(summary.attrs.get("tolerance"))
-    way = summary.attrs.get("accuracy_direction", "max")
+def _accuracy_rule(comparison: Comparison) -> Markup:
+    way = comparison.direction
     rule = (Markup("{} &minus; baseline value &ge; &minus;{}") if way == "max"
-            else Markup("{} &minus; baseline value &le; {}")).format(metric, tol)
+            else Markup("{} &minus; baseline value &le; {}")).format(comparison.metric, str(comparison.tolerance))
     return Markup("<b>Accuracy held</b> = {} ({}; a change the better way is fine); &ldquo;not "
                   "logged&rdquo; when the run has no such value. Any metric the module logs can be "
                   "compared (config <code>accuracy.metric</code>, <code>accuracy.mode</code>)."
@@ -131,9 +127,9 @@ def _windows_method(runs: pd.DataFrame) -> Markup:
                   ).format(setting("window_steps"), precision, setting("max_steps"), setting("max_minutes"))
 
 
-def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> list[Markup]:
+def _methods(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, rules: tuple = ()) -> list[Markup]:
     """rules: further definitions (a table's own module words them), None where not shown."""
-    base = str(summary.attrs.get("baseline"))
+    base = comparison.baseline
     hours = hours_label(summary)
     items = []
     for mode in _unique(runs, "scaling"):
@@ -149,7 +145,7 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> li
         items.append(Markup("<b>Scaling mode: {}</b> = {}.").format(mode, what))
     warm = ", ".join(_unique(runs, "warmup_epochs")) or "0"
     items += [
-        _windows_method(runs) if accuracy.throughput_mode(summary) else
+        _windows_method(runs) if comparison.throughput_mode else
         Markup("<b>Steady-state throughput</b> = training samples across all ranks / training "
                "time, over the epochs after the first {} warmup epoch(s); validation batches "
                "excluded. Repeats of a topology are combined by the median. <b>Time / steady "
@@ -166,24 +162,22 @@ def _methods(summary: pd.DataFrame, runs: pd.DataFrame, rules: tuple = ()) -> li
                "size / 3600; <b>held {0}</b> = the time the job held its devices (from the SLURM job's "
                "start, else the training process's, to the metrics record) &times; world size / "
                "3600.").format(hours),
-        _accuracy_rule(summary),
+        _accuracy_rule(comparison),
         *[rule for rule in rules if rule is not None],
         _caveat_rules(summary),
     ]
-    hosts = sorted({str(h) for hs in runs.get("hosts", []) for h in (hs or [])})
+    hosts = sorted({str(h) for hs in runs["hosts"] for h in hs})
     items.append(_fact("Hosts", ", ".join(hosts) or "unknown"))
     items.append(_fact("Devices", f"{', '.join(_unique(runs, 'device_name'))} "
                                   f"({', '.join(_unique(runs, 'backend'))} backend)"))
     items.append(_fact("Training settings", _settings(runs)))
     versions = {", ".join(f"{k} {v}" for k, v in (vs or {}).items())
-                for vs in runs.get("versions", [])}
+                for vs in runs["versions"]}
     items.append(_fact("Versions", "; ".join(sorted(versions)) or "unknown"))
-    if "resumed_from_epoch" in runs.columns:
-        resumed = runs[runs["resumed_from_epoch"].notna()]
-        if len(resumed):
-            names = ", ".join(f"{t} repeat {r}" for t, r in
-                              zip(resumed["topology"], resumed["repeat"]))
-            items.append(_fact("Resumed from a checkpoint", names))
+    resumed = runs[runs["resumed_from_epoch"].notna()]
+    if len(resumed):
+        names = ", ".join(f"{t} repeat {r}" for t, r in zip(resumed["topology"], resumed["repeat"]))
+        items.append(_fact("Resumed from a checkpoint", names))
     return items
 
 
@@ -218,7 +212,7 @@ def _verdict(data) -> dict:
         banner = BANNER.format(backend=", ".join(_unique(sim, "backend")) or "gloo")
     return {
         "recommendation": data.recommendation,
-        "headline": headline(finished) if len(finished) else "",
+        "headline": headline(finished, data.comparison) if len(finished) else "",
         "notes": [_caveat(note) for note in data.notes],
         "failed": ", ".join(failed),
         "unfinished": "; ".join(f"{t}: {s}" for t, s in zip(unfinished["topology"], unfinished["status"])),
@@ -240,7 +234,7 @@ def build_report(data, images: dict[str, bytes]) -> str:
     """The whole page: what was measured, the verdict, then the tables, the plots and the methods."""
     # a list of facts under the title, not a data table: two reports of different workloads
     # never look alike
-    facts = [(measured.LABELS[k], str(v)) for k, v in data.description.items()]
-    return str(render("report.html.j2", title=measured.headline(data.description), measured=facts,
+    facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
+    return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data.summary, data.runs, (html_tta.method(data),)))) + "\n"
+                      methods=_methods(data.summary, data.comparison, data.runs, (html_tta.method(data),)))) + "\n"

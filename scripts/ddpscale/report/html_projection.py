@@ -15,7 +15,7 @@ def projection_table(data):
     if table is None or table.empty:
         return None
     label = hours_label(data.summary)
-    full = table.attrs.get("measure") != "throughput"
+    full = not data.comparison.throughput_mode
     heads = ["Topology", "Devices", "Projected training", "Projected time", f"Projected {label}",
              f"Projected {label} held"]
     heads += ["Measured time", "Projection off by"] if full else []
@@ -33,9 +33,9 @@ def projection_table(data):
             cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
         cells += [r["why_na"] or ""] if why else []
         rows.append(("", cells))
-    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs.get("configured_epochs", []) if pd.notna(v)))
+    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs["configured_epochs"] if pd.notna(v)))
     said = sentence(table, label)
-    note = (f"{cost_sentence(table, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
+    note = (f"{cost_sentence(data.spent, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
             + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x samples per "
             "epoch / steady window throughput + the seconds no training step took: per epoch the loader's start "
             "and hooks, and each validation and checkpoint save as often as the trainer makes them "

@@ -16,6 +16,7 @@ from markupsafe import Markup, escape
 from ddpscale.report import accuracy
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
+from ddpscale.report.cost import time_speedup_note
 from ddpscale.report.html_cells import held as held_cell, num, pct, throughput_cell, throughput_note, with_spread
 from ddpscale.report.html_projection import projection_table
 from ddpscale.report.templating import render
@@ -29,11 +30,9 @@ def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> 
 
 
 def scaling_table(data):
-    s = data.summary
-    metric = s.attrs.get("accuracy_metric", "accuracy")
-    tol = s.attrs.get("tolerance", 0.0)
-    way = s.attrs.get("accuracy_direction", "max")
-    windows = accuracy.throughput_mode(s)
+    s, comparison = data.summary, data.comparison
+    metric, tol, way = comparison.metric, comparison.tolerance, comparison.direction
+    windows = comparison.throughput_mode
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
              "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
              Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
@@ -103,8 +102,9 @@ def cost_table(data):
             f"x devices; held {label} = the time the job held its devices x devices, from the SLURM job's "
             "start (else the training process's) to the metrics record: start-up, process-group set-up, "
             "probe, checkpoint writes and test pass included.")
-    if cost.attrs.get("time_speedup_note"):
-        note += " " + cost.attrs["time_speedup_note"]
+    blank = time_speedup_note(data.summary, data.comparison.baseline)
+    if blank:
+        note += " " + blank
     return "Cost", note, _table(heads, rows)
 
 
@@ -160,10 +160,9 @@ def breakdown_table(data):
 
 def probe_costs(probes: dict[str, dict]) -> str:
     """' Probe size and time: 1x1 20 steps x 5 rounds, 0.4 s; ...' (sized to the run:
-    ddpscale.job.proberecord.sized), or nothing for records from before probes were sized."""
+    ddpscale.job.proberecord.sized), or nothing for no probe."""
     said = [f"{name} {str(p['sized']).split(',')[0]}, {p['probe_wall_s']:.1f} s"
-            for name, p in sorted(probes.items(), key=lambda kv: kv[1]["world_size"])
-            if p.get("sized") and isinstance(p.get("probe_wall_s"), (int, float))]
+            for name, p in sorted(probes.items(), key=lambda kv: kv[1]["world_size"])]
     if not said:
         return ""
     return (" Probe size and time (each sized to a share of its run's planned training; a run's log says which): "
@@ -229,12 +228,12 @@ def devices_table(data):
         name = str(r["device_name"])
         if r["simulated"] and "simulated" not in name:
             name += " (CPU-simulated)"
-        util, why = r.get("gpu_utilization_pct"), r.get("gpu_utilization_reason")
+        util, why = r["gpu_utilization_pct"], r["gpu_utilization_reason"]
         rows.append(("", [escape(label(facts.loc[i])), str(int(r["repeat"])), escape(name),
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
-                          _mb(r.get("gpu_peak_memory_mb")),
+                          _mb(r["gpu_peak_memory_mb"]),
                           _utilisation(util, why),
-                          num(r.get("achieved_tflops"), 4), _mfu(r.get("mfu"), r.get("peak_precision"))]))
+                          num(r["achieved_tflops"], 4), _mfu(r["mfu"], r["peak_precision"])]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
             "the mean of NVML's readings of each rank's GPU (by UUID), every second, in the training "
             "phase of steady epochs only: not warm-up, validation or checkpoint writes (GPU runs "
@@ -257,7 +256,7 @@ def allreduce_table(data):
             continue
         r = max(p["allreduce"], key=lambda x: x["bytes"])
         shown = label(summary.loc[name]) if name in summary.index else name
-        rows.append(("", [escape(shown), str(p["world_size"]), escape(str(p.get("backend"))),
+        rows.append(("", [escape(shown), str(p["world_size"]), escape(str(p["backend"])),
                           f"{r['bytes']:,}", num(r["time_s"] * 1e6, 1),
                           num(r["algbw_gbps"], 3), num(r["busbw_gbps"], 3)]))
     if not rows:
@@ -270,7 +269,7 @@ def allreduce_table(data):
 
 
 def comparison_table(data):
-    cmp = data.comparison
+    cmp = data.versus_earlier
     if cmp is None:
         return None
     heads = ["Topology", "In", "Throughput earlier", "Throughput now", "Change",

@@ -1,8 +1,4 @@
-"""The report's "Time to accuracy" table and its sentence in the methods (report/timetoacc.py).
-
-Shown where any run recorded a val_history (full mode, or a throughput run saying it was not
-measured); a report of older metrics files, which predate it, looks as it did.
-"""
+"""The report's "Time to accuracy" table and its sentence in the methods (report/timetoacc.py)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,18 +9,14 @@ from ddpscale.report.verdict import times
 from ddpscale.report import timetoacc
 
 
-def recorded(runs: pd.DataFrame) -> bool:
-    return "val_history_metric" in runs.columns or "measure" in runs.columns
-
-
-def _way(tta: pd.DataFrame) -> tuple[str, str]:
+def _way(goal: timetoacc.Target) -> tuple[str, str]:
     """(comparison, sign of the tolerance) for the target's wording."""
-    return (Markup("&ge;"), Markup("&minus;")) if tta.attrs.get("direction") != "min" else (Markup("&le;"), "+")
+    return (Markup("&ge;"), Markup("&minus;")) if goal.direction != "min" else (Markup("&le;"), "+")
 
 
 def tta_table(data):
-    tta = getattr(data, "timetoacc", None)
-    if tta is None or tta.empty or not recorded(data.runs):
+    tta = data.timetoacc
+    if tta is None or tta.empty:
         return None
     heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
              "Throughput speedup", "Status"]
@@ -35,21 +27,22 @@ def tta_table(data):
             status = Markup('<span class="na">{}</span>').format(status)
         rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
                           num(r["time_to_accuracy_s"], 1), times(r["tta_speedup"]), times(r["speedup"]), status]))
-    if pd.notna(tta.attrs.get("target")):
-        compare, sign = _way(tta)
-        if tta.attrs.get("target_fixed"):
+    goal = data.tta_target
+    if pd.notna(goal.value):
+        compare, sign = _way(goal)
+        if goal.fixed:
             source = Markup("fixed in advance: config <code>accuracy.target</code>")
         else:
             source = Markup("the baseline {}'s final value {} {}; it moves with that run's seed, which "
-                            "<code>accuracy.target</code> fixes").format(tta.attrs["baseline"], sign,
-                                                                        f"{tta.attrs['tolerance']:g}")
+                            "<code>accuracy.target</code> fixes").format(data.comparison.baseline, sign,
+                                                                        f"{data.comparison.tolerance:g}")
         note = Markup("Target: {} {} {} ({}). Time to accuracy = the training time (training + validation of "
                       "the epochs so far) until the first epoch that reaches it; over repeats the median, "
                       "and from {} repeats MLPerf's score (the fastest and slowest dropped, the rest averaged; "
                       "one run that never reached it counts as the slowest, two make it not reached). The "
                       "speedup is the baseline's time / this one. A larger global batch can need more epochs, "
                       "so it can fall short of the throughput speedup.").format(
-            tta.attrs["metric"], compare, f"{tta.attrs['target']:.4g}", source, timetoacc.OLYMPIC_FROM)
+            goal.metric, compare, f"{goal.value:.4g}", source, timetoacc.OLYMPIC_FROM)
     else:
         note = "No target: the baseline recorded no epoch metric (see its status)."
     return "Time to accuracy", note, _table(heads, rows, text_cols=(6,))

@@ -34,7 +34,7 @@ def speedup_figure(data):
     """Measured throughput speedup against the ideal line and the prediction."""
     summary = data.finished
     fig, ax = new_axes()
-    base_ws = baseline_world_size(summary)
+    base_ws = baseline_world_size(summary, data.comparison.baseline)
     xs = sorted(set(summary["world_size"].astype(float)) | {float(base_ws)})
     ax.plot(xs, [x / base_ws for x in xs], "--", color="grey", label="ideal (linear)")
     at = dict(zip(summary["topology"], _dodged(summary, xs)))

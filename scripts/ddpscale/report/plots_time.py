@@ -46,7 +46,7 @@ def plot_busbw(data, path: str | Path) -> None:
         if probe["world_size"] < 2 or not rows:
             continue
         ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-",
-                markersize=4, label=f"{name} ({probe.get('backend', '?')})")
+                markersize=4, label=f"{name} ({probe['backend']})")
         grad_bytes = probe["gradient_bytes"]
         drawn += 1
     if drawn:

@@ -19,20 +19,21 @@ validates and saves again after its stop until two of each were timed
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
 checkpoint writes), so there the projection is checked against it, made from the run's first
 part only (first_part: the windows until throughput mode's rule would have stopped), so the
-check tests the extrapolation, not the run against itself. A key a record lacks
-(written before throughput mode) leaves its projection n/a with the reason: never a guess.
+check tests the extrapolation, not the run against itself. A figure a run did not measure (no
+steady window throughput: too few windows) leaves its projection n/a with the reason: never a guess.
 Pure pandas, unit-tested on hand-made records.
 """
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
-from ddpscale.report.records import column, held_devices, known, measure_mode
+from ddpscale.report.records import held_devices, known, measure_mode
 
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
@@ -76,12 +77,6 @@ def events(epochs: int, check_val_every_n_epoch, validates) -> tuple[int, int]:
     return validations, (epochs if every == 1 else validations)
 
 
-def _listed(record, key) -> list:
-    """A record's list, [] where it has none (a DataFrame row of a record without it holds NaN)."""
-    value = record.get(key)
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
 def _in_epoch(pairs, epoch: int) -> float:
     return sum(float(s) for e, s in pairs if e == epoch)
 
@@ -93,26 +88,17 @@ def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
     validation and save as often as the trainer's settings make them; each kind's first
     one-off excess once. Where one epoch was timed (a throughput run's usual case), its loader
     start and hooks are that epoch's, cold where the loader's workers persist: a few seconds an
-    epoch too many at most. A record without the validation timings (written before they were
-    kept): its epochs' overheads, warm and once, as they came."""
-    per_epoch = _listed(record, "epoch_overheads_s")
-    validations = record.get("validation_s")
-    if not isinstance(validations, (list, tuple)):
-        if per_epoch:
-            warm, once = warm_and_once(per_epoch)
-        else:
-            warm, once = _number(record.get("epoch_overhead_s")), 0.0
-        return (None, 0.0, "not recorded: epoch_overhead_s") if warm is None else (epochs * warm + once, once, None)
-    saves = _listed(record, "checkpoint_save_s")
+    epoch too many at most."""
+    per_epoch, validations, saves = record["epoch_overheads_s"], record["validation_s"], record["checkpoint_save_s"]
     other = [max(0.0, float(o) - _in_epoch(validations, i) - _in_epoch(saves, i)) for i, o in enumerate(per_epoch)]
     warm, once = warm_and_once(other)
     total, once_total = epochs * (warm or 0.0) + once, once
-    n_validations, n_saves = events(int(epochs), _number(record.get("check_val_every_n_epoch")),
-                                    record.get("validates") in (True,))  # numpy's True too
+    n_validations, n_saves = events(int(epochs), _number(record["check_val_every_n_epoch"]),
+                                    record["validates"] in (True,))  # numpy's True too
     for kind, n, pairs, after in (("validation", n_validations, validations, "after_stop_validation_s"),
                                   ("checkpoint save", n_saves, saves, "after_stop_checkpoint_s")):
         if n:
-            warm, once = warm_and_once([s for _, s in pairs] + _listed(record, after))
+            warm, once = warm_and_once([s for _, s in pairs] + list(record[after]))
             if warm is None:
                 return None, 0.0, f"no {kind} was timed"
             total, once_total = total + n * warm + once, once_total + once
@@ -122,14 +108,13 @@ def overheads(record, epochs: float) -> tuple[float | None, float, str | None]:
 def first_part(record) -> dict | None:
     """A full run's figures as throughput mode would have had them: its stopping rule replayed on
     the run's first windows (metrics.json window_seconds), so the projection made from them is
-    checked against the rest of the run, not against itself. None where the windows are not
-    recorded (older records)."""
-    seconds, samples = record.get("window_seconds"), record.get("window_samples")
-    if not isinstance(seconds, (list, tuple)) or not isinstance(samples, (list, tuple)) or not seconds:
+    checked against the rest of the run, not against itself. None where the run timed no window
+    (it trained fewer steps than one)."""
+    seconds, samples = record["window_seconds"], record["window_samples"]
+    if not seconds:
         return None
-    rule = steadystate.Rule(window_steps=int(record.get("window_steps") or 20),
-                            precision=float(record.get("target_precision") or 0.02),
-                            min_windows=int(record.get("min_windows") or 30))
+    rule = steadystate.Rule(window_steps=int(record["window_steps"]), precision=float(record["target_precision"]),
+                            min_windows=int(record["min_windows"]))
     for used in range(rule.min_windows, len(seconds) + 1):
         if rule.looks_at(used):
             decision = steadystate.decide(list(seconds[:used]), list(samples[:used]), rule)
@@ -139,25 +124,20 @@ def first_part(record) -> dict | None:
         used = len(seconds)
         decision = steadystate.decide(list(seconds), list(samples), rule, ended=True)
     steps = used * rule.window_steps
-    per_step = _number(record.get("batch_per_device")) or 0
-    world = _number(record.get("world_size")) or 1
-    spe = _number(record.get("samples_per_epoch"))
-    epochs = math.ceil(steps * per_step * world / spe) if spe and per_step else 1
-    epochs = max(1, epochs)
-    overheads = record.get("epoch_overheads_s")
+    per_step, world = int(record["batch_per_device"]), int(record["world_size"])
+    spe = _number(record["samples_per_epoch"])  # null where a train loader has no length
+    epochs = max(1, math.ceil(steps * per_step * world / spe) if spe else 1)
     part = {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
             "warmup_excess_s": steadystate.warmup_excess_s(list(seconds[:used]), list(samples[:used]), decision),
-            "epoch_overheads_s": list(overheads[:epochs]) if isinstance(overheads, (list, tuple)) else None,
-            "steps": steps}
+            "epoch_overheads_s": list(record["epoch_overheads_s"][:epochs]), "steps": steps}
     # the part's validations and saves; the run's next ones stand for those throughput mode
     # times after its stop (until two of each), as warm as they are
     for pairs_key, after_key in (("validation_s", "after_stop_validation_s"),
                                  ("checkpoint_save_s", "after_stop_checkpoint_s")):
-        pairs = record.get(pairs_key)
-        if isinstance(pairs, (list, tuple)):
-            inside = [list(p) for p in pairs if p[0] < epochs]
-            part[pairs_key] = inside
-            part[after_key] = [s for e, s in pairs if e >= epochs][:max(0, 2 - len(inside))]
+        pairs = record[pairs_key]
+        inside = [list(p) for p in pairs if p[0] < epochs]
+        part[pairs_key] = inside
+        part[after_key] = [s for e, s in pairs if e >= epochs][:max(0, 2 - len(inside))]
     return part
 
 
@@ -173,11 +153,11 @@ def _project(record, part: dict | None) -> tuple[float, float, str | None]:
     """project_run's figure, and what of it a new process pays again (the warm-up and the
     first validation's, save's and epoch's one-off excess), for a training split into jobs."""
     record = dict(record)
-    if record.get("measure") != THROUGHPUT:
+    if record["measure"] != THROUGHPUT:
         part = part if part is not None else first_part(record)
         if part is not None:
             record.update(part)
-    values = {key: _number(record.get(key)) for key in INPUTS}
+    values = {key: _number(record[key]) for key in INPUTS}
     missing = [key for key, value in values.items() if value is None]
     if missing:
         return math.nan, math.nan, f"not recorded: {', '.join(missing)}"
@@ -197,22 +177,17 @@ def outside_training_s(record) -> float:
     throughput mode's validations and saves after its stop (measurements, not part of a
     training) left out. A full training pays these too, once, so
     its projected held device-hours add them, as "this answer cost" counts them in held time.
-    NaN where a key is missing or the run was resumed (its held time spans attempts its windows
-    do not)."""
-    held, probe = _number(record.get("held_s")), _number(record.get("probe_s"))
-    seconds, overheads = record.get("window_seconds"), record.get("epoch_overheads_s")
-    attempts = _number(record.get("attempts")) or 1
-    if held is None or probe is None or attempts > 1 or not isinstance(seconds, (list, tuple)) \
-            or not isinstance(overheads, (list, tuple)):
+    NaN where the run was resumed (its held time spans attempts its windows do not)."""
+    if record["attempts"] > 1:
         return math.nan
-    after_stop = sum(_listed(record, "after_stop_validation_s")) + sum(_listed(record, "after_stop_checkpoint_s"))
-    return max(0.0, held - probe - sum(seconds) - sum(overheads) - after_stop)
+    after_stop = sum(record["after_stop_validation_s"]) + sum(record["after_stop_checkpoint_s"])
+    return max(0.0, record["held_s"] - record["probe_s"] - sum(record["window_seconds"])
+               - sum(record["epoch_overheads_s"]) - after_stop)
 
 
 def measured_run(record) -> float:
     """A full run's own full-training seconds: its epochs plus its checkpoint writes."""
-    fit, checkpoint = _number(record.get("fit_time_s")), _number(record.get("checkpoint_s"))
-    return math.nan if fit is None or checkpoint is None else fit + checkpoint
+    return float(record["fit_time_s"]) + float(record["checkpoint_s"])
 
 
 def per_run(runs: pd.DataFrame) -> pd.DataFrame:
@@ -223,16 +198,16 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
         part = first_part(record) if full else None
         projected, again, why = _project(record, part)
         outside = outside_training_s(record)
-        epochs = _number(record.get("configured_epochs"))
+        epochs = _number(record["configured_epochs"])
         # a full run its module stopped early (EarlyStopping) measured fewer epochs than
         # configured: its check compares the projection of the epochs it trained
-        stopped = record.get("early_stop")
+        stopped = record["early_stop"]
         compared = (_project({**record, "configured_epochs": stopped["epochs_trained"]}, part)[0]
                     if full and isinstance(stopped, dict) else projected)
         rows.append({"topology": record["topology"], "world_size": int(record["world_size"]),
                      "projected_s": projected, "why_na": why, "compared_s": compared,
                      "measured_s": measured_run(record) if full else math.nan,
-                     "from_steps": part["steps"] if part else _number(record.get("steps_measured")),
+                     "from_steps": part["steps"] if part else _number(record["steps_measured"]),
                      "outside_s": outside,
                      # what each job after the first pays again: start-up and set-up, the warm-up,
                      # the cold first validation, save and epoch
@@ -293,9 +268,7 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
     mode, the measured full training; error = projected / measured - 1. A topology with a repeat
     that cannot be projected is n/a, with the reason (a median of the rest would hide it).
     limits: {topology: {"limit_s", "signal_s"}}, the job time limit a training of it runs under
-    (the profile's; none locally): a training longer than one job is split into jobs (jobs).
-    attrs: measure, answer_device_hours (+ answer_why_na), full_device_hours (throughput mode:
-    one full training of every topology; + full_why_na)."""
+    (the profile's; none locally): a training longer than one job is split into jobs (jobs)."""
     each = per_run(runs)
     rows = []
     for topology, group in each.groupby("topology", sort=False):
@@ -315,10 +288,10 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
         billed = float(held_devices(runs[runs["topology"] == topology]).iloc[0])
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
                      # what is projected: so many epochs at this global batch (weak scaling grows it)
-                     "epochs": _number(record.get("configured_epochs")),
+                     "epochs": _number(record["configured_epochs"]),
                      # the training steps the projection was made from (median over repeats)
                      "from_steps": float(group["from_steps"].median()) if group["from_steps"].notna().any() else math.nan,
-                     "global_batch": _number(record.get("effective_batch")),
+                     "global_batch": _number(record["effective_batch"]),
                      "projected_s": projected, "projected_device_hours": projected * world / 3600.0,
                      "projected_held_device_hours": held * billed / 3600.0,
                      "jobs": split if split else math.nan,
@@ -326,23 +299,27 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
                      "measured_s": measured, "error": compared / measured - 1.0 if measured else math.nan,
                      "why_na": why or split_why})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
-    table = table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
-    mode = measure_mode(runs)
-    table.attrs["measure"] = mode
-    table.attrs["answer_device_hours"], table.attrs["answer_why_na"] = answer_cost(runs)
-    table.attrs["full_device_hours"], table.attrs["full_why_na"] = (
-        full_cost(table) if mode == THROUGHPUT else (math.nan, None))
-    return table
+    return table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
 
 
-def answer_cost(runs: pd.DataFrame) -> tuple[float, str | None]:
+@dataclass(frozen=True)
+class Spent:
+    """What this answer cost, and in throughput mode what answering by full training would have."""
+    answer_device_hours: float  # answer_cost
+    full_device_hours: float | None  # full_cost; None in full mode, which trained in full; NaN: not known
+    full_why_na: str | None  # why full_device_hours is not known
+
+
+def spent(runs: pd.DataFrame, table: pd.DataFrame) -> Spent:
+    """What the runs cost, and what the projections (projection's table of them) say full training would."""
+    full, why = full_cost(table) if measure_mode(runs) == THROUGHPUT else (None, None)
+    return Spent(answer_device_hours=answer_cost(runs), full_device_hours=full, full_why_na=why)
+
+
+def answer_cost(runs: pd.DataFrame) -> float:
     """What measuring cost: the sum over all runs of the time each held its devices x devices,
-    in device-hours; n/a when a run did not record its held time (a partial sum would understate it)."""
-    held = pd.to_numeric(column(runs, "held_s"), errors="coerce")
-    if held.isna().any():
-        names = ", ".join(f"{t}/r{r}" for t, r in zip(runs.loc[held.isna(), "topology"], runs.loc[held.isna(), "repeat"]))
-        return math.nan, f"run(s) {names} recorded no held time"
-    return float((held * held_devices(runs)).sum() / 3600.0), None
+    in device-hours."""
+    return float((runs["held_s"].astype(float) * held_devices(runs)).sum() / 3600.0)
 
 
 def full_cost(table: pd.DataFrame) -> tuple[float, str | None]:
@@ -400,13 +377,12 @@ def sentence(table: pd.DataFrame, label: str) -> str:
     return "full training on " + "; on ".join(parts) if parts else ""
 
 
-def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame) -> str | None:
+def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame, baseline: str) -> str | None:
     """Where the global batch grew over the baseline's and accuracy was not compared at it, a
     projection of the configured epochs assumes those epochs converge at the larger batch, which
     nothing here showed (MLPerf keeps reference convergence points per batch size for this)."""
     if table is None or table.empty or "global_batch" not in table:
         return None
-    baseline = summary.attrs.get("baseline")
     base = table.loc[table["topology"] == baseline, "global_batch"]
     if base.empty or not known(base.iloc[0]):
         return None
@@ -428,16 +404,13 @@ def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame) -> str 
             "(measure: full, 3 or more repeats) to test it, or scale the batch strongly (batch.scaling: strong)")
 
 
-def cost_sentence(table: pd.DataFrame, label: str) -> str:
+def cost_sentence(cost: Spent, label: str) -> str:
     """'This answer cost X GPU-hours (held); training every topology in full would take Y GPU-hours.'"""
-    spent = table.attrs.get("answer_device_hours", math.nan)
-    text = (f"This answer cost {hours(spent)} {label} (held)" if not pd.isna(spent)
-            else f"What this answer cost is not known ({table.attrs.get('answer_why_na')})")
-    if table.attrs.get("measure") == THROUGHPUT:
-        full = table.attrs.get("full_device_hours", math.nan)
+    text = f"This answer cost {hours(cost.answer_device_hours)} {label} (held)"
+    if cost.full_device_hours is not None:
+        full = cost.full_device_hours
         text += (f"; training every topology in full would take {hours(full)} {label} (held)" if not pd.isna(full)
-                 else f"; what training every topology in full would take is not known "
-                      f"({table.attrs.get('full_why_na')})")
+                 else f"; what training every topology in full would take is not known ({cost.full_why_na})")
     return text + "."
 
 

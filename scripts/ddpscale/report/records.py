@@ -41,7 +41,8 @@ def check_world_sizes(runs: pd.DataFrame) -> None:
 
 
 def known(value) -> bool:
-    """False for None, NaN and pd.NA (a key an older metrics file does not have)."""
+    """False for None, NaN and pd.NA: a value the run did not measure, or a key only some runs
+    write (the probe, compile statistics) that a frame of several records holds as NaN."""
     try:
         return not pd.isna(value)
     except (TypeError, ValueError):  # a list or dict: present
@@ -49,21 +50,20 @@ def known(value) -> bool:
 
 
 def column(runs: pd.DataFrame, key: str) -> pd.Series:
+    """A key only some runs write (core.record.REQUIRED_KEYS lists those all do): None where
+    no run of these wrote it."""
     return runs[key] if key in runs.columns else pd.Series(None, index=runs.index, dtype=object)
 
 
 def held_devices(runs: pd.DataFrame) -> pd.Series:
     """The devices each run's held time is billed for: whole nodes where the site gives them
-    (held_devices, site_exclusive), else its ranks (and for records from before the key)."""
-    held = pd.to_numeric(column(runs, "held_devices"), errors="coerce")
-    return held.fillna(runs["world_size"]).astype(float)
+    (held_devices, site_exclusive), else its ranks."""
+    return runs["held_devices"].astype(float)
 
 
 def device_kinds(runs: pd.DataFrame) -> pd.Series:
-    """"cuda" or "cpu" per run: the recorded device_kind, else what `simulated` implies."""
-    kinds = column(runs, "device_kind")
-    return pd.Series([str(k) if known(k) else ("cpu" if bool(sim) else "cuda")
-                      for k, sim in zip(kinds, runs["simulated"])], index=runs.index)
+    """"cuda" or "cpu" per run."""
+    return runs["device_kind"].astype(str)
 
 
 # Reruns every training run: the stage rules by name.
@@ -74,6 +74,7 @@ def runs_folder(runs: pd.DataFrame) -> str:
     """The folder these runs' metrics.json files are in (<runs>/<topology>/r<k>/metrics.json,
     results/<experiment>/runs in the workflow), to name in a fix; the generic one otherwise."""
     folders = set()
+    # source: the file load_runs read the row from; a frame made in memory has none
     for source, topology in zip(column(runs, "source"), runs["topology"]):
         path = Path(str(source))
         if len(path.parents) > 2 and path.parent.name.startswith("r") and path.parents[1].name == str(topology):
@@ -111,8 +112,8 @@ def check_identities(runs: pd.DataFrame) -> None:
 
 
 def measure_modes(runs: pd.DataFrame) -> pd.Series:
-    """"throughput" or "full" per run; a record from before throughput mode trained in full."""
-    return pd.Series([str(m) if known(m) else FULL for m in column(runs, "measure")], index=runs.index)
+    """"throughput" or "full" per run."""
+    return runs["measure"].astype(str)
 
 
 def measure_mode(runs: pd.DataFrame) -> str:

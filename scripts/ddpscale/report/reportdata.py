@@ -6,14 +6,16 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddpscale.core.steadystate import EPOCHS_ENDED
-from ddpscale.report import analysis, breakdown, cost, measured, projection, records, timetoacc, verdict
+from ddpscale.report import analysis, breakdown, cost, projection, timetoacc, verdict
 from ddpscale.report import earlier as earlier_runs
-from ddpscale.report.accuracy import throughput_mode
+from ddpscale.report.comparison import Comparison
+from ddpscale.report.description import describe
 from ddpscale.report.html_cells import PRECISION_REACHED, within_run
 
 
 @dataclass
 class ReportData:
+    comparison: Comparison  # the baseline, the accuracy metric and its test, the measure mode
     summary: pd.DataFrame  # one row per expected topology, with status
     runs: pd.DataFrame  # one row per metrics.json
     probes: dict  # topology -> probe.json record
@@ -22,10 +24,12 @@ class ReportData:
     cost: pd.DataFrame
     recommendation: str
     threshold: float
-    comparison: pd.DataFrame | None = None
+    spent: projection.Spent  # what the answer cost, and what full training would
+    tta_target: timetoacc.Target  # what time to accuracy is timed to
+    versus_earlier: pd.DataFrame | None = None  # earlier.compare: this scaling table beside an earlier one
     compared_with: str | None = None
     notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
-    description: dict = field(default_factory=dict)  # measured.describe: what was measured
+    description: dict = field(default_factory=dict)  # description.describe: what was measured
     projection: pd.DataFrame | None = None  # projection.projection: the full training's cost, and the answer's
     timetoacc: pd.DataFrame | None = None  # timetoacc.table: time to the baseline's accuracy
 
@@ -36,9 +40,7 @@ class ReportData:
 
 def finished_rows(summary: pd.DataFrame) -> pd.DataFrame:
     """Rows with measurements (plots and predictions skip topologies that did not finish)."""
-    done = summary[summary["throughput_samples_s"].notna()].reset_index(drop=True)
-    done.attrs.update(summary.attrs)
-    return done
+    return summary[summary["throughput_samples_s"].notna()].reset_index(drop=True)
 
 
 def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, tolerance: float, mode: str = "auto",
@@ -46,39 +48,40 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
           earlier: pd.DataFrame | None = None, compared_with: str | None = None,
           description: dict | None = None, job_limits: dict | None = None) -> ReportData:
-    summary = analysis.summarize(runs, baseline, metric, tolerance, mode)
+    comparison = analysis.compare(runs, baseline, metric, tolerance, mode)
+    summary = analysis.summarize(runs, comparison)
     summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
     summary = verdict.add_caveats(summary)
-    summary.attrs["threshold"] = threshold
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
     projected = projection.projection(runs, job_limits)
+    goal = timetoacc.target(runs, baseline, tolerance, mode, target)
     return ReportData(
-        summary=summary, runs=runs, probes=probes,
-        steps=steps, prediction=breakdown.predict(done, probes),
-        cost=cost.cost_table(summary), recommendation=verdict.recommendation(summary, threshold),
+        comparison=comparison, summary=summary, runs=runs, probes=probes,
+        steps=steps, prediction=breakdown.predict(done, probes, baseline),
+        cost=cost.cost_table(summary, baseline), recommendation=verdict.recommendation(summary, comparison, threshold),
         threshold=threshold,
-        comparison=None if earlier is None else earlier_runs.compare(done, earlier),
+        versus_earlier=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
-        notes=verdict.caveats(summary, runs, steps, probes)
-        + [n for n in [precision_note(summary, runs), projection.weak_scaling_note(projected, summary)]
+        notes=verdict.caveats(summary, comparison, runs, steps, probes)
+        + [n for n in [precision_note(summary, comparison, runs), projection.weak_scaling_note(projected, summary, baseline)]
            if n],
-        description=description or measured.describe(runs),
-        projection=projected,
-        timetoacc=timetoacc.table(runs, summary, baseline, tolerance, mode, target),
+        description=description or describe(runs),
+        projection=projected, spent=projection.spent(runs, projected),
+        timetoacc=timetoacc.table(runs, summary, baseline, goal), tta_target=goal,
     )
 
 
-def precision_note(summary: pd.DataFrame, runs: pd.DataFrame) -> str | None:
+def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame) -> str | None:
     """Said in the verdict where a throughput run stopped at a cap before its interval met the
     precision asked for: the figure stands, but with the wider interval it reached."""
-    if not throughput_mode(summary):
+    if not comparison.throughput_mode:
         return None
     reasons = summary["stop_reason"] if "stop_reason" in summary else pd.Series(dtype=object)
     short = summary[[isinstance(r, str) and r not in ("", PRECISION_REACHED) for r in reasons]]
     if short.empty:
         return None
-    asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in records.column(runs, "target_precision")
+    asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in runs["target_precision"]
                                     if p is not None and pd.notna(p))) or "the precision"
     each = verdict.topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
                                                              for _, r in short.iterrows()]}))

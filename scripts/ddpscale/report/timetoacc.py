@@ -16,6 +16,7 @@ that never reached it counting as slower than any that did. Pure pandas, no torc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,6 @@ from ddpscale.report import accuracy
 
 THROUGHPUT_MODE = "not measured (throughput mode)"
 OLYMPIC_FROM = 5  # repeats from which the fastest and slowest are dropped
-PREDATES = "not recorded (metrics.json predates val_history)"
 COLUMNS = ("topology", "world_size", "metric", "target", "repeats", "reached", "epochs_to_target",
            "time_to_accuracy_s", "tta_speedup", "speedup", "status")
 
@@ -35,13 +35,11 @@ def _text(value) -> str | None:
 
 def history(run) -> tuple[list[dict] | None, str | None]:
     """A run's val_history sorted by epoch, or None and why there is none."""
-    if run.get("measure") == "throughput":
+    if run["measure"] == "throughput":
         return None, THROUGHPUT_MODE
-    entries = run.get("val_history")
-    if not isinstance(entries, list):  # NaN in the frame: a record from before val_history
-        return None, PREDATES
+    entries = run["val_history"]
     if not entries:
-        return None, f"not measured ({_text(run.get('val_history_reason')) or 'no validation value recorded'})"
+        return None, f"not measured ({_text(run['val_history_reason']) or 'no validation value recorded'})"
     return sorted(entries, key=lambda e: e["epoch"]), None
 
 
@@ -87,37 +85,46 @@ def score(values: list[float]) -> float:
     return float(np.median(values))
 
 
-def _baseline_target(base_runs: pd.DataFrame, tolerance: float, mode: str, fixed: float | None = None):
-    """(metric, direction, target, None) or (metric, None, NaN, why not); fixed: the config's
-    accuracy.target, which replaces the baseline's final value minus the tolerance."""
+@dataclass(frozen=True)
+class Target:
+    """The value of the epoch metric every topology's time to accuracy is timed to."""
+    metric: str | None  # the epoch metric the baseline recorded; None where it recorded none
+    direction: str | None  # "max" or "min" (report.accuracy.direction); None where there is no target
+    value: float  # NaN: no target
+    fixed: bool  # the config's accuracy.target, not the baseline's final value minus the tolerance
+    why_none: str | None  # why there is no target; None where there is one
+
+
+def target(runs: pd.DataFrame, baseline: str, tolerance: float, mode: str = "auto",
+           fixed: float | None = None) -> Target:
+    """The target from the baseline's runs; fixed: the config's accuracy.target, which replaces
+    the baseline's final value minus the tolerance."""
     finals, reasons, metric = [], [], None
-    for _, run in base_runs.iterrows():
+    for _, run in runs[runs["topology"] == baseline].iterrows():
         entries, why = history(run)
         if entries is None:
             reasons.append(why)
             continue
-        metric = metric or _text(run.get("val_history_metric"))
+        metric = metric or _text(run["val_history_metric"])
         if _known(entries[-1]["value"]):
             finals.append(float(entries[-1]["value"]))
     if fixed is not None and metric is not None:
-        return metric, accuracy.direction(metric, mode), float(fixed), None
+        return Target(metric, accuracy.direction(metric, mode), float(fixed), True, None)
     if not finals or metric is None:
-        return metric, None, float("nan"), reasons[0] if reasons else "not measured (no final value)"
+        return Target(metric, None, float("nan"), fixed is not None,
+                      reasons[0] if reasons else "not measured (no final value)")
     way = accuracy.direction(metric, mode)
-    return metric, way, target_value(float(np.median(finals)), tolerance, way), None
+    return Target(metric, way, target_value(float(np.median(finals)), tolerance, way), False, None)
 
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: float,
-          mode: str = "auto", target: float | None = None) -> pd.DataFrame:
+def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, goal: Target) -> pd.DataFrame:
     """One row per topology of summary that has runs (COLUMNS); status says reached, not
-    reached (with the best value against the target) or why it is not measured. target: the
-    config's accuracy.target (None: the baseline's final value minus the tolerance)."""
-    fixed = target
-    metric, way, target, base_why = _baseline_target(runs[runs["topology"] == baseline], tolerance, mode, fixed)
+    reached (with the best value against the goal's target) or why it is not measured."""
+    metric, way, target, base_why = goal.metric, goal.direction, goal.value, goal.why_none
     rows = []
     for _, top in summary.iterrows():
         mine = runs[runs["topology"] == top["topology"]]
@@ -126,8 +133,8 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: f
         outcomes, reasons = [], []
         for _, run in mine.iterrows():
             entries, why = history(run)
-            if entries is not None and metric is not None and _text(run.get("val_history_metric")) != metric:
-                entries, why = None, f"not measured (recorded {run.get('val_history_metric')}, the baseline {metric})"
+            if entries is not None and metric is not None and _text(run["val_history_metric"]) != metric:
+                entries, why = None, f"not measured (recorded {run['val_history_metric']}, the baseline {metric})"
             if entries is None:
                 reasons.append(why)
             elif way is not None:
@@ -156,8 +163,6 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, tolerance: f
     base = out.loc[out["topology"] == baseline, "time_to_accuracy_s"]
     if len(base):
         out["tta_speedup"] = float(base.iloc[0]) / out["time_to_accuracy_s"]
-    out.attrs.update(metric=metric, direction=way, target=target, tolerance=float(tolerance), baseline=baseline,
-                     target_fixed=fixed is not None)
     return out
 
 

@@ -10,8 +10,9 @@ import pandas as pd
 
 from ddpscale.core.topology import parse_topology
 from ddpscale.core.io import cause_line
-from ddpscale.report import accuracy, boundness, breakdown, transport
+from ddpscale.report import accuracy, boundness, breakdown, interconnect
 from ddpscale.report.analysis import device_word
+from ddpscale.report.comparison import Comparison
 
 STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
@@ -30,18 +31,11 @@ def flag(row, key: str) -> bool:
         return False
 
 
-def _count(row, key: str) -> int | None:
-    value = row.get(key)
-    return None if value is None or pd.isna(value) else int(value)
-
-
 def oversubscription(row) -> str | None:
     """'oversubscribed: 4 ranks on 2 cores' for a row that measured contention, else None."""
     if not flag(row, "oversubscribed"):
         return None
-    ranks, cores = _count(row, "ranks_per_host"), _count(row, "usable_cores")
-    if ranks is None or cores is None:
-        return "oversubscribed: more ranks on a host than usable cores"
+    ranks, cores = int(row["ranks_per_host"]), int(row["usable_cores"])
     return f"oversubscribed: {ranks} ranks on {cores} core{'' if cores == 1 else 's'}"
 
 
@@ -70,11 +64,10 @@ def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
     """A `caveats` column (markers joined by '; ', empty when none) for the table and the TSV."""
     table = summary.copy()
     table["caveats"] = ["; ".join(markers(row)) for _, row in table.iterrows()]
-    table.attrs.update(summary.attrs)
     return table
 
 
-def usable(summary: pd.DataFrame) -> pd.DataFrame:
+def usable(summary: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     """Finished topologies that were not oversubscribed (those measured contention, not
     scaling) and whose accuracy was not shown to drop. Where accuracy is compared, a row whose
     metric was not logged is left out too (never recommended as if it held); a row with too few
@@ -83,27 +76,26 @@ def usable(summary: pd.DataFrame) -> pd.DataFrame:
     recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    if accuracy.compared(summary):
+    if comparison.compared:
         finished = finished[~finished["accuracy_held"].eq(False).fillna(False) & ~accuracy.unlogged(finished)]
     return finished.drop(flagged(finished, "oversubscribed").index)
 
 
-def unknown_accuracy_note(summary: pd.DataFrame) -> str | None:
+def unknown_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str | None:
     """Finished rows left out of the recommendation because their metric was not logged."""
-    if not accuracy.compared(summary):
+    if not comparison.compared:
         return None
     done = summary[summary["throughput_samples_s"].notna()]
     rows = done[accuracy.unlogged(done)]
     if rows.empty:
         return None
-    metric = summary.attrs.get("accuracy_metric")
-    return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {metric}, so "
+    return (f"Left out of the recommendation: {topology_names(rows)}, whose runs did not log {comparison.metric}, so "
             "whether accuracy held there is not known.")
 
 
-def untested_accuracy_note(summary: pd.DataFrame) -> str | None:
+def untested_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str | None:
     """Why accuracy has no verdict where seeds were too few or the test was inconclusive."""
-    if not accuracy.compared(summary):
+    if not comparison.compared:
         return None
     done = summary[summary["throughput_samples_s"].notna()]
     notes = []
@@ -120,11 +112,11 @@ def untested_accuracy_note(summary: pd.DataFrame) -> str | None:
     return ". ".join(notes) + "." if notes else None
 
 
-def tested_none(summary: pd.DataFrame) -> bool:
+def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
     """Accuracy compared, yet no topology beside the baseline had the seeds for a test."""
-    others = summary[summary["topology"] != summary.attrs.get("baseline")]
+    others = summary[summary["topology"] != comparison.baseline]
     others = others[others["throughput_samples_s"].notna() & ~accuracy.unlogged(others)]
-    return accuracy.compared(summary) and not others.empty and bool(accuracy.untested(others).all())
+    return comparison.compared and not others.empty and bool(accuracy.untested(others).all())
 
 
 def times(speedup) -> str:
@@ -133,17 +125,17 @@ def times(speedup) -> str:
     return "n/a" if speedup is None or pd.isna(speedup) else f"{speedup:.2f}x"
 
 
-def recommendation(summary: pd.DataFrame, threshold: float) -> str:
+def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
-    ok = usable(summary)
+    ok = usable(summary, comparison)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
-    if not accuracy.compared(summary):
-        where += f"by speed alone (accuracy not compared: {accuracy.why_not_compared(summary)}), "
-    elif tested_none(summary):
+    if not comparison.compared:
+        where += f"by speed alone (accuracy not compared: {comparison.why_not_compared()}), "
+    elif tested_none(summary, comparison):
         seeds = int(summary["repeats"].min())
         where += f"by speed alone (accuracy not tested: {accuracy.seeds_word(seeds)} each), "
     if ok.empty:
-        held = " with accuracy held" if accuracy.compared(summary) else ""
+        held = " with accuracy held" if comparison.compared else ""
         if len(flagged(summary, "oversubscribed")):
             return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
         return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
@@ -151,7 +143,7 @@ def recommendation(summary: pd.DataFrame, threshold: float) -> str:
     efficient = ok[ok["efficiency"] >= threshold - 1e-9]
     fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
             f"{times(fastest['speedup'])}, {fastest['efficiency']:.0%} efficient)")
-    baseline = summary.attrs.get("baseline")
+    baseline = comparison.baseline
     if efficient.empty:
         keep = f"no topology stays above {threshold:.0%} efficiency"
     else:
@@ -189,8 +181,7 @@ def oversubscribed_note(summary: pd.DataFrame) -> str | None:
     rows = flagged(summary, "oversubscribed")
     if rows.empty:
         return None
-    cores = rows["usable_cores"].dropna() if "usable_cores" in rows else pd.Series(dtype=float)
-    limit = f" ({int(cores.min())} here)" if len(cores) else ""
+    limit = f" ({int(rows['usable_cores'].min())} here)"
     left = ", ".join(f"{r['topology']} ({oversubscription(r)})" for _, r in rows.iterrows())
     return (f"Left out of the recommendation: {left}. With more ranks on a host than usable "
             "cores, the ranks took turns on the same cores, so their numbers measure contention, "
@@ -209,7 +200,8 @@ def simulated_nodes_note(summary: pd.DataFrame) -> str | None:
 
 
 def _first_reason(runs: pd.DataFrame | None, topology) -> str | None:
-    """The first recompilation reason a run of this topology recorded (newer files only)."""
+    """The first recompilation reason a run of this topology recorded (only runs with torch.compile
+    record them)."""
     if runs is None or "compile_recompile_reasons" not in runs:
         return None
     for reasons in runs.loc[runs["topology"] == topology, "compile_recompile_reasons"]:
@@ -251,32 +243,33 @@ def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
     """Runs whose MFU exceeds 100%: no run outpaces its GPU's peak, so the peak the MFU was
     divided by (wrong card, or float32 held to the FP32 peak while it ran as TF32) or the
     FLOP count is wrong. Named so the figure is not trusted."""
-    if runs is None or "mfu" not in runs:
+    if runs is None:
         return None
     over = runs[pd.to_numeric(runs["mfu"], errors="coerce") > 1.0]
     if over.empty:
         return None
     shown = []
     for _, r in over.sort_values(["world_size", "topology", "repeat"]).iterrows():
-        peak, used = r.get("peak_tflops_per_device"), r.get("peak_precision")
+        peak, used = r["peak_tflops_per_device"], r["peak_precision"]
         against = (f"{peak:g} TFLOP/s per device ({used} peak)"
                    if isinstance(used, str) and not pd.isna(peak) else "its peak")
         shown.append(f"{r['topology']} repeat {int(r['repeat'])} at {float(r['mfu']):.0%} of {against} on "
-                     f"{r.get('device_name')}, {r.get('precision')}")
+                     f"{r['device_name']}, {r['precision']}")
     return (f"MFU above 100% ({'; '.join(shown)}): no run is faster than its GPU's peak, so the peak used "
             "(a card missing from the peak table or misnamed, float32 that ran as TF32 without "
             "torch.get_float32_matmul_precision() saying so) or the FLOP count is wrong. Do not trust "
             "these MFU figures.")
 
 
-def caveats(summary: pd.DataFrame, runs: pd.DataFrame, steps: pd.DataFrame, probes: dict | None = None) -> list[str]:
+def caveats(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, steps: pd.DataFrame,
+            probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
-    bound = boundness.judge_baseline(summary, runs, steps)
-    notes = [summary.attrs.get("accuracy_not_compared"), unknown_accuracy_note(summary),
-             untested_accuracy_note(summary), probe_na_note(probes or {}),
-             oversubscribed_note(summary), simulated_nodes_note(summary), transport.fallback_note(runs),
+    bound = boundness.judge_baseline(runs, steps, comparison.baseline)
+    notes = [comparison.not_compared, unknown_accuracy_note(summary, comparison),
+             untested_accuracy_note(summary, comparison), probe_na_note(probes or {}),
+             oversubscribed_note(summary), simulated_nodes_note(summary), interconnect.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
-                                model_classes=runs.get("model_class")),
+                                model_classes=runs["model_class"]),
              recompile_note(summary, runs), mfu_over_one_note(runs)]
     return [n for n in notes if n]
 
@@ -302,7 +295,6 @@ def last_line(log: Path) -> str | None:
 def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
                 log_tails: dict[str, str | None]) -> pd.DataFrame:
     """Every expected topology appears: a status per row, and rows for those that never finished."""
-    attrs = dict(summary.attrs)
     counts = dict(zip(summary["topology"], summary["repeats"]))
     table = summary.copy()
     table["status"] = [run_status(int(counts[t]), repeats, None) for t in table["topology"]]
@@ -321,5 +313,4 @@ def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
         for col in ("num_nodes", "devices_per_node", "world_size", "repeats", "batch_per_device",
                     "effective_batch"):
             table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
-    table.attrs.update(attrs)
     return table

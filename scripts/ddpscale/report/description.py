@@ -20,8 +20,6 @@ COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "datas
 
 def _one(runs: pd.DataFrame, col: str) -> str:
     """The runs' value of a column, joined if they differ (the identity check keeps them equal)."""
-    if col not in runs:
-        return "unknown"
     values = [v for v in runs[col] if v is not None and not (isinstance(v, float) and pd.isna(v))]
     return ", ".join(dict.fromkeys(str(v) for v in values)) or "unknown"
 
@@ -30,12 +28,9 @@ def _args(args: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in args.items())
 
 
-def _each_run(runs: pd.DataFrame, col: str, text, missing: str) -> str:
+def _each_run(runs: pd.DataFrame, col: str, text) -> str:
     """A list- or dict-valued record, as text, joined over the runs where they differ."""
-    if col not in runs:
-        return missing
-    values = [text(v) for v in runs[col] if isinstance(v, (list, dict))]
-    return ", ".join(dict.fromkeys(values)) or missing
+    return ", ".join(dict.fromkeys(text(v) for v in runs[col]))
 
 
 def dataset_text(dataset: dict | None, data_args: dict | None, data_class: str) -> str:
@@ -55,9 +50,9 @@ def _batch(runs: pd.DataFrame) -> tuple[str, str]:
     """(scaling mode, the configured size: per device under weak scaling, global under strong)."""
     scaling = _one(runs, "scaling")
     col = "batch_per_device" if scaling == "weak" else "effective_batch"
-    if scaling == "strong" and "accumulate_grad_batches" in runs:
+    if scaling == "strong":
         # effective_batch counts accumulated micro-batches; the config's size is one step's
-        size = ", ".join(dict.fromkeys(str(int(e) // int(a or 1)) for e, a in
+        size = ", ".join(dict.fromkeys(str(int(e) // int(a)) for e, a in
                                        zip(runs["effective_batch"], runs["accumulate_grad_batches"])))
         return scaling, size
     return scaling, _one(runs, col)
@@ -66,14 +61,13 @@ def _batch(runs: pd.DataFrame) -> tuple[str, str]:
 def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: str | None = None,
              dataset: dict | None = None, data_args: dict | None = None) -> dict[str, str]:
     """COLUMNS -> the value this report's runs share, as text."""
-    params = pd.to_numeric(runs["model_parameters"], errors="coerce") if "model_parameters" in runs else None
+    params = pd.to_numeric(runs["model_parameters"], errors="coerce")
     scaling, size = _batch(runs)
     data_class = _one(runs, "data_class")
     return {
         "experiment": experiment or "unknown",
         "model_class": _one(runs, "model_class"),
-        "model_parameters": (", ".join(dict.fromkeys(str(int(p)) for p in params.dropna())) or "unknown")
-        if params is not None else "unknown",
+        "model_parameters": ", ".join(dict.fromkeys(str(int(p)) for p in params.dropna())) or "unknown",
         "data_class": data_class,
         "dataset": dataset_text(dataset, data_args, data_class),
         "config_files": config_files or "unknown",
@@ -81,17 +75,17 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         "batch_scaling": scaling,
         "batch_size": size,
         "precision": _one(runs, "precision"),
-        "compile": _one(runs, "compile") if "compile" in runs else "none",
-        "optimizers": _each_run(runs, "optimizers", lambda v: " + ".join(v) or "none", "unknown"),
+        "compile": _one(runs, "compile"),
+        "optimizers": _each_run(runs, "optimizers", lambda v: " + ".join(v) or "none"),
         # Trainer arguments beyond ddpscale's own (a LightningCLI config's), as the Trainer held them
-        "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's", "ddpscale's"),
+        "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's"),
         # what the module's configure_callbacks added to the Trainer (EarlyStopping, checkpoints)
-        "module_callbacks": _each_run(runs, "module_callbacks", lambda v: ", ".join(v) or "none", "none"),
+        "module_callbacks": _each_run(runs, "module_callbacks", lambda v: ", ".join(v) or "none"),
         # DistributedDataParallel's settings where they are not torch's defaults (a 1-device run
         # records them unused: it trains without DDP)
-        "ddp": _each_run(runs, "ddp", ddp_said, "torch's defaults"),
+        "ddp": _each_run(runs, "ddp", ddp_said),
         # what every run logged to while it was timed (its CSVLogger, or a LightningCLI config's)
-        "loggers": _each_run(runs, "loggers", lambda v: ", ".join(v) or "none", "unknown"),
+        "loggers": _each_run(runs, "loggers", lambda v: ", ".join(v) or "none"),
     }
 
 
@@ -100,7 +94,6 @@ def with_columns(summary: pd.DataFrame, description: dict[str, str]) -> pd.DataF
     table = summary.copy()
     for offset, col in enumerate(COLUMNS):
         table.insert(1 + offset, col, description[col])
-    table.attrs.update(summary.attrs)
     return table
 
 

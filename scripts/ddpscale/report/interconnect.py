@@ -30,7 +30,7 @@ def _rank_text(entry: dict) -> str:
 
 def run_text(transport) -> str | None:
     """'gloo on eth0', 'NCCL over InfiniBand (NET/IB on mlx5_0:1/IB)' for one run's ranks (their
-    different texts joined); None for a run that recorded none (one rank, or an older record)."""
+    different texts joined); None for a run that recorded none (one rank has no collectives)."""
     if not isinstance(transport, list) or not transport:
         return None
     entries = [e for e in transport if isinstance(e, dict)]
@@ -42,9 +42,9 @@ def run_text(transport) -> str | None:
 
 def socket_fallback(record: dict) -> str | None:
     """The socket interfaces of a multi-node NCCL run that used sockets on an InfiniBand site, else None."""
-    if record.get("site_interconnect") != "infiniband" or not (int(record.get("num_nodes") or 1) > 1):
+    if record["site_interconnect"] != "infiniband" or int(record["num_nodes"]) <= 1:
         return None
-    transport = record.get("transport")
+    transport = record["transport"]
     if not isinstance(transport, list):
         return None
     on = [str(e.get("interface")) for e in transport
