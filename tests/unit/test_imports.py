@@ -89,7 +89,7 @@ def test_circles_are_found():
 
 def test_ddpscale_modules_import_each_other_without_a_circle():
     graph = import_graph()
-    assert "report.figure" in graph["report.plots_time"] and "report.plots" not in graph["report.plots_time"]
+    assert "report.analysis" in graph["report.plots"] and "report.plots" not in graph["report.analysis"]
     assert circles(graph) == []
 
 

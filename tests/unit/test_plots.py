@@ -70,7 +70,6 @@ def test_efficiency_legend_covers_no_bar_and_stays_in_the_figure(monkeypatch):
 def test_breakdown_legend_covers_no_bar_or_step_time_and_stays_in_the_figure(monkeypatch):
     # with a fifth term (Lightning's per-step sync) the legend inside the axes hid the step
     # times printed above the bars
-    from ddpscale.report import plots_time
     from test_breakdown import probe
 
     data = reportdata.build(pd.DataFrame(RUNS[:3]), {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
@@ -79,8 +78,8 @@ def test_breakdown_legend_covers_no_bar_or_step_time_and_stays_in_the_figure(mon
                             baseline="1x1", metric="test_acc", tolerance=0.02, threshold=0.8, expected=[],
                             repeats=1, log_tails={})
     made = []
-    monkeypatch.setattr(plots_time, "save", lambda fig, path: made.append(fig))
-    plots_time.plot_breakdown(data, "unused.png")
+    monkeypatch.setattr(plots, "save", lambda fig, path: made.append(fig))
+    plots.plot_breakdown(data, "unused.png")
     fig = made[0]
     fig.tight_layout()
     fig.canvas.draw()

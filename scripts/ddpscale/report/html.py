@@ -12,10 +12,10 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, description, html_tta
+from ddpscale.report import accuracy, boundness, description
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
-from ddpscale.report.html_tables import TABLES
+from ddpscale.report.html_tables import TABLES, tta_method, tta_table
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
@@ -222,7 +222,7 @@ def _verdict(data) -> dict:
 
 def _tables(data) -> list:
     """(heading, note, table) of every table that applies."""
-    return [made for made in (make(data) for make in (*TABLES, html_tta.tta_table)) if made is not None]
+    return [made for made in (make(data) for make in (*TABLES, tta_table)) if made is not None]
 
 
 def _figures(images: dict[str, bytes]) -> list:
@@ -237,4 +237,4 @@ def build_report(data, images: dict[str, bytes]) -> str:
     facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
     return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data.summary, data.comparison, data.runs, (html_tta.method(data),)))) + "\n"
+                      methods=_methods(data.summary, data.comparison, data.runs, (tta_method(data),)))) + "\n"

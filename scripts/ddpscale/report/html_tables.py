@@ -1,4 +1,6 @@
-"""The report's tables, one function each: (heading, note, table HTML), or None when not applicable.
+"""The report's tables, one function each: (heading, note, table HTML), or None when not applicable,
+and the cells that say more than a number (a median with its spread over repeats, a throughput
+with its interval within the run, whether accuracy held).
 
 Host, model and file names are not ours: heads, cells and notes are text, escaped by the
 template (templates/table.html.j2), unless they are Markup built with Markup(...).format(...),
@@ -13,14 +15,108 @@ import re
 import pandas as pd
 from markupsafe import Markup, escape
 
-from ddpscale.report import accuracy
+from ddpscale.core import steadystate
+from ddpscale.report import accuracy, timetoacc
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
 from ddpscale.report.cost import time_speedup_note
-from ddpscale.report.html_cells import held as held_cell, num, pct, throughput_cell, throughput_note, with_spread
-from ddpscale.report.html_projection import projection_table
+from ddpscale.report.projection import cost_sentence, duration, hours, sentence, what
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
+
+
+# Why a throughput run stopped when its interval met the precision asked for: not shown.
+PRECISION_REACHED = steadystate.PRECISION
+
+
+def num(value, places: int) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:,.{places}f}"
+
+
+def pct(value, places: int = 0) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.{places}%}"
+
+
+def with_spread(row, col: str, places: int) -> Markup:
+    """Median, then its spread over repeats."""
+    return escape(num(row[col], places)) + spread(row, col, places)
+
+
+def spread(row, col: str, places: int, between: str = "") -> Markup:
+    """[min-max] and the 95% interval of the mean when there are enough repeats; `between`
+    names what the spread between repeats is (in throughput mode: placement noise)."""
+    text = Markup("")
+    if row.get("repeats", 0) and row["repeats"] > 1:
+        text += Markup('<br><span class="spread">{}{}&ndash;{}</span>').format(
+            between, num(row[col + "_min"], places), num(row[col + "_max"], places))
+        if pd.notna(row.get(col + "_ci_low")):
+            # the figure above is a median; this interval is of the mean, and says so
+            text += Markup('<br><span class="spread">mean&rsquo;s 95% CI {}&ndash;{}</span>').format(
+                num(row[col + "_ci_low"], places), num(row[col + "_ci_high"], places))
+    return text
+
+
+def within_run(row) -> str:
+    """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'.
+    The interval is of each run's mean window throughput (the cell's figure is the median over
+    repeats), which throughput_note says."""
+    half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
+    interval = (f"\u00b1{half / mean:.1%}" if half is not None and pd.notna(half) and mean
+                else "interval n/a (under 2 steady windows)")
+    reason = row.get("stop_reason")
+    if isinstance(reason, str) and reason and reason != PRECISION_REACHED:
+        return f"{reason}: {interval}"
+    return f"{interval} within run"
+
+
+def throughput_cell(row, throughput_mode: bool) -> Markup:
+    """Full mode: the median and its spread. Throughput mode: also the 95% interval within the
+    run (or why it stopped short of the precision), and the spread labelled placement noise."""
+    if not throughput_mode:
+        return with_spread(row, "throughput_samples_s", 0)
+    if pd.isna(row.get("throughput_samples_s")):
+        return escape("n/a")
+    reason = row.get("stop_reason")
+    short = isinstance(reason, str) and reason not in ("", PRECISION_REACHED)
+    return (escape(num(row["throughput_samples_s"], 0))
+            + Markup('<br><span class="{}">{}</span>').format("caveat" if short else "spread", within_run(row))
+            + spread(row, "throughput_samples_s", 0, "placement noise "))
+
+
+def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) -> Markup | str:
+    value, test = row.get("accuracy_held"), row.get("accuracy_test")
+    if row.get("status") != "ok" and pd.isna(row.get("throughput_samples_s")):
+        return ""
+    if throughput_mode:
+        return Markup('<span class="na">{}</span>').format(accuracy.THROUGHPUT_MODE)
+    change = "drop" if way == "max" else "rise"
+    bound = row.get("accuracy_bound")
+    if test == accuracy.REFERENCE:
+        return Markup('<span class="na">baseline</span>')
+    if value is None or pd.isna(value):
+        if test == accuracy.INCONCLUSIVE:
+            return Markup('<span class="caveat">inconclusive (a {} of up to {} &gt; {})</span>').format(
+                change, f"{bound:.3g}", f"{tolerance:g}")
+        if isinstance(test, str) and test.endswith(": not tested"):
+            return Markup('<span class="na">{}</span>').format(test)
+        return Markup('<span class="na">not logged</span>')
+    if bool(value):
+        return Markup('<span class="held">&#10003; held (a {} of at most {} &le; {})</span>').format(
+            change, f"{max(bound, 0.0):.3g}", f"{tolerance:g}")
+    return Markup('<span class="failed">&#10007; not held (a {} of at least {} &gt; {})</span>').format(
+        change, f"{bound:.3g}", f"{tolerance:g}")
+
+
+def throughput_note() -> Markup:
+    """The scaling table's note in throughput mode: which spread is which, and what is n/a."""
+    return Markup("Median over repeats. Throughput mode: each run timed windows of training steps and "
+                  "stopped once its throughput was known, so no whole epoch was timed (time per steady epoch "
+                  "n/a; the full training is projected in its own table) and accuracy is not compared. Below "
+                  "each throughput: <i>within run</i>, the 95% interval of the mean window throughput (in "
+                  "yellow, with why, where the run stopped at a cap before reaching the precision asked for); "
+                  "then <i>placement noise</i>, the spread between repeats, each a separate allocation "
+                  "(min&ndash;max and, with 3 or more repeats, the 95% interval of the mean). Fit time is what "
+                  "each run trained before it stopped. Grey rows did not finish.")
 
 
 def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> Markup:
@@ -284,6 +380,107 @@ def comparison_table(data):
     note = f"Against {data.compared_with}."
     return "Change since the earlier run", note, _table(heads, rows)
 
+
+def projection_table(data):
+    table = data.projection
+    if table is None or table.empty:
+        return None
+    label = hours_label(data.summary)
+    full = not data.comparison.throughput_mode
+    heads = ["Topology", "Devices", "Projected training", "Projected time", f"Projected {label}",
+             f"Projected {label} held"]
+    heads += ["Measured time", "Projection off by"] if full else []
+    limited = "job_limit_s" in table and table["job_limit_s"].notna().any()  # a cluster profile's time limit
+    heads += ["Jobs (time limit)"] if limited else []
+    why = table["why_na"].notna().any()  # a column of its own only where a row needs it
+    heads += ["Not projected because"] if why else []
+    rows = []
+    for _, r in table.iterrows():
+        cells = [str(r["topology"]), str(int(r["world_size"])), what(r), duration(r["projected_s"]),
+                 hours(r["projected_device_hours"]), hours(r["projected_held_device_hours"])]
+        if limited:
+            cells += [f"{r['jobs']:.0f} ({duration(r['job_limit_s'])})" if pd.notna(r["jobs"]) else "n/a"]
+        if full:
+            cells += [duration(r["measured_s"]), "n/a" if pd.isna(r["error"]) else f"{r['error']:+.1%}"]
+        cells += [r["why_na"] or ""] if why else []
+        rows.append(("", cells))
+    epochs = ", ".join(dict.fromkeys(num(v, 0) for v in data.runs["configured_epochs"] if pd.notna(v)))
+    said = sentence(table, label)
+    note = (f"{cost_sentence(data.spent, label)} " + (f"{said[:1].upper()}{said[1:]}. " if said else "")
+            + f"Projected time of the configured training ({epochs or 'n/a'} epoch(s)) = epochs x samples per "
+            "epoch / steady window throughput + the seconds no training step took: per epoch the loader's start "
+            "and hooks, and each validation and checkpoint save as often as the trainer makes them "
+            "(check_val_every_n_epoch), warm, with the first one's cold excess once + the "
+            f"warm-up's excess over the steady rate; {label} = that x devices; held = that plus the seconds the "
+            "run held its devices outside training (start-up, process group and data set-up, the test pass; "
+            f"the probe left out), as the answer's cost counts them"
+            + ("; a training longer than its job time limit runs as that many jobs, each after the first "
+               "paying the start-up, the warm-up and the cold first validation and save again (and half an "
+               "epoch lost on average where the site sends no warning before the limit)" if limited else "")
+            + "; median over repeats. "
+            f"This answer's cost is the time every run held its devices x devices, summed.")
+    if full:
+        steps = ", ".join(dict.fromkeys(num(v, 0) for v in table["from_steps"] if pd.notna(v))) or "n/a"
+        note += (f" Each full run is projected from its first part only, the {steps} training steps where "
+                 "throughput mode's stopping rule would have stopped (its windows replayed), so the check "
+                 "tests the extrapolation. Measured time = the run's fit time + its checkpoint writes; "
+                 "projection off by = projected / measured - 1.")
+    else:
+        note += " Training every topology in full = one projected full training of each topology, summed."
+    return "The full training, projected", note, render("table.html.j2", heads=heads, rows=rows,
+                                                        text_cols=(2, len(heads) - 1))
+
+
+def _way(goal: timetoacc.Target) -> tuple[str, str]:
+    """(comparison, sign of the tolerance) for the target's wording."""
+    return (Markup("&ge;"), Markup("&minus;")) if goal.direction != "min" else (Markup("&le;"), "+")
+
+
+def tta_table(data):
+    tta = data.timetoacc
+    if tta is None or tta.empty:
+        return None
+    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
+             "Throughput speedup", "Status"]
+    rows = []
+    for _, r in tta.iterrows():
+        status = escape(str(r["status"]))
+        if not str(r["status"]).startswith("reached"):
+            status = Markup('<span class="na">{}</span>').format(status)
+        rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
+                          num(r["time_to_accuracy_s"], 1), times(r["tta_speedup"]), times(r["speedup"]), status]))
+    goal = data.tta_target
+    if pd.notna(goal.value):
+        compare, sign = _way(goal)
+        if goal.fixed:
+            source = Markup("fixed in advance: config <code>accuracy.target</code>")
+        else:
+            source = Markup("the baseline {}'s final value {} {}; it moves with that run's seed, which "
+                            "<code>accuracy.target</code> fixes").format(data.comparison.baseline, sign,
+                                                                        f"{data.comparison.tolerance:g}")
+        note = Markup("Target: {} {} {} ({}). Time to accuracy = the training time (training + validation of "
+                      "the epochs so far) until the first epoch that reaches it; over repeats the median, "
+                      "and from {} repeats MLPerf's score (the fastest and slowest dropped, the rest averaged; "
+                      "one run that never reached it counts as the slowest, two make it not reached). The "
+                      "speedup is the baseline's time / this one. A larger global batch can need more epochs, "
+                      "so it can fall short of the throughput speedup.").format(
+            goal.metric, compare, f"{goal.value:.4g}", source, timetoacc.OLYMPIC_FROM)
+    else:
+        note = "No target: the baseline recorded no epoch metric (see its status)."
+    return "Time to accuracy", note, _table(heads, rows, text_cols=(6,))
+
+
+def tta_method(data) -> Markup | None:
+    """The methods' sentence, where the table is shown."""
+    if tta_table(data) is None:
+        return None
+    return Markup("<b>Time to accuracy</b> = the training time (the running sum of the epoch times, "
+                  "training + validation) until the epoch metric (config <code>accuracy.epoch_metric</code>, "
+                  "logged at every validation) first reaches the target: <code>accuracy.target</code> where "
+                  "set, else the baseline's final value minus the tolerance (plus, where lower is better). "
+                  "MLPerf scores training this way: a "
+                  "larger global batch can need more epochs, so the time-to-accuracy speedup can be lower "
+                  "than the throughput speedup. Not measured in throughput mode, which trains no whole run.")
 
 TABLES = (scaling_table, cost_table, projection_table, breakdown_table, prediction_table, allreduce_table,
           devices_table, comparison_table)

@@ -1,14 +1,47 @@
-"""The scaling figures (speedup, efficiency, throughput per device), one function each, as PNG,
-and the list of every report figure (figures())."""
+"""The report's figures, one function each, as PNG: speedup, efficiency and throughput per
+device (scaling), the step breakdown and the all-reduce bus bandwidth (where the time goes),
+and the list of every figure (figures()).
+
+Figures are built on matplotlib.figure.Figure with an explicit Agg canvas instead of pyplot:
+no global backend switch, no display needed, and no figure left open in a long-lived process.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from ddpscale.report.analysis import baseline_world_size, device_word
-from ddpscale.report.figure import new_axes, save, title
-from ddpscale.report.plots_time import plot_breakdown, plot_busbw
+from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
+
+
+FIGSIZE = (6.0, 4.0)
+DPI = 110
+
+
+def title(summary: pd.DataFrame, what: str) -> str:
+    # Simulated numbers must never be mistaken for GPU results, even when a
+    # figure is copied out of the report on its own.
+    if bool(summary["simulated"].any()):
+        return f"{what} (CPU-simulated devices)"
+    return what
+
+
+def new_axes():
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, alpha=0.4)
+    ax.set_axisbelow(True)
+    return fig, ax
+
+
+def save(fig: Figure, path: str | Path) -> None:
+    fig.tight_layout()
+    # format given explicitly so callers may write to a temp name first.
+    fig.savefig(path, format="png", dpi=DPI)
 
 
 # At one world size the topologies (1x2, 2x1) sit side by side, this far apart in x (a fraction
@@ -137,3 +170,60 @@ def figures() -> dict:
     return {"speedup.png": plot_speedup, "efficiency.png": plot_efficiency,
             "throughput.png": plot_throughput, "breakdown.png": plot_breakdown,
             "busbw.png": plot_busbw}
+
+
+COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "loop_sync": "tab:orange",
+          "overhead": "tab:gray"}
+
+
+def plot_breakdown(data, path: str | Path) -> None:
+    """Fractions of a training step per topology, measured by the probe and the training run."""
+    fig, ax = new_axes()
+    steps = data.steps.dropna(subset=["step_s"]) if len(data.steps) else data.steps  # n/a probes: no bars
+    if steps.empty:
+        ax.text(0.5, 0.5, "no probe results", ha="center", va="center", transform=ax.transAxes)
+    else:
+        labels = steps["topology"].astype(str).tolist()
+        bottom = [0.0] * len(steps)
+        for term in TERMS:
+            values = steps[f"{term}_frac"].tolist()
+            ax.bar(labels, values, bottom=bottom, color=COLORS[term], label=TERM_WORDS[term])
+            bottom = [b + v for b, v in zip(bottom, values)]
+        for i, (_, row) in enumerate(steps.iterrows()):
+            ax.annotate(f"{row['step_s'] * 1e3:.1f} ms", (i, 1.0), ha="center",
+                        textcoords="offset points", xytext=(0, 3), fontsize=8)
+        ax.set_ylim(0, 1.1)  # room for the step times above the bars
+    ax.set_xlabel("topology (nodes x devices per node)")
+    if not steps.empty:
+        # below the axes: five terms inside them covered the step times and the top of the bars
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5, borderaxespad=0)
+    ax.set_ylabel("fraction of a training step")
+    ax.set_title(title(data.summary, "Where a training step's time goes"), fontsize=11)
+    save(fig, path)
+
+
+def plot_busbw(data, path: str | Path) -> None:
+    """All-reduce bus bandwidth against message size, one line per multi-device topology."""
+    fig, ax = new_axes()
+    drawn = 0
+    grad_bytes = None
+    for name, probe in sorted(measured(data.probes).items(), key=lambda kv: kv[1]["world_size"]):
+        rows = [r for r in probe["allreduce"] if r.get("busbw_gbps")]
+        if probe["world_size"] < 2 or not rows:
+            continue
+        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], "o-",
+                markersize=4, label=f"{name} ({probe['backend']})")
+        grad_bytes = probe["gradient_bytes"]
+        drawn += 1
+    if drawn:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axvline(grad_bytes, color="grey", linestyle=":", label="gradient size")
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no multi-device topology was probed", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s, nccl-tests definition)")
+    ax.set_title(title(data.summary, "All-reduce bus bandwidth"), fontsize=11)
+    save(fig, path)

@@ -10,7 +10,7 @@ from ddpscale.report import analysis, breakdown, cost, projection, timetoacc, ve
 from ddpscale.report import earlier as earlier_runs
 from ddpscale.report.comparison import Comparison
 from ddpscale.report.description import describe
-from ddpscale.report.html_cells import PRECISION_REACHED, within_run
+from ddpscale.report.html_tables import PRECISION_REACHED, within_run
 
 
 @dataclass
