@@ -33,7 +33,8 @@ def make_run(topology="1x1", **overrides):
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
         # full mode: the windows were timed but too few to be steady
         "measure": "full", "stop_reason": "full training", "throughput_half_width": None,
-        "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "window_seconds": [],
+        "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "max_steps": None,
+        "max_minutes": None, "window_seconds": [],
         "window_samples": [], "window_throughput_samples_s": None, "warmup_excess_s": 0.0, "steps_measured": 0,
         "checkpoint_s": 0.0, "checkpoint_save_s": [], "epoch_overhead_s": 0.0, "epoch_overheads_s": [],
         "validates": True, "check_val_every_n_epoch": 1, "validation_s": [], "after_stop_validation_s": [],

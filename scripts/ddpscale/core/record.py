@@ -36,6 +36,7 @@ REQUIRED_KEYS = (
     "compile", "optimizers", "trainer_settings", "module_callbacks", "ddp", "loggers",
     # how it was measured and what it cost
     "measure", "stop_reason", "throughput_half_width", "target_precision", "window_steps", "min_windows",
+    "max_steps", "max_minutes",
     "window_seconds", "window_samples", "window_throughput_samples_s", "warmup_excess_s", "steps_measured",
     "samples_per_epoch", "samples_trained", "samples_uncounted", "early_stop", "held_s", "held_devices",
     "probe_s", "checkpoint_s", "checkpoint_save_s", "epoch_overhead_s", "epoch_overheads_s",
