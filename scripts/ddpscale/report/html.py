@@ -15,7 +15,7 @@ from markupsafe import Markup
 from ddpscale.report import accuracy, boundness, description
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
-from ddpscale.report.html_tables import TABLES, tta_method, tta_table
+from ddpscale.report.html_tables import TABLES, tta_table
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
@@ -79,106 +79,43 @@ def _settings(runs: pd.DataFrame) -> str:
     return text
 
 
-def _accuracy_rule(comparison: Comparison) -> Markup:
-    way = comparison.direction
-    rule = (Markup("{} &minus; baseline value &ge; &minus;{}") if way == "max"
-            else Markup("{} &minus; baseline value &le; {}")).format(comparison.metric, str(comparison.tolerance))
-    return Markup("<b>Accuracy held</b> = {} ({}; a change the better way is fine); &ldquo;not "
-                  "logged&rdquo; when the run has no such value. Any metric the module logs can be "
-                  "compared (config <code>accuracy.metric</code>, <code>accuracy.mode</code>)."
-                  ).format(rule, accuracy.better(way))
-
-
-def _caveat_rules(summary: pd.DataFrame) -> Markup:
-    """How the verdict decides what a number cannot mean (verdict.caveats, boundness)."""
-    rules = []
-    if bool(summary["simulated"].any()):
-        rules.append(Markup("a CPU-simulated run with more ranks on one host than usable cores is "
-                     "<i>oversubscribed</i> (its ranks took turns on the cores: contention, not "
-                     "scaling) and left out of the recommendation"))
-    rules += [
-        "a topology whose nodes were simulated on one host crossed no network",
-        Markup("the workload is called <i>overhead-bound</i> when compute is under {} of the "
-               "baseline's step (probe) or, on GPUs, the baseline's mean utilisation is under {}%"
-               ).format(f"{boundness.COMPUTE_SHARE_MIN:.0%}", f"{boundness.GPU_UTILIZATION_MIN_PCT:.0f}"),
-        f"more than {RECOMPILES_ALLOWED} torch.compile recompilation in a topology is named",
-    ]
-    return Markup("<b>Caveats</b>: {}.").format(Markup("; ").join(rules))
-
-
-def _fact(name: str, text: str) -> Markup:
-    return Markup("<b>{}:</b> {}.").format(name, text)
-
-
-def _windows_method(runs: pd.DataFrame) -> Markup:
-    """What throughput mode measured, in the runs' own settings."""
-    def setting(key, unit=""):
-        return ", ".join(f"{v}{unit}" for v in _unique(runs, key)) or "none"
-    precision = ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"
-    return Markup("<b>Steady-state throughput (throughput mode)</b> = training samples over all ranks / "
-                  "seconds, over steady windows of {} training steps (each window's seconds are the slowest "
-                  "rank's); the warm-up windows (compilation, caches, the allocator) were found in the data, as "
-                  "the leading windows after which the rest show no trend, and left out. A run stopped once the "
-                  "95% interval of the mean, which allows for windows in a row moving together, was within "
-                  "&plusmn;{} of the mean, or at a cap ({} steps, {} minutes), "
-                  "and says which; that interval is the &plusmn; within the run, the spread between repeats "
-                  "(separate allocations) is placement noise. Repeats are combined by the median. "
-                  "docs/numbers.md counts how often such an interval covers."
-                  ).format(setting("window_steps"), precision, setting("max_steps"), setting("max_minutes"))
-
-
-def _methods(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, rules: tuple = ()) -> list[Markup]:
-    """rules: further definitions (a table's own module words them), None where not shown."""
-    base = comparison.baseline
-    hours = hours_label(summary)
-    items = []
-    for mode in _unique(runs, "scaling"):
-        sub = runs[runs["scaling"] == mode]
-        if mode == "weak":
-            what = (f"fixed batch per device ({', '.join(_unique(sub, 'batch_per_device'))} samples); "
-                    "the global batch grows with the number of devices")
-        elif mode == "strong":
-            what = (f"fixed global batch ({', '.join(_unique(sub, 'effective_batch'))} samples); "
-                    "the batch per device shrinks as devices are added")
-        else:
-            what = "unknown mode"
-        items.append(Markup("<b>Scaling mode: {}</b> = {}.").format(mode, what))
-    warm = ", ".join(_unique(runs, "warmup_epochs")) or "0"
-    items += [
-        _windows_method(runs) if comparison.throughput_mode else
-        Markup("<b>Steady-state throughput</b> = training samples across all ranks / training "
-               "time, over the epochs after the first {} warmup epoch(s); validation batches "
-               "excluded. Repeats of a topology are combined by the median. <b>Time / steady "
-               "epoch</b> = the mean time of those epochs, training + validation.").format(warm),
-        Markup("<b>Fit time</b> = sum of epoch times (train + validation) of useful work. A run "
-               "resumed from a checkpoint counts each finished epoch once; the interrupted "
-               "partial epoch is excluded."),
-        Markup("<b>Speedup</b> = throughput / throughput({0}). <b>Efficiency</b> = speedup / "
-               "(world size / world size({0})); 100% is perfect linear scaling. "
-               "<b>Time speedup</b> = fit time({0}) / fit time, only where both runs trained the same "
-               "samples.").format(base),
-        Markup("<b>Cost per sample</b> = world size / steady-state throughput; the extra over the "
-               "baseline = 1 / efficiency &minus; 1. <b>Training {0}</b> = fit time (s) &times; world "
-               "size / 3600; <b>held {0}</b> = the time the job held its devices (from the SLURM job's "
-               "start, else the training process's, to the metrics record) &times; world size / "
-               "3600.").format(hours),
-        _accuracy_rule(comparison),
-        *[rule for rule in rules if rule is not None],
-        _caveat_rules(summary),
-    ]
+def _facts(runs: pd.DataFrame) -> list[tuple[str, str]]:
+    """What the runs ran on and with, as the methods' last items."""
     hosts = sorted({str(h) for hs in runs["hosts"] for h in hs})
-    items.append(_fact("Hosts", ", ".join(hosts) or "unknown"))
-    items.append(_fact("Devices", f"{', '.join(_unique(runs, 'device_name'))} "
-                                  f"({', '.join(_unique(runs, 'backend'))} backend)"))
-    items.append(_fact("Training settings", _settings(runs)))
-    versions = {", ".join(f"{k} {v}" for k, v in (vs or {}).items())
-                for vs in runs["versions"]}
-    items.append(_fact("Versions", "; ".join(sorted(versions)) or "unknown"))
+    versions = {", ".join(f"{k} {v}" for k, v in (vs or {}).items()) for vs in runs["versions"]}
+    facts = [("Hosts", ", ".join(hosts) or "unknown"),
+             ("Devices", f"{', '.join(_unique(runs, 'device_name'))} ({', '.join(_unique(runs, 'backend'))} backend)"),
+             ("Training settings", _settings(runs)),
+             ("Versions", "; ".join(sorted(versions)) or "unknown")]
     resumed = runs[runs["resumed_from_epoch"].notna()]
     if len(resumed):
-        names = ", ".join(f"{t} repeat {r}" for t, r in zip(resumed["topology"], resumed["repeat"]))
-        items.append(_fact("Resumed from a checkpoint", names))
-    return items
+        facts.append(("Resumed from a checkpoint",
+                      ", ".join(f"{t} repeat {r}" for t, r in zip(resumed["topology"], resumed["repeat"]))))
+    return facts
+
+
+def _methods(data) -> Markup:
+    """How each figure is computed (templates/methods.html.j2), in the runs' own settings."""
+    runs, comparison = data.runs, data.comparison
+    batches = {"weak": "batch_per_device", "strong": "effective_batch"}
+    modes = [(mode, ", ".join(_unique(runs[runs["scaling"] == mode], batches.get(mode, "scaling"))))
+             for mode in _unique(runs, "scaling")]
+    windows = None
+    if comparison.throughput_mode:
+        def setting(key):
+            return ", ".join(_unique(runs, key)) or "none"
+        windows = {"steps": setting("window_steps"), "max_steps": setting("max_steps"),
+                   "max_minutes": setting("max_minutes"),
+                   "precision": ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"}
+    accuracy_rule = {"metric": comparison.metric, "direction": comparison.direction,
+                     "tolerance": str(comparison.tolerance), "better": accuracy.better(comparison.direction)}
+    return render("methods.html.j2", scaling_modes=modes, windows=windows,
+                  warmup_epochs=", ".join(_unique(runs, "warmup_epochs")) or "0",
+                  baseline=comparison.baseline, hours=hours_label(data.summary), accuracy=accuracy_rule,
+                  time_to_accuracy=tta_table(data) is not None, simulated=bool(data.summary["simulated"].any()),
+                  compute_share_min=f"{boundness.COMPUTE_SHARE_MIN:.0%}",
+                  gpu_utilization_min=f"{boundness.GPU_UTILIZATION_MIN_PCT:.0f}",
+                  recompiles_allowed=RECOMPILES_ALLOWED, facts=_facts(runs))
 
 
 CAPTIONS = {
@@ -237,4 +174,4 @@ def build_report(data, images: dict[str, bytes]) -> str:
     facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
     return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
                       **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data.summary, data.comparison, data.runs, (tta_method(data),)))) + "\n"
+                      methods=_methods(data))) + "\n"

@@ -470,17 +470,5 @@ def tta_table(data):
     return "Time to accuracy", note, _table(heads, rows, text_cols=(6,))
 
 
-def tta_method(data) -> Markup | None:
-    """The methods' sentence, where the table is shown."""
-    if tta_table(data) is None:
-        return None
-    return Markup("<b>Time to accuracy</b> = the training time (the running sum of the epoch times, "
-                  "training + validation) until the epoch metric (config <code>accuracy.epoch_metric</code>, "
-                  "logged at every validation) first reaches the target: <code>accuracy.target</code> where "
-                  "set, else the baseline's final value minus the tolerance (plus, where lower is better). "
-                  "MLPerf scores training this way: a "
-                  "larger global batch can need more epochs, so the time-to-accuracy speedup can be lower "
-                  "than the throughput speedup. Not measured in throughput mode, which trains no whole run.")
-
 TABLES = (scaling_table, cost_table, projection_table, breakdown_table, prediction_table, allreduce_table,
           devices_table, comparison_table)
