@@ -58,3 +58,25 @@ def test_a_record_without_a_key_the_report_reads_is_refused_naming_the_file_and_
 
 def test_the_test_record_carries_every_required_key():
     assert [k for k in record.REQUIRED_KEYS if k not in make_run()] == []
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("world_size", "4", "world_size is text, not integer"),
+    ("throughput_samples_s", True, "throughput_samples_s is true/false, not number or null"),
+    ("hosts", {"a": 1}, "hosts is mapping, not list"),
+    ("topology", None, "topology is null, not text"),
+    ("identity", [], "identity is list, not mapping"),
+])
+def test_a_field_of_the_wrong_kind_is_refused_naming_the_field_and_both_kinds(tmp_path, key, value, said):
+    """A record of the wrong shape stops the report in one line, not in an AttributeError deep in
+    pandas."""
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({**make_run(), key: value}))
+    with pytest.raises(ValueError) as err:
+        record.read(path)
+    assert str(err.value).startswith(f"{path}: {said};") and "\n" not in str(err.value)
+
+
+def test_a_whole_number_is_a_number_and_the_test_record_has_every_kind_right():
+    assert record.validate({**make_run(), "fit_time_s": 3}, "m.json")["fit_time_s"] == 3
+    assert record.validate(make_run(), "m.json")

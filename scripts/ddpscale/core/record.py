@@ -17,39 +17,69 @@ from ddpscale.core.io import write_json_atomic
 
 SCHEMA_VERSION = 3
 
-# Keys the report reads without a check of its own: train.py (ddpscale.job.runinfo and the
-# timing callbacks) writes every one of them in both measure modes, on one device and several,
-# some as null where a run has no value (backend and transport on one rank, the GPU figures on
-# a CPU run). Not listed, because not every run writes them: the probe (a topology's first
-# repeat, when probed) and the compile statistics (only a run with torch.compile).
-REQUIRED_KEYS = (
-    "schema_version", "topology", "repeat", "num_nodes", "devices_per_node",
-    "world_size", "device_kind", "device_name", "simulated", "backend", "scaling",
-    "batch_per_device", "effective_batch", "accumulate_grad_batches", "warmup_epochs", "epoch_times_s",
-    "fit_time_s", "throughput_samples_s", "time_per_epoch_s", "hosts",
-    "versions", "identity",
+# The JSON kinds a field may hold. bool is not a number here, though Python counts it as an int.
+INT, NUM, STR, BOOL, LIST, DICT, NULL = "integer", "number", "text", "true/false", "list", "mapping", "null"
+
+# The fields the report reads without a check of its own, each with the kinds it may hold:
+# train.py (ddpscale.job.runinfo and the timing callbacks) writes every one of them in both
+# measure modes, on one device and several, null where a run has no value (backend and transport
+# on one rank, the GPU figures on a CPU run, the caps throughput mode was not given). Not listed,
+# because not every run writes them: the probe (a topology's first repeat, when probed) and the
+# compile statistics (only a run with torch.compile).
+FIELDS = {
+    "schema_version": (INT,), "topology": (STR,), "repeat": (INT,), "num_nodes": (INT,),
+    "devices_per_node": (INT,), "world_size": (INT,), "device_kind": (STR,), "device_name": (STR,),
+    "simulated": (BOOL,), "backend": (STR, NULL), "scaling": (STR,), "batch_per_device": (INT,),
+    "effective_batch": (INT,), "accumulate_grad_batches": (INT,), "warmup_epochs": (INT,),
+    "epoch_times_s": (LIST,), "fit_time_s": (NUM,), "throughput_samples_s": (NUM, NULL),
+    "time_per_epoch_s": (NUM, NULL), "hosts": (LIST,), "versions": (DICT,), "identity": (DICT,),
     # where and on what it ran
-    "usable_cores", "oversubscribed", "simulated_nodes_on_one_host", "transport", "site_interconnect",
-    "resumed_from_epoch", "attempts",
+    "usable_cores": (INT,), "oversubscribed": (BOOL,), "simulated_nodes_on_one_host": (BOOL,),
+    "transport": (LIST, NULL), "site_interconnect": (STR,), "resumed_from_epoch": (INT, NULL),
+    "attempts": (INT,),
     # what it trained: the report's description
-    "model_class", "model_parameters", "data_class", "max_epochs", "configured_epochs", "precision",
-    "compile", "optimizers", "trainer_settings", "module_callbacks", "ddp", "loggers",
+    "model_class": (STR,), "model_parameters": (INT,), "data_class": (STR,), "max_epochs": (INT,),
+    "configured_epochs": (INT,), "precision": (STR,), "compile": (STR,), "optimizers": (LIST,),
+    "trainer_settings": (DICT,), "module_callbacks": (LIST,), "ddp": (DICT,), "loggers": (LIST,),
     # how it was measured and what it cost
-    "measure", "stop_reason", "throughput_half_width", "target_precision", "window_steps", "min_windows",
-    "max_steps", "max_minutes",
-    "window_seconds", "window_samples", "window_throughput_samples_s", "warmup_excess_s", "steps_measured",
-    "samples_per_epoch", "samples_trained", "samples_uncounted", "early_stop", "held_s", "held_devices",
-    "probe_s", "checkpoint_s", "checkpoint_save_s", "epoch_overhead_s", "epoch_overheads_s",
-    "validates", "check_val_every_n_epoch", "validation_s", "after_stop_validation_s",
-    "after_stop_checkpoint_s",
+    "measure": (STR,), "stop_reason": (STR,), "throughput_half_width": (NUM, NULL),
+    "target_precision": (NUM,), "window_steps": (INT,), "min_windows": (INT,), "max_steps": (INT, NULL),
+    "max_minutes": (NUM, NULL), "window_seconds": (LIST,), "window_samples": (LIST,),
+    "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
+    "samples_per_epoch": (INT, NULL), "samples_trained": (INT, NULL), "samples_uncounted": (STR, NULL),
+    "early_stop": (DICT, NULL), "held_s": (NUM, NULL), "held_devices": (INT,), "probe_s": (NUM,),
+    "checkpoint_s": (NUM,), "checkpoint_save_s": (LIST,), "epoch_overhead_s": (NUM, NULL),
+    "epoch_overheads_s": (LIST,), "validates": (BOOL,), "check_val_every_n_epoch": (INT, NULL),
+    "validation_s": (LIST,), "after_stop_validation_s": (LIST,), "after_stop_checkpoint_s": (LIST,),
     # compute and the GPU
-    "flops_per_sample", "achieved_tflops", "mfu", "peak_tflops_per_device", "peak_precision",
-    "gpu_utilization_pct", "gpu_utilization_reason", "gpu_peak_memory_mb",
+    "flops_per_sample": (NUM, NULL), "achieved_tflops": (NUM, NULL), "mfu": (NUM, NULL),
+    "peak_tflops_per_device": (NUM, NULL), "peak_precision": (STR, NULL), "gpu_utilization_pct": (NUM, NULL),
+    "gpu_utilization_reason": (STR, NULL), "gpu_peak_memory_mb": (NUM, NULL),
     # accuracy: every scalar the module logged, and the epoch metric's history (time to accuracy).
     # Which metric the report compares is the user's choice, and one no run logged is reported,
     # not refused.
-    "logged_metrics", "val_history", "val_history_metric", "val_history_reason",
-)
+    "logged_metrics": (DICT,), "val_history": (LIST,), "val_history_metric": (STR, NULL),
+    "val_history_reason": (STR, NULL),
+}
+REQUIRED_KEYS = tuple(FIELDS)
+
+
+def kind(value) -> str:
+    """The JSON kind of a value as json.loads returns it."""
+    if value is None:
+        return NULL
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT
+    if isinstance(value, float):
+        return NUM
+    return {str: STR, list: LIST, dict: DICT}.get(type(value), type(value).__name__)
+
+
+def _fits(value, kinds: tuple) -> bool:
+    found = kind(value)
+    return found in kinds or (found == INT and NUM in kinds)
 
 
 def write(path: str | os.PathLike, record: dict) -> None:
@@ -71,6 +101,11 @@ def validate(record: object, source: str) -> dict:
     if missing:
         raise ValueError(f"{source}: missing required key(s): {', '.join(missing)}; this ddpscale's "
                          "train.py writes them all: delete that file and run the workflow again")
+    wrong = [f"{k} is {kind(record[k])}, not {' or '.join(FIELDS[k])}" for k in FIELDS
+             if not _fits(record[k], FIELDS[k])]
+    if wrong:
+        raise ValueError(f"{source}: {'; '.join(wrong)}; this ddpscale's train.py never writes that: delete "
+                         "that file and run the workflow again")
     return record
 
 
