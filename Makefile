@@ -37,8 +37,10 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/snakemake --profile profiles/local
 
+# Two workers (pytest-xdist): the SLURM tests, which mostly wait on the cluster, run on one
+# while the other runs the rest; conftest.py keeps the SLURM tests together, in order.
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup
 
 # Performance figures (a printed table, never pass/fail): docs/performance.md explains them.
 bench: $(STAMP)

@@ -41,6 +41,17 @@ def _clean_distributed_env(monkeypatch):
     clean_distributed_env(monkeypatch)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test of the throwaway
+    SLURM cluster runs on one worker, one after another, while the other worker runs the rest:
+    they share the cluster's daemons and nodes, some read the whole queue, and test_netns.py
+    takes the cluster down. Without xdist the mark does nothing."""
+    for item in items:
+        if item.get_closest_marker("slurm") or item.get_closest_marker("network"):
+            item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+
+
 def load_profile(name: str) -> dict:
     """A profile's config.yaml: a name under profiles/, or a folder relative to the repository."""
     folder = ROOT / name if "/" in name else ROOT / "profiles" / name
