@@ -1,4 +1,4 @@
 """Torch-free definitions every stage shares: the results' layout, topologies, what a run
 measures, the statistics of its stopping rule and its progress line, file helpers.
 
-Imports nothing from ddpscale outside this package (tests/test_imports.py)."""
+Imports nothing from ddpscale outside this package (tests/unit/test_imports.py)."""

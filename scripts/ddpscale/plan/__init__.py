@@ -2,4 +2,4 @@
 the user's modules, site facts to SLURM resources, the plan's cost, the spiral dataset, the
 squeue query that guards against a second job of one run.
 
-Imports only ddpscale.core (tests/test_imports.py): a dry run must not import torch."""
+Imports only ddpscale.core (tests/unit/test_imports.py): a dry run must not import torch."""

@@ -24,7 +24,7 @@ from ddpscale.plan import ddpsettings
 from ddpscale.plan.contract import LOADER_KEYS
 
 # pl.Trainer.__init__'s defaults in pytorch_lightning 2.6, as --print_config writes them; a key
-# at its default was not set by the user (tests/test_lightningcli.py checks the signature).
+# at its default was not set by the user (tests/workflow/test_lightningcli.py checks the signature).
 TRAINER_DEFAULTS = {
     "accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None,
     "logger": None, "callbacks": None, "fast_dev_run": False, "max_epochs": None, "min_epochs": None,
@@ -88,7 +88,7 @@ DDP_NAMES = {"ddp": {}, "ddp_find_unused_parameters_true": {"find_unused_paramet
              "ddp_find_unused_parameters_false": {"find_unused_parameters": False}}
 # DDPStrategy's and DistributedDataParallel's init arguments with their defaults (Lightning 2.6,
 # torch 2.13), as --print_config writes them all; one at its default was not set by the user
-# (tests/test_lightningcli.py checks the signatures).
+# (tests/workflow/test_lightningcli.py checks the signatures).
 STRATEGY_DEFAULTS = {
     "accelerator": None, "parallel_devices": None, "cluster_environment": None, "checkpoint_io": None,
     "precision_plugin": None, "ddp_comm_state": None, "ddp_comm_hook": None, "ddp_comm_wrapper": None,

@@ -71,7 +71,7 @@ def events(epochs: int, check_val_every_n_epoch, validates) -> tuple[int, int]:
     decides them for ddpscale's trainer (val_check_interval is refused, so validation runs at the
     end of every check_val_every_n_epoch-th epoch; the epoch checkpoint, save_on_train_epoch_end
     unset, saves at every epoch's end when validation is every epoch or never, else after each
-    validation). tests/test_validation_timing.py checks both against real runs."""
+    validation). tests/workflow/test_validation_timing.py checks both against real runs."""
     every = int(check_val_every_n_epoch or 1)
     validations = epochs // every if validates else 0
     return validations, (epochs if every == 1 else validations)
