@@ -92,9 +92,13 @@ def run_slurm(workspace, *args, timeout: int = 420, during=None, env: dict | Non
     SIGINT makes it scancel its jobs (SIGTERM leaves them running)."""
     log = workspace.path / f"snakemake-{time.monotonic_ns()}.log"
     with open(log, "w") as out:
+        # SIGINT as a terminal delivers it: a shell without job control starts its background
+        # commands (a test run with `&`) with SIGINT ignored, and snakemake would inherit that and
+        # never stop on the test's Ctrl-C
         proc = subprocess.Popen([*SNAKEMAKE_POLLING, "--profile", profile, *args],
                                 cwd=workspace.path, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + timeout
         while proc.poll() is None and time.monotonic() < deadline:
             done = during() if during is not None else False
