@@ -72,11 +72,17 @@ def parse(text: str) -> dict:
         given = json.loads(text)
     except ValueError as err:
         raise ValueError(f"--ddp is not JSON ({err}); give e.g. {flag({})}") from None
-    found = problems(given, "--ddp", "ddp")
+    return checked(given)
+
+
+def checked(ddp) -> dict:
+    """A run's block (train.py's --ddp, a RunSpec's ddp) checked as the workflow checks the
+    config, completed with torch's defaults; ValueError in one line naming the config key."""
+    found = problems(ddp, "--ddp", "ddp")
     if found:
         raise ValueError(found[0].removeprefix("--ddp: ") + " (in --ddp, which the workflow sets from "
                          "config ddp:)")
-    return complete(given)
+    return complete(ddp)
 
 
 def strategy_kwargs(ddp: dict) -> dict:

@@ -122,8 +122,8 @@ class RunSpec:
     attempt: int = field(default=1, metadata=_doc("Snakemake's attempt of this job (retries count up)", **LOG_ONLY))
 
     def __post_init__(self):
-        # the block as DDP runs it: torch's defaults for what a caller left out
-        object.__setattr__(self, "ddp", ddpsettings.complete(self.ddp))
+        # the block as DDP runs it, checked: torch's defaults for what a caller left out
+        object.__setattr__(self, "ddp", ddpsettings.checked(self.ddp))
         problem = _problem(self)
         if problem:
             raise ValueError(problem)
@@ -193,9 +193,8 @@ def _text(value) -> str:
     return str(value)
 
 
-def _kind(f: dataclasses.Field):
-    """The field's type without None: int, float, str, bool, dict or list."""
-    hint = typing.get_type_hints(RunSpec)[f.name]
+def _kind(hint):
+    """A field's type without None: int, float, str, bool, dict or list."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return typing.get_origin(args[0]) or args[0] if args else hint
 
@@ -224,8 +223,9 @@ def _ddp(text: str) -> dict:
 def parser() -> argparse.ArgumentParser:
     """train.py's command line: one flag per field, required where the field has no default."""
     p = argparse.ArgumentParser(description="Train one topology with Lightning DDP and write its metrics.json.")
+    hints = typing.get_type_hints(RunSpec)
     for f in dataclasses.fields(RunSpec):
-        kind = _kind(f)
+        kind = _kind(hints[f.name])
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         if kind is bool:
             p.add_argument(_flag(f.name), action="store_true", help=f.metadata["help"])
@@ -266,9 +266,6 @@ def _problem(spec: RunSpec) -> str | None:
             return f"--{name.replace('_', '-')} must be a finite number > 0, got {value}"
     if any(not isinstance(s, int) or s < 1 for s in spec.probe_batch_sizes):
         return f"--probe-batch-sizes must be integers >= 1, got {spec.probe_batch_sizes}"
-    found = ddpsettings.problems(spec.ddp, "--ddp", "ddp")
-    if found:
-        return found[0] + " (in --ddp, which the workflow sets from config ddp:)"
     return None
 
 
@@ -297,7 +294,7 @@ def build(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: 
         accelerator=run_accelerator(accelerator, site), cluster_env=cluster_env(topo, site),
         precision=config["precision"], compile=config["compile"],
         accumulate_grad_batches=config["accumulate_grad_batches"], loader=dict(config["dataloader"]),
-        ddp=ddpsettings.complete(config["ddp"]),
+        ddp=config["ddp"],  # completed and checked by RunSpec
         trainer_args=dict(lightning.trainer_args) if lightning else {},
         optimizers=dict(lightning.optimizers) if lightning else {},
         loggers=lightning.loggers if lightning else None,
