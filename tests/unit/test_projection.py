@@ -239,11 +239,11 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
 
 def test_methods_say_what_throughput_mode_measured_only_in_throughput_mode():
     data = build([windows_run("1x1")])
-    windows = str(report_html._methods(data))
+    windows = str(report_html._methods(data, time_to_accuracy=False))
     assert "windows of 20 training steps" in windows and "show no trend" in windows
     assert "&plusmn;2%" in windows and "(2000 steps, 10 minutes)" in windows
     data = build([make_run("1x1")])
-    full = str(report_html._methods(data))
+    full = str(report_html._methods(data, time_to_accuracy=False))
     assert "show no trend" not in full
 
 

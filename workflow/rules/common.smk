@@ -26,7 +26,6 @@ from ddpscale.plan.resources import (  # noqa: E402
     SITE_PREFIX,
     SiteError,
     check_stage_entry,
-    cluster_env,
     launch_prefix,
     shared_resources,
     site_from_resources,

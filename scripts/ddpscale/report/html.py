@@ -94,7 +94,7 @@ def _facts(runs: pd.DataFrame) -> list[tuple[str, str]]:
     return facts
 
 
-def _methods(data) -> Markup:
+def _methods(data, time_to_accuracy: bool) -> Markup:
     """How each figure is computed (templates/methods.html.j2), in the runs' own settings."""
     runs, comparison = data.runs, data.comparison
     batches = {"weak": "batch_per_device", "strong": "effective_batch"}
@@ -112,7 +112,7 @@ def _methods(data) -> Markup:
     return render("methods.html.j2", scaling_modes=modes, windows=windows,
                   warmup_epochs=", ".join(_unique(runs, "warmup_epochs")) or "0",
                   baseline=comparison.baseline, hours=hours_label(data.summary), accuracy=accuracy_rule,
-                  time_to_accuracy=tta_table(data) is not None, simulated=bool(data.summary["simulated"].any()),
+                  time_to_accuracy=time_to_accuracy, simulated=bool(data.summary["simulated"].any()),
                   compute_share_min=f"{boundness.COMPUTE_SHARE_MIN:.0%}",
                   gpu_utilization_min=f"{boundness.GPU_UTILIZATION_MIN_PCT:.0f}",
                   recompiles_allowed=RECOMPILES_ALLOWED, facts=_facts(runs))
@@ -157,9 +157,9 @@ def _verdict(data) -> dict:
     }
 
 
-def _tables(data) -> list:
-    """(heading, note, table) of every table that applies."""
-    return [made for made in (make(data) for make in (*TABLES, tta_table)) if made is not None]
+def _tables(data, tta) -> list:
+    """(heading, note, table) of every table that applies, the time-to-accuracy table (tta) last."""
+    return [made for made in (*(make(data) for make in TABLES), tta) if made is not None]
 
 
 def _figures(images: dict[str, bytes]) -> list:
@@ -172,6 +172,7 @@ def build_report(data, images: dict[str, bytes]) -> str:
     # a list of facts under the title, not a data table: two reports of different workloads
     # never look alike
     facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
+    tta = tta_table(data)  # its table, and its definition in the methods where it is shown
     return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
-                      **_verdict(data), tables=_tables(data), figures=_figures(images),
-                      methods=_methods(data))) + "\n"
+                      **_verdict(data), tables=_tables(data, tta), figures=_figures(images),
+                      methods=_methods(data, tta is not None))) + "\n"
