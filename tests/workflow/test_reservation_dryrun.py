@@ -40,7 +40,7 @@ def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = 
     if exclusive:
         profile["set-resources"]["train"]["site_exclusive"] = True
     (workspace.path / f"profiles/{PROFILE}/config.yaml").write_text(yaml.safe_dump(profile))
-    if finished:  # a finished run needs the dataset it used (common_data.smk checks it)
+    if finished:  # a finished run needs the dataset it used (common.smk checks it: runplan.disk_problems)
         data = workspace.results / "data/spiral"
         data.mkdir(parents=True)
         dataset = config["dataset"]

@@ -1,89 +1,47 @@
-# The config, the site and the topologies, checked while the workflow is parsed, so a bad
-# config or an impossible topology stops before any job is submitted; and the helpers every
-# rule file uses. The helpers of one rule file are in common_<file>.smk (functions only).
+# The plan of this experiment's runs (ddpscale.plan.runplan), built once while the workflow is
+# parsed, and the get_* helpers every rule reads it through. Everything is checked here, so a
+# bad config, profile or module stops before any job is submitted. What only Snakemake knows
+# (the profile's resources, the executor, the dry-run flag) is read here and handed over; the
+# config itself is read and checked in common_config.smk, included first.
+import functools
 import json
 import os
-import shlex
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.resources import Resource
 
-# scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config); the
-# config itself is read and checked in common_config.smk, included first.
-from ddpscale.plan.configcheck import (  # noqa: E402
-    file_problems,
-    setting_problems,
-)
-
-from ddpscale.plan.hostdevices import (  # noqa: E402
-    AcceleratorError,
-    choose_accelerator,
-    oversubscription_warning,
-    usable_cores,
-    visible_gpus,
-)
-from ddpscale.plan.resources import (  # noqa: E402
+# scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
+from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
+from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
+from ddpscale.core.topology import STAGE_RULES, TopologyError  # noqa: E402
+from ddpscale.plan import contractfacts, reservation, runplan, runspec  # noqa: E402
+from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
+from ddpscale.plan.contract import owned_init_args  # noqa: E402
+from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
+from ddpscale.plan.hostdevices import AcceleratorError, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.plan.identity import installed_versions  # noqa: E402
+from ddpscale.plan.pluginstates import wrap_status_query  # noqa: E402
+from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
+from ddpscale.plan.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
+from ddpscale.plan.resources import (
     SITE_PREFIX,
     SiteError,
     check_stage_entry,
-    launch_prefix,
     shared_resources,
     site_from_resources,
-    slurm_resources,
-)
-from ddpscale.plan.pluginstates import wrap_status_query  # noqa: E402
-from ddpscale.plan.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
-from ddpscale.core.topology import (  # noqa: E402
-    STAGE_RULES,
-    TopologyError,
-    check_topologies,
-    name_pattern,
-    parse_topology,
-    stage_topologies,
-)
-from ddpscale.core import measuremode  # noqa: E402
-from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
-from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note, other_workload  # noqa: E402
-from ddpscale.plan.identity import generated_with_other_settings, installed_versions  # noqa: E402
-from ddpscale.plan import contractfacts  # noqa: E402
-from ddpscale.plan.contract import owned_init_args  # noqa: E402
-from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
-from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.plan.spiral import corruption, manifest_path_for  # noqa: E402
+)  # noqa: E402
+from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
 
 # Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
 # replaces this one's runs or report.
-EXPERIMENT = experiment_name(config)
-LAYOUT = layout(config)
-DATA_DIR = LAYOUT.data
-RUNS_DIR = LAYOUT.runs
-REPORT_DIR = LAYOUT.report
-print(f"ddpscale: experiment {EXPERIMENT}: results in {LAYOUT.root}/", file=sys.stderr)
+print(f"ddpscale: experiment {experiment_name(config)}: results in {layout(config).root}/", file=sys.stderr)
 if Path(LEGACY_RUNS).is_dir():
-    print(f"ddpscale: note: {legacy_note(EXPERIMENT)}", file=sys.stderr)
+    print(f"ddpscale: note: {legacy_note(experiment_name(config))}", file=sys.stderr)
 
 
-def check_experiment_folder():
-    """Finished runs of another model or data module in this folder: stop, rather than let
-    Snakemake delete them to rerun (the experiment's name is what keeps two workloads apart)."""
-    records = {}
-    for path in Path().glob(LAYOUT.metrics("*", "*")):
-        try:
-            records[str(path)] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # unreadable: its rerun is Snakemake's to decide
-    clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
-    if clash:
-        raise WorkflowError(
-            f"{CONFIG_SOURCE}: {clash}; set `experiment:` to a new name for this workload (its results go "
-            f"to results/<name>/), or delete {RUNS_DIR} to replace the runs there"
-        )
-
-
-# The interpreter running Snakemake (the venv); also the one inside SLURM jobs.
-PYTHON = sys.executable
-# torch and Lightning as installed (package metadata, no import)
-INSTALLED_VERSIONS = installed_versions()
+# --- The profile: its resources as written, checked, and the site facts in them ---
 
 
 def as_written(resources):
@@ -134,7 +92,7 @@ def plugin_reads_cancelled_jobs():
         )
 
 
-def get_site():
+def read_site():
     """Site facts: the `site_*` entries of a profile's set-resources `train`, for every stage.
 
     Snakemake gives a resource callable no access to other resources, so the facts are read
@@ -148,6 +106,30 @@ def get_site():
         raise WorkflowError(str(err))
 
 
+def runtime_minutes(resources):
+    """The `runtime` of one profile entry in minutes, as Snakemake reads it ("2h" is 120);
+    None where the entry sets none or sets an expression evaluated per job."""
+    value = (resources or {}).get("runtime")
+    if value is None:
+        return None
+    try:
+        value = value if isinstance(value, Resource) else Resource("runtime", value)
+    except WorkflowError:
+        return None
+    if value.is_evaluable() or not isinstance(value.value, int):
+        return None
+    return value.value
+
+
+def stage_runtimes():
+    """{train_<stage>: its time limit in minutes or None}, from the profile's resources."""
+    settings = workflow.resource_settings
+    overwrite = settings.overwrite_resources
+    stages = {rule: runtime_minutes(overwrite.get(rule)) for rule in STAGE_RULES.values()}
+    train, default = runtime_minutes(overwrite.get("train")), runtime_minutes(settings.default_resources)
+    return {rule: reservation.stage_runtime(rule, stages, train, default) for rule in STAGE_RULES.values()}
+
+
 if "probe" in workflow.resource_settings.overwrite_resources:
     print(
         "ddpscale: warning: the profile's set-resources entry `probe` is unused now that the probe "
@@ -156,44 +138,49 @@ if "probe" in workflow.resource_settings.overwrite_resources:
     )
 check_profile_resources()
 plugin_reads_cancelled_jobs()
+SITE = read_site()
 # What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
 SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
-SITE = get_site()
-# What each run measures (config measure): auto is throughput on a cluster, full locally.
-MEASURE, MEASURE_WHY = measuremode.resolve(config["measure"], SITE.is_local)
-print(f"ddpscale: measure {MEASURE} ({MEASURE_WHY})", file=sys.stderr)
+STAGE_RUNTIMES = stage_runtimes()
+
+
+# --- The plan, then the checks that need it ---
+
 try:
-    TOPOLOGIES = check_topologies(
-        config["topologies"],
-        config["baseline"],
-        SITE.gpus_per_node,
-        config["batch"]["scaling"],
-        config["batch"]["size"],
-        multi_node_whole_nodes=SITE.multi_node_whole_nodes,
+    PLAN = runplan.build(
+        config,
+        SITE,
+        config_source=CONFIG_SOURCE,
+        lightning=LIGHTNING,
+        python=sys.executable,
+        # torch and Lightning as installed (package metadata, no import)
+        versions=installed_versions(),
+        # only the local profile runs on this host (nvidia-smi: a second at most)
+        gpus=visible_gpus() if SITE.is_local else None,
+        cores=usable_cores() if SITE.is_local else None,
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
         check_importable(
             config[key]["class_path"], f"{source((key, 'class_path'))}: {key}.class_path", root=os.getcwd()
         )
-except (TopologyError, PluginError) as err:
+except (TopologyError, AcceleratorError, PluginError) as err:
     raise WorkflowError(str(err))
 # The user's classes are imported (seconds: torch) in a process of their own while the checks
 # below run, unless their files are unchanged since the last time (ddpscale.plan.contractfacts).
 CONTRACT = contractfacts.start(
-    PYTHON,
+    PLAN.python,
     str(Path(workflow.basedir).parent / "scripts/contract.py"),
     config["model"]["class_path"],
     config["data"]["class_path"],
     os.getcwd(),
-    INSTALLED_VERSIONS,
+    PLAN.versions,
 )
 # Keys that only work together, and a generated dataset too small for a batch of every topology.
-SETTING_PROBLEMS = setting_problems(config, TOPOLOGIES, CONFIG_SOURCE) + file_problems(
+if problems := setting_problems(config, list(PLAN.topologies), CONFIG_SOURCE) + file_problems(
     config, CONFIG_SOURCE, os.path.exists
-)
-if SETTING_PROBLEMS:
-    raise WorkflowError("\n".join(SETTING_PROBLEMS))
+):
+    raise WorkflowError("\n".join(problems))
 
 
 def check_contract():
@@ -209,58 +196,40 @@ def check_contract():
 
 
 check_contract()
-# after the config's own mistakes: a misspelt class path is named as that, not as a clash
-check_experiment_folder()
+# finished runs of another workload, a damaged dataset, a missing report to compare with
+if problems := runplan.disk_problems(PLAN, source):
+    raise WorkflowError("\n".join(problems))
+for note in PLAN.notes:
+    print(f"ddpscale: {note}", file=sys.stderr)
 
 
-def resolve_accelerator():
-    """The accelerator every run uses, the GPU ids the local launcher hands out (or None) and
-    each local rank's CPU threads (or None: a cluster rank gets its cpus-per-task).
+def print_reservation():
+    """On a dry run where the user started it: what the benchmark reserves, to stderr as the
+    other ddpscale: lines. The Snakefile is read before Snakemake picks its executor, so the
+    dry-run flag comes from the output settings (set from -n/--dry-run before parsing)."""
+    settings = workflow.output_settings
+    if settings is None or not settings.dryrun or not workflow.is_main_process:
+        return
 
-    Local profile: decided once, here, from this host (ddpscale.plan.hostdevices): `auto` is GPU
-    only when every topology's M x N ranks get a GPU each (simulated nodes share this host),
-    else CPU for all, so a report never mixes the two. A cluster's GPUs come from the
-    allocation, so other profiles keep the configured value here; each run's flag then asks
-    for the GPU where that is `auto` (run_accelerator, common_train.smk).
-    """
-    if not SITE.is_local:
-        return config["accelerator"], None, None
-    gpus, cores = visible_gpus(), usable_cores()
-    decision = choose_accelerator(config["accelerator"], TOPOLOGIES, gpus.count, cores, source=gpus.source)
-    if decision.note:
-        print(f"ddpscale: {decision.note}", file=sys.stderr)
-    if decision.oversubscribed:
-        print(f"ddpscale: warning: {oversubscription_warning(decision.oversubscribed, cores)}", file=sys.stderr)
-    gpu_ids = list(gpus.ids) if decision.accelerator == "gpu" else None
-    return decision.accelerator, gpu_ids, decision.threads
+    def finished(topology, repeat):
+        return Path(PLAN.layout.metrics(topology, repeat)).exists()
+
+    for line in PLAN.reservation_lines(STAGE_RUNTIMES, finished):
+        print(line, file=sys.stderr)
 
 
-try:
-    ACCELERATOR, GPU_IDS, LOCAL_THREADS = resolve_accelerator()
-except AcceleratorError as err:
-    raise WorkflowError(str(err))
-GENERATED = config["dataset"]["generator"] != "none"
-
-TOPOLOGY_NAMES = [t.name for t in TOPOLOGIES]
-# config repeats, auto resolved by what the runs measure (3 in throughput mode, 1 in full)
-REPEATS = list(range(measuremode.repeats(config["repeats"], MEASURE)))
+print_reservation()
 
 
 def write_plan():
     """What this site resolved (measure, repeats), for make status, which cannot see the site
     and so cannot resolve repeats: auto. Written when jobs start (onstart), never by a dry run or
     a refused config, and only when it changes, so nothing in results/ is touched for nothing."""
-    plan = {"measure": MEASURE, "repeats": len(REPEATS)}
-    path = Path(LAYOUT.plan)
-    if read_json_dict(path) == plan:
+    path = Path(PLAN.layout.plan)
+    if read_json_dict(path) == PLAN.record():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, plan)
-
-
-# {stage: its topology names}: rule train_<stage> trains exactly these (wildcard constraints)
-STAGE_TOPOLOGIES = stage_topologies(TOPOLOGIES, config["baseline"])
-STAGE_PATTERNS = {stage: name_pattern(names) for stage, names in STAGE_TOPOLOGIES.items()}
+    write_json_atomic(path, PLAN.record())
 
 
 wildcard_constraints:
@@ -269,21 +238,189 @@ wildcard_constraints:
     generator=r"spiral",  # the built-in generators (schema: dataset.generator)
 
 
-def get_metrics(topologies):
-    return expand(LAYOUT.metrics("{topology}", "{repeat}"), topology=topologies, repeat=REPEATS)
+# --- Targets ---
 
 
 def get_all_metrics(wildcards):
-    return get_metrics(TOPOLOGY_NAMES)
+    return PLAN.metrics()
 
 
 def get_stage_metrics(stage):
-    return get_metrics(STAGE_TOPOLOGIES[stage])
+    return PLAN.stage_metrics(stage)
 
 
-def finished(paths):
-    return [path for path in paths if Path(path).exists()]
+# --- rules/data.smk ---
 
 
-def as_flags(flags):
-    return " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())
+def get_prepare_flags():
+    return PLAN.prepare_flags()
+
+
+def get_train_data(wildcards):
+    """What a training run reads: the generated dataset, or the files the user's module reads.
+
+    The generated dataset is ancient(): regenerated, it is byte-identical, and a rerun of
+    prepare_data must not rerun (and first delete) finished measurements. Unless the dataset
+    settings changed: then the data changes, and every run made from it must rerun. (The
+    params trigger of get_run_identity cannot do it alone: Snakemake skips that check for a
+    job downstream of a job that reruns, and an ancient input does not make it rerun.)
+    """
+    generated = PLAN.generated_files
+    if not PLAN.data_settings_changed():
+        generated = [ancient(path) for path in generated]
+    return generated + config["data"]["files"]
+
+
+# --- rules/train.smk ---
+
+
+def slurm_resource(name):
+    def get(wildcards):
+        return PLAN.resources(wildcards.topology)[name]
+
+    return get
+
+
+# The allocation of one topology, then what the profile's `train` entry sets for every stage
+# (it wins, as set-resources did before there were stages); a stage's own entry wins over both.
+TRAINING_RESOURCES = {
+    **{name: slurm_resource(name) for name in ("nodes", "tasks")},
+    "tasks_per_gpu": 0,
+    **{name: slurm_resource(name) for name in ("gres", "cpus_per_task", "mem_mb", "mpi", "slurm_extra")},
+    **SHARED_TRAINING_RESOURCES,
+}
+
+
+def get_attempt(wildcards, attempt):
+    return attempt
+
+
+def get_launch(wildcards):
+    check_site_matches_executor()
+    check_no_earlier_job(wildcards)
+    return PLAN.launch(wildcards.topology)
+
+
+def get_run_flags(wildcards):
+    """The run's flags whose change reruns it: a param (every setting explicit, so the log shows
+    what ran)."""
+    return PLAN.spec(wildcards.topology, wildcards.repeat).command(rerun=True)
+
+
+def get_log_flags(wildcards):
+    """The flags that only choose what the log names (the accuracy metric): as an object
+    Snakemake cannot serialise, so it keeps no record of it and choosing another metric
+    retrains nothing (test_any_logged_metric_is_compared_and_a_missing_one_is_said)."""
+    return runspec.Unrecorded(PLAN.spec(wildcards.topology, wildcards.repeat).command(rerun=False))
+
+
+def get_run_identity(wildcards):
+    """What defines a run beyond its flags, as a param so that a change reruns it: the generated
+    data's settings and the installed torch and Lightning (RunPlan.run_identity). The data's
+    checksum and the training code are checked by train.py and the report (docs/reliability.md,
+    "Resume and run identity")."""
+    return PLAN.run_identity()
+
+
+def check_site_matches_executor():
+    """A cluster executor with no site facts would start every rank on one node.
+
+    Happens when --set-resources on the command line replaces the profile's. The executor is
+    only known once execution starts, so this runs when jobs are built, before submission.
+    """
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.common_settings.non_local_exec and SITE.is_local:
+        raise WorkflowError(
+            "set-resources train has no site facts (site_launcher, site_gpus_per_node, ...) but jobs go "
+            "to a cluster executor. If you passed --set-resources on the command line, it replaced "
+            "the profile's: repeat the profile's site_* entries for train there"
+        )
+
+
+@functools.cache
+def earlier_jobs():
+    """This user's SLURM jobs before this snakemake submitted any: read once, at the first job
+    built, so its own jobs (retries too) are never taken for an earlier one."""
+    jobs, _ = query_squeue()
+    return jobs or []
+
+
+def check_no_earlier_job(wildcards):
+    """A job of the same run still live from an earlier snakemake (a dropped SSH session) would
+    share the run's checkpoint with the new one: stop before submitting (docs/clusters.md)."""
+    plugin = workflow.executor_plugin
+    # Only where the user started snakemake: inside the job, its jobstep snakemake would find
+    # the job itself in squeue.
+    if not workflow.is_main_process or plugin is None or not plugin.common_settings.non_local_exec:
+        return
+    line = live_training_job(earlier_jobs(), os.path.realpath(os.getcwd()), wildcards.topology, int(wildcards.repeat))
+    if line:
+        raise WorkflowError(line)
+
+
+# --- rules/report.smk ---
+
+REPORT_FIGURES = {
+    "speedup": "Speedup vs ideal and predicted",
+    "efficiency": "Parallel efficiency",
+    "throughput": "Throughput per device",
+    "breakdown": "Where a training step's time goes",
+    "busbw": "All-reduce bus bandwidth",
+}
+
+
+def report_outputs(folder, registered):
+    """Every file the report script writes; the full report registers them for --report."""
+
+    def item(name, labels, category="Scaling"):
+        path = f"{folder}/{name}"
+        caption = f"../report/{name.split('.')[0]}.rst"
+        return report(path, caption=caption, category=category, labels=labels) if registered else path
+
+    out = {
+        "table": item("scaling.tsv", {"table": "scaling"}),
+        "breakdown_table": item("breakdown.tsv", {"table": "time breakdown"}),
+        "prediction_table": item("prediction.tsv", {"table": "predicted vs measured"}),
+        "projection_table": item("projection.tsv", {"table": "full training, projected"}),
+        "tta_table": item("timetoacc.tsv", {"table": "time to accuracy"}),
+    }
+    for name, title in REPORT_FIGURES.items():
+        out[name] = item(f"{name}.png", {"figure": title})
+    # the page with the verdict, first in Snakemake's report too (report/workflow.rst points to it)
+    out["html"] = item("report.html", {"page": "verdict, tables and plots"}, category="Verdict")
+    return out
+
+
+def get_report_dir(wildcards, output):
+    return str(Path(output.html).parent)
+
+
+def get_compare_with(wildcards):
+    """The earlier scaling.tsv to compare with (checked at parse time), or nothing."""
+    path = config["report"]["compare_with"]
+    return [path] if path else []
+
+
+def get_finished_metrics(wildcards):
+    """What a partial report is built from: every run that finished, none that did not."""
+    done = [path for path in PLAN.metrics() if Path(path).exists()]
+    if not done:
+        raise WorkflowError(
+            "no training run has finished yet, so there is nothing to report; "
+            "run the workflow (or its `baseline` target) first"
+        )
+    return done
+
+
+def get_failures(wildcards):
+    """The last line of each train log without metrics: a new failure reruns the partial report."""
+    tails = {}
+    for topology, repeat in PLAN.runs():
+        metrics, log = Path(PLAN.layout.metrics(topology, repeat)), Path(PLAN.layout.train_log(topology, repeat))
+        if not metrics.exists() and log.exists():
+            tails[str(log)] = last_nonempty_line(log.read_text(errors="replace"))
+    return json.dumps(tails, sort_keys=True)
+
+
+def get_report_flags(wildcards):
+    return PLAN.report_flags(STAGE_RUNTIMES)

@@ -1,16 +1,16 @@
 # The report: scaling table with spread, time breakdown, prediction, verdict, plots, HTML.
-# Helpers: common_report.smk.
+# Helpers: common.smk.
 rule report_scaling:
     input:
         script="scripts/report.py",
         metrics=get_all_metrics,
         earlier=get_compare_with,
     output:
-        **report_outputs(REPORT_DIR, registered=True),
+        **report_outputs(PLAN.layout.report, registered=True),
     log:
-        f"{LAYOUT.logs}/report_scaling.log",
+        f"{PLAN.layout.logs}/report_scaling.log",
     params:
-        python=PYTHON,
+        python=PLAN.python,
         flags=get_report_flags,
         out_dir=get_report_dir,
     shell:
@@ -26,11 +26,11 @@ rule partial_report:
         metrics=get_finished_metrics,
         earlier=get_compare_with,
     output:
-        **report_outputs(f"{REPORT_DIR}/partial", registered=False),
+        **report_outputs(f"{PLAN.layout.report}/partial", registered=False),
     log:
-        f"{LAYOUT.logs}/partial_report.log",
+        f"{PLAN.layout.logs}/partial_report.log",
     params:
-        python=PYTHON,
+        python=PLAN.python,
         flags=get_report_flags,
         failures=get_failures,
         out_dir=get_report_dir,

@@ -8,7 +8,7 @@
 # all-reduce) inside the same allocation before training: one submission per topology and
 # repeat, and the prediction measures the nodes that trained. Checkpoints live outside the
 # outputs, so a failed or timed-out run resumes from its last checkpoint when run again.
-# Helpers: common_train.smk.
+# Helpers: common.smk.
 #
 # The stages are independent jobs: on a cluster they queue at the same time (a multi-node job
 # need not wait for the baseline to finish); the local profile, one run at a time, trains
@@ -19,15 +19,15 @@ rule train_baseline:
         data=get_train_data,
     output:
         metrics=report(
-            LAYOUT.metrics("{topology}", "{repeat}"),
+            PLAN.layout.metrics("{topology}", "{repeat}"),
             caption="../report/run.rst",
             category="Runs",
             labels={"topology": "{topology}", "repeat": "{repeat}"},
         ),
     log:
-        LAYOUT.train_log("{topology}", "{repeat}"),
+        PLAN.layout.train_log("{topology}", "{repeat}"),
     wildcard_constraints:
-        topology=STAGE_PATTERNS["baseline"],
+        topology=PLAN.stage_pattern("baseline"),
     priority: 3
     resources:
         **TRAINING_RESOURCES,
@@ -49,11 +49,11 @@ rule train_baseline:
 
 use rule train_baseline as train_single_node with:
     wildcard_constraints:
-        topology=STAGE_PATTERNS["single_node"],
+        topology=PLAN.stage_pattern("single_node"),
     priority: 2
 
 
 use rule train_baseline as train_multi_node with:
     wildcard_constraints:
-        topology=STAGE_PATTERNS["multi_node"],
+        topology=PLAN.stage_pattern("multi_node"),
     priority: 1

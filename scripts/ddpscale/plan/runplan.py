@@ -1,0 +1,251 @@
+"""The plan of one experiment's runs: which topologies and repeats, in which stage, on which
+accelerator, where each run's files go and each run's spec (ddpscale.plan.runspec).
+
+The workflow builds it once while it parses (workflow/rules/common.smk), from the checked
+config, the site read from the profile and what this host has, and every rule's inputs,
+resources and flags are one-line lookups into it. Building it is pure: the host's GPUs and
+cores are handed in. What must look at files already on disk (finished runs, the generated
+data, the report to compare with) is in disk_problems, run after the module contract check.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpscale.core import measuremode
+from ddpscale.core.layout import Layout, layout, other_workload
+from ddpscale.core.topology import Topology, check_topologies, name_pattern, parse_topology, stage_topologies
+from ddpscale.plan import reservation, runspec
+from ddpscale.plan.hostdevices import choose_accelerator, oversubscription_warning
+from ddpscale.plan.identity import generated_with_other_settings
+from ddpscale.plan.resources import Site, launch_prefix, slurm_resources
+from ddpscale.plan.spiral import corruption, manifest_path_for
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: dict  # checked, with the schema's defaults filled in
+    config_source: str  # the files the config came from: the first words of its messages
+    site: Site
+    measure: str  # throughput or full (ddpscale.core.measuremode)
+    topologies: tuple[Topology, ...]
+    repeats: tuple[int, ...]
+    # The accelerator of every run; locally decided once for this host, so a report never
+    # mixes GPU and CPU rows (ddpscale.plan.hostdevices)
+    accelerator: str
+    gpu_ids: tuple[str, ...] | None  # the GPUs the local launcher hands out; None: none or a cluster's
+    local_threads: int | None  # each local rank's CPU threads; None: a cluster rank gets cpus-per-task
+    lightning: object | None  # a LightningCLI config's parts (ddpscale.plan.lightningcli), or None
+    python: str  # the interpreter running Snakemake, also the one inside jobs
+    versions: dict  # torch and Lightning as installed
+    notes: tuple[str, ...] = ()  # what the user is told while the workflow parses
+    _specs: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def layout(self) -> Layout:
+        return layout(self.config)
+
+    @property
+    def experiment(self) -> str:
+        return Path(self.layout.root).name
+
+    @property
+    def generated(self) -> bool:
+        return self.config["dataset"]["generator"] != "none"
+
+    @property
+    def generator_file(self) -> str:
+        """Where config dataset.generator writes its dataset (rule prepare_data)."""
+        return f"{self.layout.data}/{self.config['dataset']['generator']}/data.npz"
+
+    @property
+    def data_file(self) -> str | None:
+        """The generated dataset, or None where the user's module reads its own files."""
+        return self.generator_file if self.generated else None
+
+    @property
+    def generated_files(self) -> list[str]:
+        return [self.data_file, manifest_path_for(self.data_file)] if self.generated else []
+
+    def data_settings_changed(self) -> bool:
+        """Whether the generated data on disk was made with other dataset settings (it reads the
+        manifest): then the data changes, and every run made from it must rerun."""
+        return self.generated and generated_with_other_settings(manifest_path_for(self.data_file),
+                                                                self.config["dataset"])
+
+    @property
+    def topology_names(self) -> list[str]:
+        return [t.name for t in self.topologies]
+
+    @property
+    def stage_topologies(self) -> dict[str, list[str]]:
+        """{stage: its topology names}: rule train_<stage> trains exactly these."""
+        return stage_topologies(list(self.topologies), self.config["baseline"])
+
+    def stage_pattern(self, stage: str) -> str:
+        return name_pattern(self.stage_topologies[stage])
+
+    def runs(self, topologies: list[str] | None = None) -> list[tuple[str, int]]:
+        names = self.topology_names if topologies is None else topologies
+        return [(name, repeat) for name in names for repeat in self.repeats]
+
+    def metrics(self, topologies: list[str] | None = None) -> list[str]:
+        return [self.layout.metrics(name, repeat) for name, repeat in self.runs(topologies)]
+
+    def stage_metrics(self, stage: str) -> list[str]:
+        return self.metrics(self.stage_topologies[stage])
+
+    def spec(self, topology: str, repeat) -> runspec.RunSpec:
+        """One run's settings, built once per topology and repeat."""
+        key = (topology, int(repeat))
+        if key not in self._specs:
+            self._specs[key] = runspec.build(
+                self.config, self.site, parse_topology(topology), int(repeat),
+                topologies=list(self.topologies), measure=self.measure, accelerator=self.accelerator,
+                local_threads=self.local_threads, data_file=self.data_file, lightning=self.lightning,
+                layout=self.layout)
+        return self._specs[key]
+
+    def resources(self, topology: str) -> dict:
+        """The SLURM plugin's resources of one topology's training job."""
+        return slurm_resources(parse_topology(topology), self.site)
+
+    def launch(self, topology: str) -> str:
+        gpu_ids = list(self.gpu_ids) if self.gpu_ids is not None else None
+        return launch_prefix(parse_topology(topology), self.site, self.python, gpu_ids)
+
+    def run_identity(self) -> str:
+        """What defines a run beyond its flags: the generated data's settings (the data is an
+        ancient() input, so its settings must rerun a run) and torch's and Lightning's versions."""
+        dataset = self.config["dataset"] if self.generated else None
+        return json.dumps({"dataset": dataset, "versions": self.versions}, sort_keys=True)
+
+    def prepare_flags(self) -> str:
+        dataset = self.config["dataset"]
+        return (
+            f"--samples {dataset['samples']} --noise {dataset['noise']} --seed {dataset['seed']} "
+            f"--split {' '.join(map(str, dataset['split']))} --out {self.generator_file} "
+            f"--manifest {manifest_path_for(self.generator_file)}"
+        )
+
+    def training_jobs(self, runtimes: dict, finished=None, repeats=None) -> list[reservation.Job]:
+        """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}."""
+        chosen = list(self.repeats) if repeats is None else repeats
+        return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, finished)
+
+    def reservation_lines(self, runtimes: dict, finished) -> list[str]:
+        """What the benchmark reserves, printed by a dry run before anything is submitted."""
+        jobs = self.training_jobs(runtimes, finished)
+        return reservation.summary_lines(jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
+
+    def report_flags(self, runtimes: dict) -> str:
+        """The report's settings as explicit flags (its inputs come separately)."""
+        config = self.config
+        flags = {
+            "--baseline": parse_topology(config["baseline"]).name,
+            "--accuracy-metric": config["accuracy"]["metric"],
+            "--accuracy-mode": config["accuracy"]["mode"],
+            "--accuracy-tolerance": config["accuracy"]["tolerance"],
+            "--efficiency-threshold": config["report"]["efficiency_threshold"],
+            "--repeats": len(self.repeats),
+            "--log-dir": self.layout.train_logs,
+            # what the report says it measured, beside what the runs recorded
+            "--experiment": self.experiment,
+            "--config-files": self.config_source,
+            "--dataset": json.dumps(config["dataset"], sort_keys=True),
+            "--data-args": json.dumps(config["data"]["init_args"], sort_keys=True),
+        }
+        if config["accuracy"]["target"] is not None:
+            flags["--accuracy-target"] = config["accuracy"]["target"]
+        if config["report"]["compare_with"]:
+            flags["--compare"] = config["report"]["compare_with"]
+        # the job time limit a full training of each topology would run under (cluster profiles)
+        limits = reservation.job_limits(self.training_jobs(runtimes, repeats=[0]), self.site)
+        if limits:
+            flags["--job-limits"] = json.dumps(limits, sort_keys=True)
+        text = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())
+        return f"{text} --expected {' '.join(self.topology_names)}"
+
+    def record(self) -> dict:
+        """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
+        return {"measure": self.measure, "repeats": len(self.repeats)}
+
+
+def build(config: dict, site: Site, *, config_source: str, lightning, python: str, versions: dict,
+          gpus=None, cores: int | None = None) -> RunPlan:
+    """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus) and cores
+    are this host's, read by the caller only for the local profile.
+
+    Raises TopologyError for a topology the site cannot run, AcceleratorError for a local
+    accelerator this host does not have, each with one line naming the key and the fix.
+    """
+    measure, why = measuremode.resolve(config["measure"], site.is_local)
+    notes = [f"measure {measure} ({why})"]
+    topologies = check_topologies(config["topologies"], config["baseline"], site.gpus_per_node,
+                                  config["batch"]["scaling"], config["batch"]["size"],
+                                  multi_node_whole_nodes=site.multi_node_whole_nodes)
+    accelerator, gpu_ids, threads = config["accelerator"], None, None
+    if site.is_local:
+        # simulated nodes share this host: auto is the GPU only when every topology's M x N
+        # ranks get one each; a cluster's GPUs come from the allocation (runspec asks for them)
+        decision = choose_accelerator(config["accelerator"], topologies, gpus.count, cores, source=gpus.source)
+        accelerator, threads = decision.accelerator, decision.threads
+        gpu_ids = tuple(gpus.ids) if accelerator == "gpu" else None
+        if decision.note:
+            notes.append(decision.note)
+        if decision.oversubscribed:
+            notes.append(f"warning: {oversubscription_warning(decision.oversubscribed, cores)}")
+    return RunPlan(
+        config=config, config_source=config_source, site=site, measure=measure,
+        topologies=tuple(topologies), repeats=tuple(range(measuremode.repeats(config["repeats"], measure))),
+        accelerator=accelerator, gpu_ids=gpu_ids, local_threads=threads, lightning=lightning,
+        python=python, versions=versions, notes=tuple(notes))
+
+
+def disk_problems(plan: RunPlan, source) -> list[str]:
+    """What on disk stops the workflow before any job, each in one line with its fix; source(key)
+    names the file that set a config key. Checked after the module contract, so a misspelt class
+    path is named as that, not as a clash with finished runs.
+
+    - Finished runs of another model or data module in this experiment's folder: Snakemake would
+      delete them to rerun; the experiment's name is what keeps two workloads apart.
+    - The generated dataset that finished runs used is missing or corrupt: Snakemake would
+      regenerate it and rerun (first deleting) every finished run, but the data is reproducible
+      byte for byte, so regenerating it outside Snakemake keeps them.
+    - report.compare_with that is not a file.
+    """
+    problems = []
+    records = {}
+    for path in Path().glob(plan.layout.metrics("*", "*")):
+        try:
+            records[str(path)] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # unreadable: its rerun is Snakemake's to decide
+    config = plan.config
+    clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
+    if clash:
+        problems.append(
+            f"{plan.config_source}: {clash}; set `experiment:` to a new name for this workload (its results go "
+            f"to results/<name>/), or delete {plan.layout.runs} to replace the runs there")
+    if plan.generated:
+        data_file = Path(plan.data_file)
+        finished = [m for m in plan.metrics() if Path(m).exists()]
+        problem = None
+        if data_file.exists():
+            problem = corruption(str(data_file))
+        elif finished:
+            problem = f"data file {data_file} is missing but {len(finished)} finished run(s) used it"
+        if problem:
+            problems.append(
+                f"{problem.split('; ')[0]}. To regenerate the same bytes and keep finished runs: "
+                f"rm -rf {data_file.parent} && {plan.python} scripts/prepare_data.py {plan.prepare_flags()}")
+    compare = config["report"]["compare_with"]
+    if compare and not Path(compare).is_file():
+        problems.append(
+            f"{source(('report', 'compare_with'))}: report.compare_with is {compare!r}, which is not a file; "
+            f"point it at a scaling.tsv from an earlier run (copy {plan.layout.report}/scaling.tsv before "
+            "rerunning) or set it to null")
+    return problems

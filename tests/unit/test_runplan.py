@@ -1,0 +1,154 @@
+"""The plan of an experiment's runs: built from a config, a site and the host, and what the rules
+read from it (targets, stages, each run's spec, resources, flags, what blocks the workflow on disk)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+
+from ddpscale.core.topology import TopologyError
+from ddpscale.plan import runplan
+from ddpscale.plan.hostdevices import AcceleratorError, VisibleGpus
+from ddpscale.plan.resources import Site
+from test_runspec import default_config
+
+SRUN = Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=1000)
+NO_GPU = VisibleGpus(0, (), "nvidia-smi -L")
+
+
+def plan(config=None, site=Site(), gpus=NO_GPU, cores=8, **changes) -> runplan.RunPlan:
+    config = config or default_config(**changes)
+    local = site.is_local
+    return runplan.build(config, site, config_source="config/config.yaml", lightning=None, python="/v/bin/python",
+                         versions={"torch": "2.13.0"}, gpus=gpus if local else None, cores=cores if local else None)
+
+
+def test_targets_are_every_topology_and_repeat_under_the_layout():
+    p = plan(topologies=["1x1", "1x2", "2x2"], repeats=2)
+    assert p.runs() == [(t, r) for t in ("1x1", "1x2", "2x2") for r in (0, 1)]
+    assert p.metrics()[:2] == ["results/spiralmlp/runs/1x1/r0/metrics.json", "results/spiralmlp/runs/1x1/r1/metrics.json"]
+    assert p.stage_topologies == {"baseline": ["1x1"], "single_node": ["1x2"], "multi_node": ["2x2"]}
+    assert p.stage_metrics("multi_node") == ["results/spiralmlp/runs/2x2/r0/metrics.json",
+                                             "results/spiralmlp/runs/2x2/r1/metrics.json"]
+    assert p.record() == {"measure": "full", "repeats": 2}
+
+
+def test_repeats_auto_follow_the_measure_mode_of_the_site():
+    assert plan(repeats="auto").repeats == (0,)  # local: full
+    assert plan(site=SRUN, repeats="auto").repeats == (0, 1, 2)  # a cluster: throughput
+    assert plan(site=SRUN, repeats="auto", measure="full").repeats == (0,)
+
+
+def test_a_stage_pattern_matches_its_topologies_only():
+    import re
+
+    p = plan(topologies=["1x1", "1x2", "1x4", "2x2"])
+    assert re.fullmatch(p.stage_pattern("single_node"), "1x4")
+    assert not re.fullmatch(p.stage_pattern("single_node"), "2x2")
+    assert not re.fullmatch(p.stage_pattern("single_node"), "1x1")
+
+
+def test_each_run_spec_is_built_once_and_names_its_own_files():
+    p = plan(topologies=["1x1", "1x2"])
+    spec = p.spec("1x2", "0")
+    assert p.spec("1x2", 0) is spec
+    assert spec.metrics == p.metrics(["1x2"])[0]
+    assert spec.data_file == p.data_file == "results/spiralmlp/data/spiral/data.npz"
+    assert spec.accelerator == "cpu" and spec.threads == 1
+
+
+def test_the_host_decides_the_local_accelerator_and_says_why():
+    two = VisibleGpus(2, ("0", "1"), "nvidia-smi -L")
+    p = plan(topologies=["1x1", "1x2"], gpus=two, cores=8)
+    assert (p.accelerator, p.gpu_ids, p.local_threads) == ("gpu", ("0", "1"), 4)
+    assert "CUDA_VISIBLE_DEVICES" not in p.launch("1x2") and "--gpu-ids 0,1" in p.launch("1x2")
+    cpu = plan(topologies=["1x1", "1x2"])
+    assert cpu.accelerator == "cpu" and cpu.gpu_ids is None
+    assert any(note.startswith("no GPU found") for note in cpu.notes)
+    assert cpu.notes[0].startswith("measure full (")
+    crowded = plan(topologies=["1x1", "1x4"], cores=2)
+    assert any(note.startswith("warning: 1x4: more simulated devices") for note in crowded.notes)
+
+
+def test_a_plan_the_site_or_host_cannot_run_is_refused_in_one_line():
+    with pytest.raises(TopologyError):
+        plan(site=SRUN, topologies=["1x1", "1x8"])
+    with pytest.raises(AcceleratorError):
+        plan(topologies=["1x1", "1x2"], accelerator="gpu")
+
+
+def test_a_cluster_plan_reads_no_host_and_gives_the_plugin_its_resources():
+    p = plan(site=SRUN, topologies=["1x1", "2x4"])
+    assert (p.accelerator, p.gpu_ids, p.local_threads) == ("auto", None, None)
+    assert p.resources("2x4")["nodes"] == 2 and p.resources("2x4")["tasks"] == 8
+    assert p.launch("2x4").startswith("env -u MASTER_ADDR") and "srun --nodes=2" in p.launch("2x4")
+
+
+def test_report_flags_quote_what_the_config_wrote_and_name_every_expected_topology():
+    config = default_config(topologies=["1x1", "1x2"], experiment="a-b")
+    config["dataset"]["noise"] = 0.25
+    flags = plan(config).report_flags({"train_baseline": None})
+    words = shlex.split(flags)
+    assert words[words.index("--experiment") + 1] == "a-b"
+    assert json.loads(words[words.index("--dataset") + 1])["noise"] == 0.25
+    assert words[-3:] == ["--expected", "1x1", "1x2"]
+    assert "--job-limits" not in words  # the local profile has no time limits
+    limited = plan(site=SRUN, topologies=["1x1", "1x2"]).report_flags({"train_baseline": 60, "train_single_node": 30})
+    assert json.loads(shlex.split(limited)[shlex.split(limited).index("--job-limits") + 1])["1x2"]["limit_s"] == 1800
+
+
+def test_run_identity_holds_the_generated_data_settings_and_versions_only():
+    assert json.loads(plan().run_identity())["versions"] == {"torch": "2.13.0"}
+    config = default_config()
+    config["dataset"]["generator"] = "none"
+    p = plan(config)
+    assert json.loads(p.run_identity())["dataset"] is None
+    assert p.data_file is None and p.generated_files == [] and not p.data_settings_changed()
+    assert "--out results/spiralmlp/data/none/data.npz" in p.prepare_flags()  # unused, but well formed
+
+
+@pytest.fixture
+def in_tmp(tmp_path):
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    yield tmp_path
+    os.chdir(old)
+
+
+def source(key):
+    return "overlay.yaml"
+
+
+def test_nothing_on_disk_blocks_a_fresh_experiment(in_tmp):
+    assert runplan.disk_problems(plan(), source) == []
+
+
+def test_finished_runs_of_another_workload_block_the_workflow(in_tmp):
+    p = plan()
+    metrics = in_tmp / p.metrics()[0]
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text(json.dumps({"model_class": "other.Net", "data_class": p.config["data"]["class_path"]}))
+    (problem,) = [line for line in runplan.disk_problems(p, source) if "other.Net" in line]
+    assert problem.startswith("config/config.yaml: ") and "set `experiment:`" in problem
+
+
+def test_a_missing_dataset_that_finished_runs_used_names_the_command_that_remakes_it(in_tmp):
+    p = plan()
+    metrics = in_tmp / p.metrics()[0]
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text(json.dumps({"model_class": p.config["model"]["class_path"],
+                                   "data_class": p.config["data"]["class_path"]}))
+    (problem,) = runplan.disk_problems(p, source)
+    assert problem.startswith(f"data file {p.data_file} is missing but 1 finished run(s) used it.")
+    assert f"/v/bin/python scripts/prepare_data.py {p.prepare_flags()}" in problem
+
+
+def test_a_report_to_compare_with_that_is_not_a_file_is_named_with_its_source(in_tmp):
+    config = default_config()
+    config["report"]["compare_with"] = "old"
+    (in_tmp / "old").mkdir()  # a folder where a file goes
+    (problem,) = runplan.disk_problems(plan(config), source)
+    assert problem.startswith("overlay.yaml: report.compare_with is 'old', which is not a file")
