@@ -67,7 +67,7 @@ atexit.register(shutil.rmtree, _PROFILE_COPIES, True)
 def with_account(folder: str, account: str) -> str:
     """The profile folder with its placeholder account replaced, as a user edits it before the
     first run: a copy in a temporary folder, or the folder itself when it names no placeholder."""
-    from ddpscale.plan.resourcenames import PLACEHOLDERS
+    from ddpscale.plan.profile import PLACEHOLDERS
 
     profile = yaml.safe_load((ROOT / folder / "config.yaml").read_text())
     defaults = profile.get("default-resources") or {}

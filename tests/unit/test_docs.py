@@ -14,7 +14,7 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import ROOT
-from ddpscale.plan.resourcenames import resource_problems
+from ddpscale.plan.profile import resource_problems
 from ddpscale.plan.resources import SiteError, check_stage_entry, site_from_resources
 from ddpscale.core.topology import TopologyError, check_topologies
 from ddpscale.plan.configcheck import schema_problems, setting_problems

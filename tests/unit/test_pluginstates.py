@@ -58,3 +58,12 @@ def test_the_installed_plugin_has_the_query_the_workflow_wraps():
     """An upgraded plugin that renamed it would silently bring the hang back."""
     module = types.SimpleNamespace(query_job_status=snakemake_executor_plugin_slurm.query_job_status)
     assert wrap_status_query(module)
+
+
+def test_the_installed_plugin_is_wrapped_where_the_workflow_asks():
+    import snakemake_executor_plugin_slurm as slurm_plugin
+
+    from ddpscale.plan.pluginstates import MARK, wrap_installed_plugin
+
+    assert wrap_installed_plugin() is None
+    assert getattr(slurm_plugin.query_job_status, MARK, False)

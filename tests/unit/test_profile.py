@@ -1,4 +1,5 @@
-"""Resource names a profile may set and placeholders it must not submit (ddpscale.plan.resourcenames)."""
+"""What a profile gives the workflow (ddpscale.plan.profile): resource names it may set, placeholders
+it must not submit, the site facts and each stage's time limit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.plan.resourcenames import PLUGIN, profile_file, resource_problems, slurm_extra_problems
+from ddpscale.plan import profile
+from ddpscale.plan.profile import PLUGIN, profile_file, resource_problems, slurm_extra_problems
+from ddpscale.plan.resources import SiteError
 
 
 def plugin_source() -> str:
@@ -87,7 +90,37 @@ def test_flags_the_plugin_leaves_alone_pass():
 
 
 def test_every_option_the_installed_plugin_refuses_has_a_fix():
-    from ddpscale.plan.resourcenames import RESOURCE_FOR_OPTION
+    from ddpscale.plan.profile import RESOURCE_FOR_OPTION
     assert {o for o in installed_forbidden().values()} - set(RESOURCE_FOR_OPTION) <= {
         "job name", "output file", "error file", "parsable output", "environment export", "job comment",
         "working directory", "tasks per GPU", "CPUs per GPU"}
+
+
+def test_the_site_and_the_stage_limits_are_read_as_snakemake_applies_the_profile():
+    from snakemake.resources import Resource
+
+    overwrite = {"train": {"site_launcher": "srun", "site_gpus_per_node": 4, "runtime": Resource("runtime", "2h"),
+                           "slurm_partition": "gpu"},
+                 "train_multi_node": {"runtime": 30}}
+    read = profile.read({"runtime": 10}, overwrite)
+    assert (read.site.launcher, read.site.gpus_per_node) == ("srun", 4)
+    assert read.shared == {"runtime": 120, "slurm_partition": "gpu"}  # as written: Resource's raw value
+    assert read.runtimes == {"train_baseline": 120, "train_single_node": 120, "train_multi_node": 30}
+    assert profile.read({"runtime": "1h"}, {}).runtimes["train_baseline"] == 60
+    assert profile.runtime_minutes({"runtime": "2 * attempt"}) is None  # evaluated per job: unknown here
+    assert read.notes == ()
+    assert "`probe` is unused" in profile.read(None, {"probe": {}}).notes[0]
+
+
+def test_a_site_fact_under_a_stage_entry_is_refused():
+    with pytest.raises(SiteError, match="set-resources train_baseline: site_launcher is a site fact"):
+        profile.read(None, {"train_baseline": {"site_launcher": "srun"}})
+
+
+def test_every_entry_of_the_profile_is_checked_in_one_pass():
+    found = profile.problems("p/config.yaml", {"slurm_qos": "x"},
+                             {"train": {"partition": "gpu", "site_slurm_extra": "--qos=long"}})
+    assert len(found) == 3, found
+    assert found[0].startswith("p/config.yaml: default-resources sets 'slurm_qos'")
+    assert found[1].startswith("p/config.yaml: set-resources train sets 'partition'")
+    assert "refuses inside slurm_extra; set it with qos instead" in found[2]

@@ -10,28 +10,21 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.resources import Resource
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
-from ddpscale.core.topology import STAGE_RULES, TopologyError  # noqa: E402
-from ddpscale.plan import contractfacts, reservation, runplan, runspec  # noqa: E402
+from ddpscale.core.topology import TopologyError  # noqa: E402
+from ddpscale.plan import contractfacts, profile, runplan, runspec  # noqa: E402
+from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
 from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
 from ddpscale.plan.hostdevices import AcceleratorError, usable_cores, visible_gpus  # noqa: E402
 from ddpscale.plan.identity import installed_versions  # noqa: E402
-from ddpscale.plan.pluginstates import wrap_status_query  # noqa: E402
+from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
 from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.plan.resourcenames import profile_file, resource_problems, slurm_extra_problems  # noqa: E402
-from ddpscale.plan.resources import (
-    SITE_PREFIX,
-    SiteError,
-    check_stage_entry,
-    shared_resources,
-    site_from_resources,
-)  # noqa: E402
+from ddpscale.plan.resources import SiteError  # noqa: E402
 from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
 
 # Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
@@ -44,104 +37,27 @@ if Path(LEGACY_RUNS).is_dir():
 # --- The profile: its resources as written, checked, and the site facts in them ---
 
 
-def as_written(resources):
-    """Resources as the values the profile wrote (Snakemake keeps them as Resource objects)."""
-    return {name: getattr(value, "raw", value) for name, value in resources.items()}
-
-
-def profile_entry(rule):
-    """A profile's set-resources entry for one rule, as the values the profile wrote."""
-    return as_written(workflow.resource_settings.overwrite_resources.get(rule, {}))
-
-
-def check_profile_resources():
-    """Every resource name of the profile is one Snakemake or the SLURM plugin reads, and no
-    placeholder is left (ddpscale.plan.resourcenames). Checked where the user started the
-    workflow: a job's own snakemake gets the resources again, already checked."""
-    if not workflow.is_main_process:
-        return
+def read_profile():
+    """The profile's resources checked (ddpscale.plan.profile) where the user started the
+    workflow (a job's own snakemake gets the resources again, already checked), and read."""
     settings = workflow.resource_settings
-    entries = {"default-resources": as_written(settings.default_resources or {})}
-    entries.update({f"set-resources {rule}": profile_entry(rule) for rule in settings.overwrite_resources})
-    where = profile_file(sys.argv, os.environ)
-    problems = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
-    extra = str(entries.get("set-resources train", {}).get(f"{SITE_PREFIX}slurm_extra", ""))
-    if extra.strip():
-        # the plugin's own list, so the check follows the installed plugin
-        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
-
-        problems += slurm_extra_problems(where, "set-resources train", extra, get_forbidden_slurm_options())
-    if problems:
-        raise WorkflowError("\n".join(problems))
-
-
-def plugin_reads_cancelled_jobs():
-    """sacct's "CANCELLED by <uid>" is a failed state to the SLURM plugin too (ddpscale.plan.
-    pluginstates): without this, a job cancelled with scancel is polled as running forever."""
-    if not workflow.is_main_process:
-        return
+    default, overwrite = settings.default_resources, settings.overwrite_resources
     try:
-        import snakemake_executor_plugin_slurm as slurm_plugin
-    except ImportError:  # no SLURM plugin: nothing to fix
-        return
-    if not wrap_status_query(slurm_plugin):
-        print(
-            "ddpscale: warning: this SLURM executor plugin has no query_job_status; a job cancelled "
-            "with scancel may not be noticed (ddpscale is tested with the version in requirements.txt)",
-            file=sys.stderr,
-        )
-
-
-def read_site():
-    """Site facts: the `site_*` entries of a profile's set-resources `train`, for every stage.
-
-    Snakemake gives a resource callable no access to other resources, so the facts are read
-    here, once, from the parsed command line (snakemake.settings.types.ResourceSettings).
-    """
-    try:
-        for name in STAGE_RULES.values():
-            check_stage_entry(name, profile_entry(name))
-        return site_from_resources(profile_entry("train"))
+        if workflow.is_main_process and (
+            found := profile.problems(profile_file(sys.argv, os.environ), default, overwrite)
+        ):
+            raise WorkflowError("\n".join(found))
+        return profile.read(default, overwrite)
     except SiteError as err:
         raise WorkflowError(str(err))
 
 
-def runtime_minutes(resources):
-    """The `runtime` of one profile entry in minutes, as Snakemake reads it ("2h" is 120);
-    None where the entry sets none or sets an expression evaluated per job."""
-    value = (resources or {}).get("runtime")
-    if value is None:
-        return None
-    try:
-        value = value if isinstance(value, Resource) else Resource("runtime", value)
-    except WorkflowError:
-        return None
-    if value.is_evaluable() or not isinstance(value.value, int):
-        return None
-    return value.value
-
-
-def stage_runtimes():
-    """{train_<stage>: its time limit in minutes or None}, from the profile's resources."""
-    settings = workflow.resource_settings
-    overwrite = settings.overwrite_resources
-    stages = {rule: runtime_minutes(overwrite.get(rule)) for rule in STAGE_RULES.values()}
-    train, default = runtime_minutes(overwrite.get("train")), runtime_minutes(settings.default_resources)
-    return {rule: reservation.stage_runtime(rule, stages, train, default) for rule in STAGE_RULES.values()}
-
-
-if "probe" in workflow.resource_settings.overwrite_resources:
-    print(
-        "ddpscale: warning: the profile's set-resources entry `probe` is unused now that the probe "
-        "runs inside each topology's first training job; remove that entry",
-        file=sys.stderr,
-    )
-check_profile_resources()
-plugin_reads_cancelled_jobs()
-SITE = read_site()
-# What set-resources `train` sets besides site facts (runtime, partition...), for every stage.
-SHARED_TRAINING_RESOURCES = shared_resources(profile_entry("train"))
-STAGE_RUNTIMES = stage_runtimes()
+PROFILE = read_profile()
+# sacct's "CANCELLED by <uid>" must read as failed to the plugin, or a job cancelled with
+# scancel is polled as running forever (ddpscale.plan.pluginstates); where the user started it
+for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process else None]:
+    if note:
+        print(f"ddpscale: {note}", file=sys.stderr)
 
 
 # --- The plan, then the checks that need it ---
@@ -149,15 +65,15 @@ STAGE_RUNTIMES = stage_runtimes()
 try:
     PLAN = runplan.build(
         config,
-        SITE,
+        PROFILE.site,
         config_source=CONFIG_SOURCE,
         lightning=LIGHTNING,
         python=sys.executable,
         # torch and Lightning as installed (package metadata, no import)
         versions=installed_versions(),
         # only the local profile runs on this host (nvidia-smi: a second at most)
-        gpus=visible_gpus() if SITE.is_local else None,
-        cores=usable_cores() if SITE.is_local else None,
+        gpus=visible_gpus() if PROFILE.site.is_local else None,
+        cores=usable_cores() if PROFILE.site.is_local else None,
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
@@ -214,7 +130,7 @@ def print_reservation():
     def finished(topology, repeat):
         return Path(PLAN.layout.metrics(topology, repeat)).exists()
 
-    for line in PLAN.reservation_lines(STAGE_RUNTIMES, finished):
+    for line in PLAN.reservation_lines(PROFILE.runtimes, finished):
         print(line, file=sys.stderr)
 
 
@@ -287,7 +203,7 @@ TRAINING_RESOURCES = {
     **{name: slurm_resource(name) for name in ("nodes", "tasks")},
     "tasks_per_gpu": 0,
     **{name: slurm_resource(name) for name in ("gres", "cpus_per_task", "mem_mb", "mpi", "slurm_extra")},
-    **SHARED_TRAINING_RESOURCES,
+    **PROFILE.shared,
 }
 
 
@@ -329,7 +245,7 @@ def check_site_matches_executor():
     only known once execution starts, so this runs when jobs are built, before submission.
     """
     plugin = workflow.executor_plugin
-    if plugin is not None and plugin.common_settings.non_local_exec and SITE.is_local:
+    if plugin is not None and plugin.common_settings.non_local_exec and PLAN.site.is_local:
         raise WorkflowError(
             "set-resources train has no site facts (site_launcher, site_gpus_per_node, ...) but jobs go "
             "to a cluster executor. If you passed --set-resources on the command line, it replaced "
@@ -423,4 +339,4 @@ def get_failures(wildcards):
 
 
 def get_report_flags(wildcards):
-    return PLAN.report_flags(STAGE_RUNTIMES)
+    return PLAN.report_flags(PROFILE.runtimes)

@@ -43,3 +43,16 @@ def wrap_status_query(module) -> bool:
     setattr(query_job_status, MARK, True)
     module.query_job_status = query_job_status
     return True
+
+
+def wrap_installed_plugin() -> str | None:
+    """wrap_status_query on the installed SLURM plugin; a warning line where it cannot be wrapped,
+    None where it was or where no SLURM plugin is installed (nothing to fix)."""
+    try:
+        import snakemake_executor_plugin_slurm as slurm_plugin
+    except ImportError:
+        return None
+    if wrap_status_query(slurm_plugin):
+        return None
+    return ("warning: this SLURM executor plugin has no query_job_status; a job cancelled with scancel may not "
+            "be noticed (ddpscale is tested with the version in requirements.txt)")

@@ -1,19 +1,25 @@
-"""The resource names a profile may set, and the values it must not submit as they are.
+"""What a profile gives the workflow: its resources as written, checked, the site facts in them
+and each stage's time limit, read once while the workflow parses.
 
 Snakemake passes any resource name on without a word and the SLURM plugin reads only the names
 it knows, so a name it does not know is dropped silently: `slurm_qos: long` submits under the
 default QOS, and the job is refused or runs where the user did not mean it. A placeholder the
 user was to replace (`slurm_account: my_account`) is submitted as is. Both are refused while
 the workflow is parsed, before any sbatch, naming the profile's file, the entry and the fix.
-Pure: unit-tested without snakemake.
+The workflow hands over Snakemake's default-resources and set-resources as they are
+(workflow.resource_settings): Snakemake gives a resource callable no access to other
+resources, so the site facts are read here, once, for every stage.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 
-from ddpscale.plan.resources import SITE_PREFIX
+from ddpscale.core.topology import STAGE_RULES
+from ddpscale.plan.reservation import stage_runtime
+from ddpscale.plan.resources import SITE_PREFIX, Site, check_stage_entry, shared_resources, site_from_resources
 
 # Snakemake's own resources (snakemake.resources), used by any executor.
 SNAKEMAKE = {"mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib", "runtime", "tmpdir", "threads",
@@ -93,3 +99,73 @@ def profile_file(argv: list[str], env: dict) -> str:
     if env.get("SNAKEMAKE_PROFILE"):
         return f"{env['SNAKEMAKE_PROFILE'].rstrip('/')}/config.yaml"
     return "the profile"
+
+
+@dataclass(frozen=True)
+class Profile:
+    site: Site
+    # what set-resources `train` sets besides site facts (runtime, partition...), for every stage
+    shared: dict
+    runtimes: dict  # {train_<stage>: its time limit in minutes, or None}
+    notes: tuple[str, ...] = ()  # said to the user while the workflow parses
+
+
+def as_written(resources) -> dict:
+    """Resources as the values the profile wrote (Snakemake keeps them as Resource objects)."""
+    return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
+
+
+def runtime_minutes(resources) -> int | None:
+    """The `runtime` of one profile entry in minutes, as Snakemake reads it ("2h" is 120);
+    None where the entry sets none or sets an expression evaluated per job."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.resources import Resource
+
+    value = (resources or {}).get("runtime")
+    if value is None:
+        return None
+    try:
+        value = value if isinstance(value, Resource) else Resource("runtime", value)
+    except WorkflowError:
+        return None
+    if value.is_evaluable() or not isinstance(value.value, int):
+        return None
+    return value.value
+
+
+def forbidden_options() -> dict[str, str]:
+    """The sbatch options the installed SLURM plugin refuses inside slurm_extra (its own list, so
+    the check follows the plugin)."""
+    from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+
+    return get_forbidden_slurm_options()
+
+
+def problems(where: str, default, overwrite: dict) -> list[str]:
+    """Every resource name the plugin would drop, placeholder left, and sbatch option the plugin
+    refuses in site_slurm_extra, one line each; where: the profile's file."""
+    entries = {"default-resources": as_written(default)}
+    entries.update({f"set-resources {rule}": as_written(values) for rule, values in overwrite.items()})
+    found = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
+    extra = str(entries.get("set-resources train", {}).get(f"{SITE_PREFIX}slurm_extra", ""))
+    if extra.strip():
+        found += slurm_extra_problems(where, "set-resources train", extra, forbidden_options())
+    return found
+
+
+def read(default, overwrite: dict) -> Profile:
+    """The site facts of set-resources `train` (a SiteError names a misplaced or invalid one),
+    what it gives every stage, and each stage's time limit as Snakemake applies the profile."""
+    for rule in STAGE_RULES.values():
+        check_stage_entry(rule, as_written(overwrite.get(rule)))
+    train = as_written(overwrite.get("train"))
+    stages = {rule: runtime_minutes(overwrite.get(rule)) for rule in STAGE_RULES.values()}
+    train_limit, default_limit = runtime_minutes(overwrite.get("train")), runtime_minutes(default)
+    notes = []
+    if "probe" in overwrite:
+        notes.append("warning: the profile's set-resources entry `probe` is unused now that the probe runs "
+                     "inside each topology's first training job; remove that entry")
+    return Profile(
+        site=site_from_resources(train), shared=shared_resources(train),
+        runtimes={rule: stage_runtime(rule, stages, train_limit, default_limit) for rule in STAGE_RULES.values()},
+        notes=tuple(notes))
