@@ -129,10 +129,13 @@ install_packages() {
   ((missing)) || return 0
   say "installing ${pkgs[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
-  local apt=(apt-get install -y -q --no-install-recommends "${pkgs[@]}")
+  # one install at a time with the other tests' (tests/workflow/system_tools.py: APT_LOCK)
+  exec 9>/var/lock/ddpscale-apt.lock && flock 9
+  local apt=(apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${pkgs[@]}")
   "${apt[@]}" >"$STATE/log/apt.out" 2>&1 ||           # the package lists may be stale or absent
-    { apt-get update -q && "${apt[@]}"; } >>"$STATE/log/apt.out" 2>&1 ||
+    { apt-get -o DPkg::Lock::Timeout=600 update -q && "${apt[@]}"; } >>"$STATE/log/apt.out" 2>&1 ||
     { tail -n 15 "$STATE/log/apt.out" >&2; die "apt-get install failed (log: $STATE/log/apt.out)"; }
+  exec 9>&-
   say "installed in $((SECONDS - t0)) s"
 }
 

@@ -6,10 +6,18 @@ rather than skipped; elsewhere the error names the fix.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import shutil
 import subprocess
+
+
+# Two pytest workers, or a worker and tests/slurm/minicluster.sh, may install at once: apt takes
+# dpkg's lock without waiting, so the second install failed and its tests were skipped. Every
+# install of the suite takes this lock first (minicluster.sh too); the timeout waits for any other.
+APT_LOCK = "/var/lock/ddpscale-apt.lock"
+APT = "apt-get -o DPkg::Lock::Timeout=600"
 
 
 class ToolUnavailable(RuntimeError):
@@ -27,10 +35,14 @@ def ensure(commands: tuple[str, ...], package: str) -> str:
         return found()
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise ToolUnavailable(f"no {commands[0]} on PATH and cannot install it here (needs root and apt); fix: {fix}")
-    install = subprocess.run(
-        f"apt-get update -q && apt-get install -y -q {package}", shell=True,
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    with open(APT_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if found():  # the other worker installed it meanwhile
+            return found()
+        install = subprocess.run(
+            f"{APT} update -q && {APT} install -y -q {package}", shell=True,
+            capture_output=True, text=True, timeout=900,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     if not found():
         raise ToolUnavailable(f"installing {package} failed (rc {install.returncode}); fix: {fix}\n"
                               f"{(install.stdout + install.stderr)[-1500:]}")
