@@ -147,10 +147,11 @@ def wait_for_state(job_id: str, state: str, timeout: float = 120) -> None:
 
 
 
-def running_train_job(topology: str) -> str | None:
-    """The RUNNING SLURM job training `topology` (any stage rule), or None. The executor
-    plugin comments each job `rule_<rule>_wildcards_<topology>_<repeat>`."""
-    for job_id, state, comment in squeue_jobs():
+def running_train_job(topology: str, workdir: Path | None = None) -> str | None:
+    """The RUNNING SLURM job training `topology` (any stage rule), or None; only one submitted
+    from workdir where given (tests that run at once). The executor plugin comments each job
+    `rule_<rule>_wildcards_<topology>_<repeat>`."""
+    for job_id, state, comment in squeue_jobs(workdir):
         if state == "RUNNING" and f"_wildcards_{topology}_" in comment:
             return job_id
     return None

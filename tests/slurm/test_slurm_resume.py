@@ -9,13 +9,15 @@ import json
 import math
 import re
 import signal
+import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import tiny_config
+from conftest import ROOT, Workspace, tiny_config
 from slurmtools import (
     SUBMITTED, job_end_epoch, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
     squeue_state, training_processes,
@@ -113,22 +115,42 @@ def test_local_run_killed_mid_epoch_resumes(workspace):
 LIMIT_AHEAD_S = 35
 
 
-# (topology, signal_s, epochs): the kill must land before the run ends, so the epochs after the
-# first take longer than 125 s with room to spare; one rank trains an epoch of these 200000
-# samples in about 6 s, two in about 10 s. (With 12 epochs for 1x2 and a limit rounded up to a
-# minute, a fast run once finished before its kill: no resume to test.)
-@pytest.mark.parametrize("topology,signal_s,epochs", [("1x2", 60, 20), ("1x2", 0, 20), ("1x1", 60, 36)],
-                         ids=["warning-signal", "no-signal", "warning-signal-1-rank"])
-def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspace, topology, signal_s, epochs):
-    """Issue 11 item 4. Once the first epoch's checkpoint exists the job's limit is set 35-125 s
-    ahead: with `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero
-    before the limit; without it SLURM kills them at the limit. The retry resumes either way.
+# The scenarios: (topology, signal_s). Their runs train the spiral MLP paced to about 11 s an
+# epoch of sleep (usermods.paced), so the kill lands well before the run ends (the 23 epochs
+# after the first last about 250 s, the limit comes 35-125 s after the first) whatever else the
+# machine runs, and the three wait out their limits at once instead of one after another (they
+# took 18 minutes of the suite in turn, most of it training on the cores the other tests use).
+TIME_LIMITS = {"warning-signal": ("1x2", 60), "no-signal": ("1x2", 0), "warning-signal-1-rank": ("1x1", 60)}
+PACED_EPOCHS = 24
+
+
+@pytest.mark.timeout(1200)
+def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, tmp_path):
+    """Once the first epoch's checkpoint exists the job's limit is set 35-125 s ahead: with
+    `--signal=USR1@60` the ranks stop together, save mid-epoch and exit non-zero before the
+    limit; without it SLURM kills them at the limit. The retry resumes either way. Each scenario
+    in TIME_LIMITS runs in a workspace of its own, all at once; each one's failure is named.
     Printed: the training done after the last checkpoint of the first job (lost to the limit)."""
-    # the first job's limit is cut short below; its retry gets 15 minutes for the rest (its 5
-    # were too few on a loaded machine, 12 s an epoch: the retry met its own limit at epoch 18)
+    with ThreadPoolExecutor(len(TIME_LIMITS)) as pool:
+        running = {name: pool.submit(time_limit_resumes, Workspace(tmp_path / name), name, *scenario)
+                   for name, scenario in TIME_LIMITS.items()}
+    failed = {}
+    for name, future in running.items():
+        try:
+            print(future.result())
+        except BaseException as err:  # noqa: BLE001 - pytest.fail's Failed too: every scenario is reported
+            failed[name] = f"{type(err).__name__}: {err}"
+    assert not failed, "\n".join(f"{name}: {why}" for name, why in failed.items())
+
+
+def time_limit_resumes(workspace, name: str, topology: str, signal_s: int) -> str:
+    """One scenario of the test above; returns what it prints."""
+    # the first job's limit is cut short below; its retry gets 15 minutes for the rest
     slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s, "runtime": 15})
-    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=epochs, measure="full")
-    config["dataset"]["samples"] = 200000
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(topologies=["1x1", "1x2"], max_epochs=PACED_EPOCHS, measure="full")
+    config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP", "init_args": {"step_s": 0.4}}
+    config["dataset"]["samples"] = 2400
     workspace.write_config(config)
     checkpoint = workspace.results / f"checkpoints/{topology}/r0/last.ckpt"
     first, saved, left = [], [], []
@@ -143,7 +165,7 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
             return True
         if first or not checkpoint.exists():
             return False
-        job_id = running_train_job(topology)
+        job_id = running_train_job(topology, workspace.path)
         if job_id is not None:
             elapsed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True,
                                      text=True).stdout.strip()
@@ -155,17 +177,17 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
 
     # the 2-rank run alone: its ranks are the tasks of an srun step, which SLURM signals
     target = workspace.metrics(topology).relative_to(workspace.path)
-    code, log = run_slurm(workspace, str(target), timeout=560, during=watch)
+    code, log = run_slurm(workspace, str(target), timeout=900, during=watch)
     assert code == 0, log[-4000:]
     assert first, "the first epoch never finished in the job"
     submitted = SUBMITTED.findall(log)
     states = {job_id: state for job_id, state, _ in squeue_jobs()}
     assert submitted[0] == first[0] and len(submitted) == 2
     lost = job_end_epoch(first[0]) - max(saved)
-    print(f"\nTIMEOUT of {topology} with signal_s={signal_s}: first job {states[first[0]]}, training after its last "
-          f"checkpoint (lost) {lost:.0f} s")
+    said = [f"{name}: TIMEOUT of {topology} with signal_s={signal_s}: first job {states[first[0]]}, training "
+            f"after its last checkpoint (lost) {lost:.0f} s"]
     metrics = json.loads(workspace.metrics(topology).read_text())
-    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == epochs
+    assert metrics["attempts"] == 2 and len(metrics["epoch_times_s"]) == PACED_EPOCHS
     assert left, "the first job's end was never seen"
     assert left[0] is not None, "the first job finished training before its limit (no checkpoint left): lengthen the run"
     attempt, partial, finished = left[0]
@@ -188,7 +210,8 @@ def test_time_limit_with_warning_signal_resumes_mid_epoch(slurm_cluster, workspa
     else:
         assert not metrics["resumed_mid_epoch"] and metrics["resumed_from_epoch"] == finished
     where = f"mid-epoch {partial['epoch']}" if partial else f"after epoch {finished - 1}"
-    print(f"the first job's checkpoint: {where}; the retry resumed at epoch {metrics['resumed_from_epoch']}")
+    said.append(f"{name}: the first job's checkpoint: {where}; the retry resumed at epoch {metrics['resumed_from_epoch']}")
+    return "\n".join(said)
 
 
 def checkpoint_left(checkpoint) -> tuple[int, dict | None, int] | None:
