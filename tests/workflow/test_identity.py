@@ -1,5 +1,7 @@
-"""A run's identity (data checksum, settings, training code, versions), and checkpoints that
-cannot be loaded."""
+"""A run's identity in real runs and reports: the report refusing runs whose identity differs,
+train.py recording it on one and two ranks, a checkpoint that cannot be loaded set aside, and
+the workflow rerunning what a change affects (the identity itself, the checkpoint fingerprint
+and the check of a checkpoint: tests/unit/test_identity.py)."""
 
 from __future__ import annotations
 
@@ -7,80 +9,19 @@ import hashlib
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-import train  # noqa: F401  the job modules loaded, as train.py has them when it hashes its code
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records, reportdata
-from ddpscale.plan import identity, runspec
-from ddpscale.job import runinfo
+from ddpscale.plan import identity
 from test_analysis import make_run
+from test_identity import train_args
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 from test_workflow_local import job_counts
-
-SPIRAL = ["--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule"]
-
-
-def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1) -> list[str]:
-    return ["--topology", f"{nodes}x{devices}", "--nodes", str(nodes), "--devices", str(devices),
-            "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-            *SPIRAL, "--data-file", str(data_file),
-            "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
-
-
-def keyed_settings(argv: list[str]) -> dict:
-    """The settings train.py fingerprints: its flags plus the run's identity."""
-    spec = runspec.parse(argv)
-    return {**spec.measured(), "identity": runinfo.run_identity(spec, torch.device("cpu"))}
-
-
-def save_checkpoint(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": {"w": torch.zeros(1000)}, "epoch": 0}, path)
-
-
-# --- the checkpoint fingerprint -----------------------------------------------------------------
-
-def test_checkpoint_of_other_data_bytes_is_not_resumed(tmp_path, capsys):
-    data = tmp_path / "data.npz"
-    data.write_bytes(b"first dataset")
-    argv = train_args(data, tmp_path)
-    before = keyed_settings(argv)
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), before, True) is None  # stamps the fingerprint
-    save_checkpoint(tmp_path / "ckpt/last.ckpt")
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), before, True) == str(tmp_path / "ckpt/last.ckpt")
-
-    data.write_bytes(b"other dataset")  # same path and flags, other bytes
-    after = keyed_settings(argv)
-    assert {k: v for k, v in after.items() if k != "identity"} == {k: v for k, v in before.items() if k != "identity"}
-    assert identity.digest(after) != identity.digest(before)
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), after, True) is None
-    assert not (tmp_path / "ckpt/last.ckpt").exists()
-    assert f"changed: identity.data.{data}" in capsys.readouterr().out
-
-
-def test_identity_parts_and_code_files():
-    fake = {"ddpscale.job.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/timing.py")),
-            "usermods.tiny": types.SimpleNamespace(__file__=str(ROOT / "tests/fixtures/usermods/tiny.py")),
-            "numpy": types.SimpleNamespace(__file__="/elsewhere/numpy/__init__.py"),
-            "builtin": types.SimpleNamespace()}
-    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
-                                ["usermods.tiny"])
-    assert sorted(files) == ["ddpscale/job/launch.py", "ddpscale/job/timing.py", "train.py", "usermods.tiny"]
-    # a forked rank of the local launcher has ddpscale.job.launch loaded; the same set results
-    forked = {**fake, "ddpscale.job.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/launch.py"))}
-    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
-                               ["usermods.tiny"]) == files
-    record = identity.identity({"d.npz": "ab"}, {"topology": "1x2", "seed": 1, "data_file": "d.npz"},
-                               identity.code_hash(files), {"torch": "2"})
-    # only settings every run of a report shares; the topology differs by design
-    assert record["settings"] == {"seed": 1}
-    assert record["digest"] == identity.digest({k: v for k, v in record.items() if k != "digest"})
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -116,29 +57,7 @@ def test_report_refuses_runs_whose_identity_differs(tmp_path):
     assert not (tmp_path / "out/report.html").exists()
 
 
-def test_a_record_without_identity_is_refused_before_the_report(tmp_path):
-    """Every record of this schema version holds its identity: one without it cannot be checked
-    against the others, and the reader names the file and the key."""
-    run = make_run("1x1")
-    del run["identity"]
-    path = tmp_path / "metrics.json"
-    path.write_text(json.dumps(run))
-    with pytest.raises(ValueError, match="metrics.json: missing required key.*identity"):
-        records.load_runs([path])
-
-
 # --- checkpoints that cannot be loaded ----------------------------------------------------------
-
-def test_unloadable_names_why_and_accepts_a_good_checkpoint(tmp_path):
-    good = tmp_path / "good.ckpt"
-    save_checkpoint(good)
-    assert runinfo.unloadable(good) is None
-    truncated = tmp_path / "truncated.ckpt"
-    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    garbage = tmp_path / "garbage.ckpt"
-    garbage.write_bytes(b"\x00garbage" * 100)
-    for bad in (truncated, garbage):
-        assert runinfo.unloadable(bad), f"{bad.name} was taken as loadable"
 
 
 def run(command) -> subprocess.CompletedProcess:

@@ -1,9 +1,10 @@
 """A LightningCLI config as ddpscale's settings (ddpscale.plan.lightningcli), read from the
-files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py)."""
+files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py), and
+a run writing the loggers one names (configs written by hand, and the Trainer and DDP
+arguments classified: tests/unit/test_lightningcli.py)."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import yaml
 
 from conftest import ROOT
 from ddpscale.plan import lightningcli
+from test_lightningcli import ddpscale_config
 
 FIXTURES = ROOT / "tests/fixtures"
 
@@ -24,23 +26,6 @@ def print_config(*args: str) -> dict:
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(FIXTURES)})
     assert done.returncode == 0, done.stderr[-2000:]
     return yaml.safe_load(done.stdout)
-
-
-def ddpscale_config() -> dict:
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config["experiment"], config["accumulate_grad_batches"] = None, 1
-    return config
-
-
-def test_every_trainer_argument_is_classified_with_lightnings_own_default():
-    """A new Lightning's new Trainer argument fails here until it is classified."""
-    import pytorch_lightning as pl
-
-    params = {name: p.default for name, p in inspect.signature(pl.Trainer.__init__).parameters.items() if name != "self"}
-    assert lightningcli.TRAINER_DEFAULTS == params
-    kinds = [set(lightningcli.MAPPED), set(lightningcli.PASSED), set(lightningcli.READ), set(lightningcli.OWNED),
-             set(lightningcli.REFUSED)]
-    assert set().union(*kinds) == set(params) and sum(map(len, kinds)) == len(params), "each argument in one kind"
 
 
 @pytest.mark.slow
@@ -86,95 +71,6 @@ def test_a_fixed_class_cli_config_needs_the_class_named_once():
         "seeds repeat r of every topology with seed 42 + r, so that topologies train alike and repeats are seeds)")
 
 
-def test_settings_ddpscale_cannot_measure_under_are_refused_in_one_line_each():
-    cli = {"trainer": {"max_steps": 500, "val_check_interval": 0.25, "max_epocs": 3}, "fit": {}}
-    problems = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False).problems
-    assert problems == [
-        "cli.yaml: 'fit' is not a key of a LightningCLI fit config (those are seed_everything, trainer, model, data, "
-        "optimizer, lr_scheduler, ckpt_path, weights_only); remove it",
-        "cli.yaml: trainer.max_steps is 500, but ddpscale measures whole epochs; remove it and set trainer.max_epochs "
-        "(trainer.limit_train_batches shortens an epoch)",
-        "cli.yaml: trainer.val_check_interval is 0.25, but validation inside an epoch would split its timed training "
-        "phase; remove it (trainer.check_val_every_n_epoch validates less often)",
-        "cli.yaml: trainer.max_epocs is not an argument of pytorch_lightning's Trainer (2.6); remove it or fix its name"]
-
-
-def test_the_cli_loader_knobs_become_the_dataloader_settings():
-    cli = {"data": {"class_path": "m.D", "init_args": {"num_workers": 4, "pin_memory": True, "root": "x"}}}
-    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
-    assert applied.config["dataloader"]["num_workers"] == 4 and applied.config["dataloader"]["pin_memory"] is True
-    assert applied.config["data"]["init_args"] == {"root": "x"}
-
-
-def test_every_ddp_strategy_argument_has_lightnings_and_torchs_default():
-    """--print_config writes each of them; a new one fails here until it is classified."""
-    import torch
-    from pytorch_lightning.strategies import DDPStrategy
-
-    params = {**{n: p.default for n, p in inspect.signature(DDPStrategy.__init__).parameters.items()
-                 if n not in ("self", "kwargs")},
-              **{n: p.default for n, p in inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__)
-                 .parameters.items() if n not in ("self", "module", "device_ids")}}
-    params["timeout"] = str(params["timeout"])  # as --print_config writes a timedelta
-    assert lightningcli.STRATEGY_DEFAULTS == params
-
-
-@pytest.mark.parametrize("strategy, ddp", [
-    ("ddp", {}),
-    ("ddp_find_unused_parameters_true", {"find_unused_parameters": True}),
-    ("DDP_FIND_UNUSED_PARAMETERS_FALSE", {"find_unused_parameters": False}),
-    ({"class_path": "lightning.pytorch.strategies.DDPStrategy",
-      "init_args": {"find_unused_parameters": True, "static_graph": True, "bucket_cap_mb": 50,
-                    "ddp_comm_hook": "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook"}},
-     {"find_unused_parameters": True, "static_graph": True, "bucket_cap_mb": 50, "comm_hook": "bf16_compress"}),
-    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"gradient_as_bucket_view": True}},
-     {"gradient_as_bucket_view": True}),
-])
-def test_a_ddp_strategy_is_read_into_the_ddp_block(strategy, ddp):
-    config = ddpscale_config()
-    applied = lightningcli.apply({"trainer": {"strategy": strategy}}, config, "cli.yaml", lambda key: False)
-    assert applied.problems == [] and applied.overridden == []
-    assert applied.config["ddp"] == {**config["ddp"], **ddp} and applied.layer.get("ddp", {}) == ddp
-    assert lightningcli.read_line("cli.yaml", applied).startswith("ddpscale: cli.yaml: read into ddpscale's settings: "
-                                                                 "trainer.strategy (")
-
-
-def test_the_cli_file_s_ddp_settings_win_over_the_config_s_as_its_max_epochs_do():
-    config = ddpscale_config()
-    config["ddp"].update(static_graph=True, bucket_cap_mb=25)
-    cli = {"trainer": {"max_epochs": 7, "strategy": {"class_path": "pytorch_lightning.strategies.DDPStrategy",
-                                                     "init_args": {"bucket_cap_mb": 100, "timeout": "0:05:00"}}}}
-    applied = lightningcli.apply(cli, config, "cli.yaml", lambda key: True)
-    assert applied.config["ddp"]["static_graph"] is True and applied.config["ddp"]["bucket_cap_mb"] == 100
-    assert applied.layer["ddp"] == {"bucket_cap_mb": 100} and applied.config["max_epochs"] == 7
-    assert applied.overridden == ["trainer.strategy.init_args.timeout (0:05:00)"]
-
-
-@pytest.mark.parametrize("strategy, expected", [
-    ("fsdp", "cli.yaml: trainer.strategy is 'fsdp', but ddpscale measures DDP, built per topology; use ddp, "
-             "ddp_find_unused_parameters_true or pytorch_lightning.strategies.DDPStrategy, or remove it and set ddp: "
-             "in your ddpscale config"),
-    ("deepspeed_stage_2", "trainer.strategy is 'deepspeed_stage_2', but ddpscale measures DDP"),
-    ("ddp_spawn", "trainer.strategy is 'ddp_spawn', but ddpscale measures DDP"),
-    ({"class_path": "lightning.pytorch.strategies.FSDPStrategy"},
-     "trainer.strategy is 'lightning.pytorch.strategies.FSDPStrategy', but ddpscale measures DDP"),
-    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"find_unused": True}},
-     "cli.yaml: trainer.strategy.init_args.find_unused is not an argument of DDPStrategy or DistributedDataParallel; "
-     "remove it or fix its name"),
-    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"ddp_comm_hook": "os.system"}},
-     "trainer.strategy.init_args.ddp_comm_hook is 'os.system', but ddpscale runs only torch's named hooks"),
-    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": {"broadcast_buffers": False}},
-     "trainer.strategy.init_args.broadcast_buffers is False, but ddpscale sets only find_unused_parameters, "
-     "static_graph, gradient_as_bucket_view, bucket_cap_mb and ddp_comm_hook of DDP (config ddp); remove it"),
-    ({"class_path": "pytorch_lightning.strategies.DDPStrategy", "init_args": [1]},
-     "trainer.strategy.init_args is [1]; give DDPStrategy's arguments by name under it"),
-])
-def test_another_strategy_or_an_unknown_argument_is_refused_in_one_line(strategy, expected):
-    applied = lightningcli.apply({"trainer": {"strategy": strategy}}, ddpscale_config(), "cli.yaml", lambda key: False)
-    [problem] = applied.problems
-    assert expected in problem and "\n" not in problem and "ddp" not in applied.layer
-
-
 @pytest.mark.slow
 def test_a_print_config_ddp_strategy_is_read_with_its_settings_only():
     """--print_config writes every DDPStrategy and DDP argument; only those the user set are read."""
@@ -203,33 +99,6 @@ def test_a_cli_config_s_tensorboard_logger_is_kept_with_its_arguments_in_the_run
     assert "trainer.logger.init_args.save_dir (tb_logs) (the run's folder)" in applied.overridden
 
 
-@pytest.mark.parametrize("logger,loggers,said", [
-    (False, [], None),
-    ({"class_path": "lightning.pytorch.loggers.WandbLogger", "init_args": {"project": "x"}}, None,
-     "trainer.logger (lightning.pytorch.loggers.WandbLogger: ddpscale keeps only CSVLogger and TensorBoardLogger"),
-    ([{"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"flush_logs_every_n_steps": 10}},
-      {"class_path": "lightning.pytorch.loggers.TensorBoardLogger"}],
-     [{"kind": "csv", "init_args": {"flush_logs_every_n_steps": 10}}, {"kind": "tensorboard", "init_args": {}}], None),
-])
-def test_trainer_logger_forms(logger, loggers, said):
-    applied = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml", lambda key: False)
-    assert applied.problems == [] and applied.loggers == loggers
-    assert (said is None) == (not any(str(o).startswith("trainer.logger (") for o in applied.overridden))
-    if said:
-        assert any(o.startswith(said) for o in applied.overridden)
-
-
-@pytest.mark.parametrize("init_args", [{"log_graph": "$(reboot)\n"}, {"flush_logs_every_n_steps": [1]},
-                                       {"experiment_key": "x"}])
-def test_a_logger_argument_ddpscale_cannot_pass_is_refused_in_one_line(init_args):
-    logger = {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": init_args}
-    problems = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml",
-                                  lambda key: False).problems
-    if "log_graph" in init_args:  # CSVLogger takes no log_graph
-        assert problems and "log_graph" in problems[0]
-    assert len(problems) == 1 and problems[0].startswith("cli.yaml: trainer.logger CSVLogger's init_args.")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_writes_the_loggers_the_cli_config_names_beside_its_record(tmp_path, data_file):
@@ -243,15 +112,3 @@ def test_a_run_writes_the_loggers_the_cli_config_names_beside_its_record(tmp_pat
     assert (logs / "metrics.csv").exists() and list(logs.glob("events.out.tfevents.*"))
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["epochs_completed"] == 2 and m["loggers"] == ["CSVLogger", "TensorBoardLogger"]
-
-
-def test_a_tensorboard_logger_without_tensorboard_is_refused_before_any_job(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("tensorboard", "tensorboardX") else real(name, *a))
-    logger = {"class_path": "pytorch_lightning.loggers.TensorBoardLogger"}
-    problems = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml",
-                                  lambda key: False).problems
-    assert len(problems) == 1 and "needs tensorboard" in problems[0] and ".venv/bin/pip install tensorboard" in problems[0]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, WORKFLOW_PYTHON, tiny_config
-from test_lightningcli import print_config
+from workflow.test_lightningcli import print_config  # a bare test_lightningcli is tests/unit's
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
