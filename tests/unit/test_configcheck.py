@@ -219,11 +219,22 @@ def test_the_spiral_module_needs_the_generated_dataset():
 
 def test_data_files_must_exist_before_any_run():
     config = validated(shipped(data={"class_path": "x.Y", "files": ["a.csv", "b.csv", "c.csv"]}))
-    assert file_problems(config, "c", lambda path: path == "b.csv") == [
+    assert file_problems(config, "c", lambda path: path == "b.csv", lambda path: True) == [
         "c: data.files lists a.csv, c.csv, which do not exist (paths are relative to the directory snakemake "
         "runs in); fix the path or create the file"
     ]
-    assert file_problems(config, "c", lambda path: True) == []
+    assert file_problems(config, "c", lambda path: True, lambda path: True) == []
+
+
+def test_a_directory_or_device_as_a_data_file_is_refused(tmp_path):
+    """Their checksum was null, so an edit inside a directory never reran anything."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "ok.csv").write_text("x\n")
+    files = [str(tmp_path / "ok.csv"), str(tmp_path / "folder"), "/dev/zero"]
+    config = validated(shipped(data={"class_path": "x.Y", "files": files}))
+    assert file_problems(config, "c") == [
+        f"c: data.files lists {files[1]}, /dev/zero, which are not regular files (a directory or a device); list "
+        "the files inside it that the data module reads"]
 
 
 def test_config_source_names_the_default_first_and_relative(tmp_path):
@@ -295,3 +306,27 @@ def test_ddp_defaults_are_torch_s_and_a_block_may_name_some_keys_only():
     wrapper = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
     for key in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "bucket_cap_mb"):
         assert validated({})["ddp"][key] == wrapper[key].default
+
+
+@pytest.mark.parametrize("name", ["data/{split}.csv", "a}.csv", "a\nb.csv"])
+def test_a_data_file_name_snakemake_cannot_take_is_refused(name):
+    config = validated(shipped(data={"class_path": "x.Y", "files": [name]}))
+    assert file_problems(config, "c", lambda path: True, lambda path: True) == [
+        f"c: data.files lists {name!r}, whose name holds a brace or a control character, which Snakemake "
+        "cannot take as an input; rename the file"]
+
+
+def test_a_config_that_is_not_utf8_or_is_huge_is_named_with_its_line(tmp_path):
+    from ddpscale.plan.configcheck import MAX_CONFIG_BYTES, read_config
+
+    good = tmp_path / "good.yaml"
+    good.write_text("experiment: café\n", encoding="utf-8")
+    assert read_config(good) == ("experiment: café\n", None)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seed: 1\nexperiment: café\n".encode("latin-1"))
+    assert read_config(latin, "overlay.yaml") == (None, "overlay.yaml line 2: byte 0xe9 is not UTF-8 text; save the "
+                                                         "file as UTF-8 (or retype that line)")
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"#" * (MAX_CONFIG_BYTES + 1))
+    text, problem = read_config(huge, "huge.yaml")
+    assert text is None and problem.startswith("huge.yaml: 1,048,577 bytes, more than a config's 1,048,576")

@@ -31,9 +31,19 @@ def test_every_path_of_an_experiment_is_under_its_own_folder():
 
 
 @pytest.mark.parametrize("name,allowed", [("spiralmlp", True), ("a.b-c_1", True), ("../up", False),
-                                          ("a/b", False), (".hidden", False), ("", False)])
+                                          ("a/b", False), (".hidden", False), ("", False), ("foo\n", False),
+                                          ("x" * 64, True), ("x" * 65, False), ("a b", False)])
 def test_an_experiment_name_is_one_folder_never_a_path(name, allowed):
-    assert bool(re.match(NAME_PATTERN, name)) is allowed
+    assert bool(re.search(NAME_PATTERN, name)) is allowed  # re.search: as jsonschema applies a pattern
+
+
+def test_the_schema_holds_the_same_name_pattern():
+    import yaml
+
+    from conftest import ROOT
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    assert schema["properties"]["experiment"]["pattern"] == NAME_PATTERN
 
 
 def test_finished_runs_of_another_workload_are_named_and_the_same_workload_is_not():

@@ -33,6 +33,14 @@ def test_missing_modules_under_the_root_still_fail_with_the_fix(user_root):
             check_importable(path, "model.class_path", root=str(user_root))
 
 
+@pytest.mark.parametrize("path", ["../../etc/passwd", "/abs/path.Model", "userpkg..stripes.Net", "userpkg.stripes.\nNet",
+                                  "user pkg.Net", "SpiralMLP", "", ".flat.Model", "flat.Model.", None])
+def test_a_class_path_that_is_not_dotted_identifiers_is_named_with_its_key(user_root, path):
+    """A relative path went on to an ImportError that named no key."""
+    with pytest.raises(PluginError, match=r"^model.class_path: .* is not an import path; write package.module.ClassName"):
+        check_importable(path, "model.class_path", root=str(user_root))
+
+
 def test_installed_and_scripts_modules_are_still_found(user_root):
     check_importable("ddpscale.workloads.models.SpiralMLP", "model.class_path", root=str(user_root))
     check_importable("json.JSONDecoder", "model.class_path", root=str(user_root))

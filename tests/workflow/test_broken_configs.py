@@ -52,6 +52,10 @@ EXPECTED = {
     "efficiency_threshold_percent": ["report.efficiency_threshold is 80", "at most 1", "80% is 0.8"],
     "compare_with_missing_file": ["report.compare_with is 'old/scaling.tsv', which is not a file", "set it to null"],
     "class_path_without_module": ["model.class_path: 'SpiralMLP' is not an import path", "package.module.ClassName"],
+    "class_path_relative": ["model.class_path: '../../etc/passwd' is not an import path", "package.module.ClassName"],
+    "experiment_with_newline": ["experiment is 'foo\\n'", "one name of at most 64 letters"],
+    "data_file_directory": ["data.files lists config, which is not a regular file", "list the files inside it"],
+    "not_utf8.full": ["config/config.yaml line 2: byte 0xe9 is not UTF-8 text", "save the file as UTF-8"],
     "module_not_importable": ["model.class_path: module 'mymodel.net'", "fix the path"],
     "data_file_set_by_hand": ["data.init_args.data_file is set", "remove data.init_args.data_file"],
     "persistent_workers_without_workers": ["dataloader.persistent_workers is true but dataloader.num_workers is 0",
@@ -110,7 +114,7 @@ def test_corpus_is_complete():
     assert len(corpus()) >= 20
     assert sorted(EXPECTED) == corpus()
     for name in corpus():
-        first = (CORPUS / f"{name}.yaml").read_text().splitlines()[0]
+        first = (CORPUS / f"{name}.yaml").read_bytes().splitlines()[0].decode()  # not_utf8.yaml is Latin-1
         assert first.startswith("# meant: "), f"{name}: the first line says what the user meant"
 
 

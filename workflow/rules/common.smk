@@ -92,10 +92,9 @@ CONTRACT = contractfacts.start(
     os.getcwd(),
     PLAN.versions,
 )
-# Keys that only work together, and a generated dataset too small for a batch of every topology.
-if problems := setting_problems(config, list(PLAN.topologies), CONFIG_SOURCE) + file_problems(
-    config, CONFIG_SOURCE, os.path.exists
-):
+# Keys that only work together, a generated dataset too small for a batch of every topology, and
+# data files that are missing or not regular files.
+if problems := setting_problems(config, list(PLAN.topologies), CONFIG_SOURCE) + file_problems(config, CONFIG_SOURCE):
     raise WorkflowError("\n".join(problems))
 
 

@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.plan.configcheck import schema_problems, yaml_problem  # noqa: E402
+from ddpscale.plan.configcheck import read_config, schema_problems, yaml_problem  # noqa: E402
 from ddpscale.plan.configsource import (  # noqa: E402
     DEFAULT_CONFIG,
     config_source,
@@ -29,7 +29,10 @@ def config_layers():
         [(DEFAULT_CONFIG, yaml.safe_load(Path(DEFAULT_CONFIG).read_text()))] if Path(DEFAULT_CONFIG).is_file() else []
     )
     for path in workflow.config_settings.configfiles:
-        layers.append((relative_name(path, os.getcwd()), yaml.safe_load(Path(path).read_text()) or {}))
+        text, problem = read_config(path, relative_name(path, os.getcwd()))
+        if problem:
+            raise WorkflowError(problem)
+        layers.append((relative_name(path, os.getcwd()), yaml.safe_load(text) or {}))
     if workflow.config_settings.config:
         layers.append(("--config", dict(workflow.config_settings.config)))
     return layers

@@ -14,8 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RESULTS = "results"
-# what the schema allows for `experiment`: one folder name, never a path out of results/
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# what the schema allows for `experiment`: one folder name, never a path out of results/, at most
+# 64 characters (a path of results/<name>/checkpoints/... must stay under the file system's
+# limit). The lookahead: in the regular expressions of Python's jsonschema `$` also matches before
+# a final newline, and "foo\n" would become a folder and split a rule's shell line.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(?!\n)$"
 # results/ as it was before experiments had folders of their own
 LEGACY_RUNS = f"{RESULTS}/runs"
 

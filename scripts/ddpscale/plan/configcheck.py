@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import re
+from pathlib import Path
 
 import yaml
 
@@ -31,6 +34,9 @@ def key_name(path) -> str:
     return name or "the config"
 
 
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def shown(value) -> str:
     """A value as the user wrote it in YAML, with what YAML made of it when that surprises."""
     if value is None:
@@ -38,7 +44,8 @@ def shown(value) -> str:
     if isinstance(value, bool):
         return f"{str(value).lower()} (true/false)"
     if isinstance(value, str):
-        return f"'{value}'"
+        # a control character is shown escaped: a newline would split the one-line message
+        return repr(value) if CONTROL_CHARACTER.search(value) else f"'{value}'"
     return repr(value)
 
 
@@ -119,13 +126,13 @@ def schema_error_message(error, where) -> str:
         if rule == "maximum" and limit == 1 and isinstance(value, (int, float)) and 1 < value <= 100:
             text += f" (a fraction: {value}% is {value / 100:g})"
     elif rule == "pattern" and key.startswith("topologies["):
-        text = (f"{key} is '{value}', which is not a topology; write NODESxDEVICES, e.g. '1x4' "
+        text = (f"{key} is {shown(value)}, which is not a topology; write NODESxDEVICES, e.g. '1x4' "
                 "for one node with 4 devices or '2x4' for two such nodes")
     elif rule == "pattern" and limit.startswith("^") and limit.endswith("$") and limit[1:-1].isalpha():
         # a number or one word (repeats: auto): name both, not the regular expression
-        text = f"{key} is '{value}'; it must be a whole number or {limit[1:-1]} (without quotes for a number)"
+        text = f"{key} is {shown(value)}; it must be a whole number or {limit[1:-1]} (without quotes for a number)"
     elif rule == "pattern":
-        text = f"{key} is '{value}', which does not have the form {limit}; fix it"
+        text = f"{key} is {shown(value)}, which does not have the form {limit}; fix it"
     elif rule in ("minItems", "maxItems"):
         bound = "at least" if rule == "minItems" else "at most"
         text = f"{key} has {len(value)} entries but needs {bound} {limit}; fix the list"
@@ -243,19 +250,55 @@ def dataset_problems(config: dict, topologies: list[Topology], where: str) -> li
     return problems
 
 
-def file_problems(config: dict, where: str, exists) -> list[str]:
-    """The files the user's data module reads must be there before any run starts."""
-    missing = [f for f in config["data"]["files"] if not exists(f)]
-    if not missing:
-        return []
-    return [f"{where}: data.files lists {', '.join(missing)}, which "
-            f"{'does' if len(missing) == 1 else 'do'} not exist (paths are relative to the directory "
-            "snakemake runs in); fix the path or create the file"]
+def file_problems(config: dict, where: str, exists=os.path.exists, is_file=os.path.isfile) -> list[str]:
+    """The files the user's data module reads must be there before any run starts, each a
+    regular file: a directory or a device has no checksum, so a change inside it would rerun
+    nothing (and /dev/zero never ends)."""
+    files = config["data"]["files"]
+    # Snakemake reads braces in an input path as a wildcard, and a control character would
+    # reach the rule's log and shell line
+    odd = [f for f in files if re.search(r"[{}]", f) or CONTROL_CHARACTER.search(f)]
+    if odd:
+        return [f"{where}: data.files lists {', '.join(map(repr, odd))}, whose name holds a brace or a control "
+                "character, which Snakemake cannot take as an input; rename the file"]
+    missing = [f for f in files if not exists(f)]
+    other = [f for f in files if exists(f) and not is_file(f)]
+    problems = []
+    if missing:
+        problems.append(f"{where}: data.files lists {', '.join(missing)}, which "
+                        f"{'does' if len(missing) == 1 else 'do'} not exist (paths are relative to the directory "
+                        "snakemake runs in); fix the path or create the file")
+    if other:
+        problems.append(f"{where}: data.files lists {', '.join(other)}, which "
+                        f"{'is not a regular file' if len(other) == 1 else 'are not regular files'} (a directory or "
+                        "a device); list the files inside it that the data module reads")
+    return problems
 
 
 def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
     """Checks across keys of a validated config (defaults filled), one line per problem."""
     return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+
+
+# A config is a page of settings; a bigger file is a mistake (a data file named as a config)
+# and is refused before YAML reads it.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config(path, where: str | None = None) -> tuple[str | None, str | None]:
+    """(text, None) of a config file, or (None, why not) in one line: too big, or not UTF-8 text
+    (YAML would end in a traceback naming no file)."""
+    where = where or str(path)
+    data = Path(path).read_bytes()
+    if len(data) > MAX_CONFIG_BYTES:
+        return None, (f"{where}: {len(data):,} bytes, more than a config's {MAX_CONFIG_BYTES:,}; is it the "
+                      "right file?")
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        return None, (f"{where} line {line}: byte 0x{data[err.start]:02x} is not UTF-8 text; save the file as "
+                      "UTF-8 (or retype that line)")
 
 
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:

@@ -7,6 +7,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 
@@ -22,10 +23,15 @@ class PluginError(ValueError):
     """An import path or init argument in config that cannot work; names the fix."""
 
 
+# Python identifiers joined by dots, the whole text: a relative path ("../x"), a newline or a
+# space is named as this key's mistake rather than met as an ImportError naming no key.
+IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
 def split_path(path: str, key: str) -> tuple[str, str]:
+    if not isinstance(path, str) or not IMPORT_PATH.fullmatch(path):
+        raise PluginError(f"{key}: {path!r} is not an import path; write package.module.ClassName")
     module, _, name = path.rpartition(".")
-    if not module or not name:
-        raise PluginError(f"{key}: '{path}' is not an import path; write package.module.ClassName")
     return module, name
 
 
