@@ -184,10 +184,39 @@ def test_boolean_site_value_is_rejected(key):
         site_from_resources({"site_launcher": "srun", key: True})
 
 
-@pytest.mark.parametrize("launcher", ["", None])
-def test_empty_launcher_is_rejected(launcher):
-    with pytest.raises(SiteError, match="site_launcher"):
+@pytest.mark.parametrize("launcher", ["", None, "mpirun", "srun; touch x;", "srun\n", "$(srun)"])
+def test_a_launcher_ddpscale_does_not_know_is_rejected(launcher):
+    with pytest.raises(SiteError, match="site_launcher must be one of local, srun"):
         site_from_resources({"site_launcher": launcher, "site_gpus_per_node": 4})
+
+
+# A value the SLURM plugin hands to the shell that runs sbatch: each of these ran `touch x` on the
+# login node, or split the sbatch line, before site_slurm_extra had a grammar.
+@pytest.mark.parametrize("extra", ["--gpu-bind=none; touch x #", "--gpu-bind=none\ntouch x", "--comment=$(touch x)",
+                                   "--comment=`touch x`", "--hint=nomultithread | touch x", "--x && touch x",
+                                   "--comment='a b'", "--begin=now > x", "gpu-bind=none"])
+def test_a_site_slurm_extra_a_shell_would_read_is_refused(extra):
+    with pytest.raises(SiteError, match=r"^profiles/x: site_slurm_extra ['\"]"):
+        site_from_resources({"site_launcher": "srun", "site_slurm_extra": extra}, where="profiles/x")
+
+
+@pytest.mark.parametrize("env", ["A=1; touch x", "A=1\nB=2", "1A=2", "A=1 'open", "touch x", "A-B=1"])
+def test_a_site_env_that_is_not_name_value_pairs_is_refused(env):
+    with pytest.raises(SiteError, match=r"^profiles/x: site_env ['\"]"):
+        site_from_resources({"site_launcher": "srun", "site_env": env}, where="profiles/x")
+
+
+def test_site_env_values_reach_the_ranks_as_text_not_as_shell(tmp_path):
+    """A value may hold anything printable: env gets it quoted, so no shell runs it."""
+    import subprocess
+
+    site = site_from_resources({"site_launcher": "srun", "site_gpus_per_node": 4,
+                                "site_env": "A=$(touch${IFS}x) B='`touch x` y' C=ib0"})
+    prefix = launch_prefix(parse_topology("1x1"), site, "python")
+    env = prefix[:prefix.index(" srun ")]
+    done = subprocess.run(["bash", "-c", f"{env} printenv A B C"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.stdout.splitlines() == ["$(touch${IFS}x)", "`touch x` y", "ib0"], done.stderr
+    assert list(tmp_path.iterdir()) == [], "the shell ran a value"
 
 
 # --- slurm_extra: tasks per node, warning signal, exclusive nodes ---

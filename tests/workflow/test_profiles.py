@@ -287,6 +287,18 @@ def test_a_constraint_in_site_slurm_extra_is_refused_before_any_job(tmp_path):
     assert "rule train_" not in output
 
 
+@pytest.mark.parametrize("key, value", [
+    ("site_slurm_extra", "--gpu-bind=none; touch x #"), ("site_slurm_extra", "--gpu-bind=none\ntouch x"),
+    ("site_env", "A=1; touch x"), ("site_launcher", "srun; touch x;")])
+def test_profile_values_a_shell_would_run_stop_the_dry_run(tmp_path, key, value):
+    """Each of these passed the dry run and ran `touch x` on the login node at submission (the
+    plugin runs sbatch through a shell) or in every job's shell line."""
+    _, rc, output = dry_run_edited_raven(tmp_path, lambda entries: entries["train"].update({key: value}))
+    assert rc != 0
+    assert f"profile set-resources train: {key} " in output, output[-2000:]
+    assert "rule train_" not in output
+
+
 def test_raven_training_jobs_ask_for_the_gpu_node_feature():
     rc, output = dry_run("raven", ["1x1", "1x4", "2x4"])
     assert rc == 0, output

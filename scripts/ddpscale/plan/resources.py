@@ -6,10 +6,12 @@ The resource names are those of snakemake-executor-plugin-slurm 2.8.0.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, fields
 
 from ddpscale.core.topology import Topology
+from ddpscale.plan.configcheck import CONTROL_CHARACTER
 
 # A profile states its site facts as custom resources of its set-resources entry `train`,
 # prefixed so that they never collide with a resource the SLURM plugin interprets.
@@ -20,6 +22,13 @@ SITE_PREFIX = "site_"
 FLAG_FACTS = ("exclusive", "multi_node_whole_nodes")
 # site_interconnect's values: what the report expects NCCL to use between nodes
 INTERCONNECTS = ("infiniband", "ethernet", "unknown")
+# How ranks start: one process per simulated device on this host, or tasks of an srun step.
+LAUNCHERS = ("local", "srun")
+# site_env and site_slurm_extra end up in shell lines (the job's, and the plugin's sbatch call,
+# which it runs through a shell), so they are held to a grammar that has no shell syntax: a
+# variable's name is an identifier (its value is quoted), an sbatch flag holds only these.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SBATCH_TEXT = re.compile(r"[A-Za-z0-9_.,:@%/+= -]*")
 
 
 class SiteError(ValueError):
@@ -126,14 +135,55 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
     if site.multi_node_whole_nodes and site.gpus_per_node is None:
         raise SiteError(f"{where}: {SITE_PREFIX}multi_node_whole_nodes needs {SITE_PREFIX}gpus_per_node, "
                         f"the GPUs of a whole node")
-    if not isinstance(site.slurm_extra, str):
-        raise SiteError(f"{where}: {SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {site.slurm_extra!r})")
-    if not isinstance(site.launcher, str) or not site.launcher.strip():
-        raise SiteError(f"{where}: {SITE_PREFIX}launcher must be 'local' or a launcher such as 'srun' (got {site.launcher!r})")
+    if site.launcher not in LAUNCHERS:
+        raise SiteError(f"{where}: {SITE_PREFIX}launcher must be one of {', '.join(LAUNCHERS)}, how the ranks start "
+                        f"(got {site.launcher!r})")
+    problem = env_problem(site.env) or slurm_extra_problem(site.slurm_extra)
+    if problem:
+        raise SiteError(f"{where}: {problem}")
     if site.interconnect not in INTERCONNECTS:
         raise SiteError(f"{where}: {SITE_PREFIX}interconnect must be one of {', '.join(INTERCONNECTS)}, the "
                         f"network between the nodes (got {site.interconnect!r})")
     return site
+
+
+def env_words(env: str) -> list[str]:
+    """site_env as its NAME=VALUE words (shell quoting as written is read)."""
+    return shlex.split(env)
+
+
+def env_problem(env) -> str | None:
+    """Why site_env is not NAME=VALUE pairs separated by spaces, or None."""
+    fix = 'write NAME=VALUE pairs separated by spaces, e.g. "NCCL_SOCKET_IFNAME=ib0 NCCL_IB_HCA=mlx5_0"'
+    if not isinstance(env, str):
+        return f"{SITE_PREFIX}env must be a string: {fix} (got {env!r})"
+    if CONTROL_CHARACTER.search(env):
+        return f"{SITE_PREFIX}env {env!r} holds a control character (a newline?); {fix}"
+    try:
+        words = env_words(env)
+    except ValueError as err:
+        return f"{SITE_PREFIX}env {env!r} cannot be read as shell words ({err}); {fix}"
+    for word in words:
+        name, equals, _ = word.partition("=")
+        if not equals or not ENV_NAME.fullmatch(name):
+            return f"{SITE_PREFIX}env {env!r}: {word!r} is not NAME=VALUE with NAME a variable name; {fix}"
+    return None
+
+
+def slurm_extra_problem(flags) -> str | None:
+    """Why site_slurm_extra is not plain sbatch flags, or None. The SLURM plugin runs sbatch
+    through a shell with these flags as written: `;`, `$(...)` or a newline there would run on
+    the login node, and a quote would swallow the flags after it."""
+    if not isinstance(flags, str):
+        return f"{SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {flags!r})"
+    bad = sorted(set(SBATCH_TEXT.sub("", flags)))
+    if bad:
+        return (f"{SITE_PREFIX}slurm_extra {flags!r} holds {' '.join(map(repr, bad))}, which sbatch flags do not need "
+                "and a shell would read; write flags of letters, digits and . , : @ % / + = - separated by spaces, "
+                'e.g. "--gpu-bind=none --hint=nomultithread"')
+    if flags.strip() and not flags.strip().startswith("-"):
+        return f"{SITE_PREFIX}slurm_extra {flags!r} must start with a flag (-x or --name)"
+    return None
 
 
 def cluster_launched(topo: Topology, site: Site) -> bool:
@@ -204,7 +254,8 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
     never initialised; given, a single rank gets the first and the local launcher gives each
     simulated node its own. A cluster's ranks get their GPUs from the allocation.
     """
-    variables = [site.env] if site.env else []
+    # each NAME=VALUE quoted: a value is text for env, never shell syntax (env_problem)
+    variables = [shlex.quote(word) for word in env_words(site.env)]
     if not site.is_local:
         if gpu_ids is not None:
             raise ValueError("gpu_ids are for the local launcher; under SLURM the allocation sets the GPUs")
