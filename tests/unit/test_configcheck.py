@@ -287,10 +287,10 @@ def test_a_nan_or_an_infinity_is_refused_where_the_schema_s_bounds_let_it_throug
     # every comparison with NaN is false, so `exclusiveMinimum` and `maximum` pass it
     [message] = schema_problems(shipped(ddp={"bucket_cap_mb": float("nan")}), SCHEMA, "my.yaml")
     assert message == "my.yaml: ddp.bucket_cap_mb is nan, which no setting can use; give a finite number"
-    # a key with a minimum only took .inf (a collective that waits forever)
-    [message] = schema_problems(shipped(collective_timeout_s=float("inf")), SCHEMA, lambda path: f"{path[0]}.yaml")
-    assert message == ("collective_timeout_s.yaml: collective_timeout_s is inf, which no setting can use; "
-                       "give a finite number")
+    # a key with a minimum only took .inf (collective_timeout_s did: a collective that waited forever)
+    [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "noise": float("inf")}), SCHEMA,
+                                lambda path: f"{path[0]}.yaml")
+    assert message == "dataset.yaml: dataset.noise is inf, which no setting can use; give a finite number"
     [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "split": [0.7, float("nan"), 0.15]}), SCHEMA)
     assert message.startswith("config/config.yaml: dataset.split[1] is nan")
 

@@ -47,6 +47,8 @@ EXPECTED = {
     "compile_as_boolean": ["compile is true", "quote the value"],
     "split_not_summing_to_one": ["dataset.split [0.8, 0.15, 0.15] sums to 1.1", "add up to 1"],
     "negative_noise": ["dataset.noise is -0.2", "must be at least 0"],
+    "seed_beyond_lightning": ["seed is 100000000000000000000000; it must be at most 2147483647"],
+    "collective_timeout_huge": ["collective_timeout_s is 1e+300; it must be at most 86400"],
     "too_few_samples": ["dataset.samples 60 gives 42 train samples", "raise dataset.samples to at least 91"],
     "negative_tolerance": ["accuracy.tolerance is -0.02", "must be at least 0"],
     "efficiency_threshold_percent": ["report.efficiency_threshold is 80", "at most 1", "80% is 0.8"],
