@@ -125,11 +125,7 @@ def print_reservation():
     settings = workflow.output_settings
     if settings is None or not settings.dryrun or not workflow.is_main_process:
         return
-
-    def finished(topology, repeat):
-        return Path(PLAN.layout.metrics(topology, repeat)).exists()
-
-    for line in PLAN.reservation_lines(PROFILE.runtimes, finished):
+    for line in PLAN.reservation_lines(PROFILE.runtimes):
         print(line, file=sys.stderr)
 
 
@@ -318,7 +314,7 @@ def get_compare_with(wildcards):
 
 def get_finished_metrics(wildcards):
     """What a partial report is built from: every run that finished, none that did not."""
-    done = [path for path in PLAN.metrics() if Path(path).exists()]
+    done = PLAN.finished_metrics()
     if not done:
         raise WorkflowError(
             "no training run has finished yet, so there is nothing to report; "
@@ -331,8 +327,8 @@ def get_failures(wildcards):
     """The last line of each train log without metrics: a new failure reruns the partial report."""
     tails = {}
     for topology, repeat in PLAN.runs():
-        metrics, log = Path(PLAN.layout.metrics(topology, repeat)), Path(PLAN.layout.train_log(topology, repeat))
-        if not metrics.exists() and log.exists():
+        log = Path(PLAN.layout.train_log(topology, repeat))
+        if not PLAN.finished(topology, repeat) and log.exists():
             tails[str(log)] = last_nonempty_line(log.read_text(errors="replace"))
     return json.dumps(tails, sort_keys=True)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ddpscale.core import measuremode
@@ -44,7 +45,7 @@ class RunPlan:
     notes: tuple[str, ...] = ()  # what the user is told while the workflow parses
     _specs: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
+    @cached_property
     def layout(self) -> Layout:
         return layout(self.config)
 
@@ -80,7 +81,7 @@ class RunPlan:
     def topology_names(self) -> list[str]:
         return [t.name for t in self.topologies]
 
-    @property
+    @cached_property
     def stage_topologies(self) -> dict[str, list[str]]:
         """{stage: its topology names}: rule train_<stage> trains exactly these."""
         return stage_topologies(list(self.topologies), self.config["baseline"])
@@ -94,6 +95,13 @@ class RunPlan:
 
     def metrics(self, topologies: list[str] | None = None) -> list[str]:
         return [self.layout.metrics(name, repeat) for name, repeat in self.runs(topologies)]
+
+    def finished(self, topology: str, repeat) -> bool:
+        """Whether a run's record exists (Snakemake then does not rerun it)."""
+        return Path(self.layout.metrics(topology, repeat)).exists()
+
+    def finished_metrics(self) -> list[str]:
+        return [self.layout.metrics(name, repeat) for name, repeat in self.runs() if self.finished(name, repeat)]
 
     def stage_metrics(self, stage: str) -> list[str]:
         return self.metrics(self.stage_topologies[stage])
@@ -136,9 +144,9 @@ class RunPlan:
         chosen = list(self.repeats) if repeats is None else repeats
         return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, finished)
 
-    def reservation_lines(self, runtimes: dict, finished) -> list[str]:
+    def reservation_lines(self, runtimes: dict) -> list[str]:
         """What the benchmark reserves, printed by a dry run before anything is submitted."""
-        jobs = self.training_jobs(runtimes, finished)
+        jobs = self.training_jobs(runtimes, self.finished)
         return reservation.summary_lines(jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
 
     def report_flags(self, runtimes: dict) -> str:
@@ -232,7 +240,7 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
             f"to results/<name>/), or delete {plan.layout.runs} to replace the runs there")
     if plan.generated:
         data_file = Path(plan.data_file)
-        finished = [m for m in plan.metrics() if Path(m).exists()]
+        finished = plan.finished_metrics()
         problem = None
         if data_file.exists():
             problem = corruption(str(data_file))
