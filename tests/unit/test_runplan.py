@@ -19,11 +19,12 @@ SRUN = Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=100
 NO_GPU = VisibleGpus(0, (), "nvidia-smi -L")
 
 
-def plan(config=None, site=Site(), gpus=NO_GPU, cores=8, **changes) -> runplan.RunPlan:
+def plan(config=None, site=Site(), gpus=NO_GPU, cores=8, memory_mb=None, source=None, **changes) -> runplan.RunPlan:
     config = config or default_config(**changes)
     local = site.is_local
     return runplan.build(config, site, config_source="config/config.yaml", lightning=None, python="/v/bin/python",
-                         versions={"torch": "2.13.0"}, gpus=gpus if local else None, cores=cores if local else None)
+                         versions={"torch": "2.13.0"}, gpus=gpus if local else None, cores=cores if local else None,
+                         memory_mb=memory_mb if local else None, source=source)
 
 
 def test_targets_are_every_topology_and_repeat_under_the_layout():
@@ -71,6 +72,30 @@ def test_the_host_decides_the_local_accelerator_and_says_why():
     assert cpu.notes[0].startswith("measure full (")
     crowded = plan(topologies=["1x1", "1x4"], cores=2)
     assert any(note.startswith("warning: 1x4: more simulated devices") for note in crowded.notes)
+
+
+def test_a_local_topology_beyond_the_hosts_memory_is_refused_not_warned():
+    with pytest.raises(TopologyError) as refused:
+        plan(topologies=["1x1", "1x2", "99999x8"], cores=2, memory_mb=24_000, batch={"scaling": "weak", "size": 64})
+    assert str(refused.value).startswith("config/config.yaml: '99999x8' runs 799,992 processes")
+    assert "this machine has 24 GB. Use at most 240 devices" in str(refused.value)
+    # oversubscribed but within memory: measured, with the warning
+    assert any(n.startswith("warning: 1x4") for n in plan(topologies=["1x1", "1x4"], cores=2, memory_mb=24_000).notes)
+    # a cluster's nodes are not this host
+    assert plan(site=SRUN, topologies=["1x1", "999x4"], memory_mb=24_000, batch={"scaling": "weak", "size": 64}).topologies[-1].name == "999x4"
+
+
+def test_a_topology_message_names_the_file_that_set_the_key():
+    overlay = {("topologies",): "presets/big.yaml", ("baseline",): "--config"}
+    where = lambda key: overlay.get(key, "config/config.yaml")  # noqa: E731
+    with pytest.raises(TopologyError, match=r"^presets/big.yaml, topologies\[1\]: '0x4' has 0 nodes"):
+        plan(topologies=["1x1", "0x4"], source=where)
+    with pytest.raises(TopologyError, match=r"^--config: baseline '1x4' is not among"):
+        plan(topologies=["1x1", "1x2"], baseline="1x4", source=where)
+    with pytest.raises(TopologyError, match=r"^presets/big.yaml: '99999x8' runs"):
+        plan(topologies=["1x1", "99999x8"], memory_mb=24_000, source=where, batch={"scaling": "weak", "size": 64})
+    with pytest.raises(AcceleratorError, match=r"^config/config.yaml: accelerator is gpu"):
+        plan(topologies=["1x1", "1x2"], accelerator="gpu", source=where)
 
 
 def test_a_plan_the_site_or_host_cannot_run_is_refused_in_one_line():

@@ -20,7 +20,7 @@ from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
 from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
-from ddpscale.plan.hostdevices import AcceleratorError, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.plan.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus  # noqa: E402
 from ddpscale.plan.identity import installed_versions  # noqa: E402
 from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
 from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
@@ -74,6 +74,8 @@ try:
         # only the local profile runs on this host (nvidia-smi: a second at most)
         gpus=visible_gpus() if PROFILE.site.is_local else None,
         cores=usable_cores() if PROFILE.site.is_local else None,
+        memory_mb=host_memory_mb() if PROFILE.site.is_local else None,
+        source=source,
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first

@@ -54,8 +54,12 @@ def check_topologies(
     batch_size: int,
     config_path: str = "config/config.yaml",
     multi_node_whole_nodes: bool = False,
+    baseline_path: str | None = None,
 ) -> list[Topology]:
     """Parse and check every topology of the config against the site; return them sorted.
+
+    config_path names the file that set `topologies`, baseline_path the one that set
+    `baseline` (an overlay may set either), so a message sends the user to the right file.
 
     Raises TopologyError with the first problem found, so nothing is submitted.
     """
@@ -86,10 +90,11 @@ def check_topologies(
                 "choose a batch.size divisible by every world size"
             )
         topologies.append(topo)
-    base = parse_topology(baseline, where=f"{config_path}, baseline")
+    baseline_path = baseline_path or config_path
+    base = parse_topology(baseline, where=f"{baseline_path}, baseline")
     if base not in topologies:
         raise TopologyError(
-            f"{config_path}: baseline '{baseline}' is not among the topologies "
+            f"{baseline_path}: baseline '{baseline}' is not among the topologies "
             f"{[t.name for t in topologies]}; add it, since speedup is measured against it"
         )
     return sorted(topologies, key=lambda t: (t.world_size, t.num_nodes))

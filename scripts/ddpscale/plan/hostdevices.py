@@ -94,6 +94,33 @@ def visible_gpus(environ: Mapping[str, str] | None = None,
     return VisibleGpus(count, tuple(str(i) for i in range(count)), "nvidia-smi -L")
 
 
+# The least memory one CPU-simulated rank takes of its own: a forked spiral-MLP rank held
+# 130 MB private (Private_Dirty + Private_Clean of /proc/PID/smaps_rollup) while training here;
+# a user's model only adds to it. A topology whose ranks need more than the host's memory
+# cannot run, however long it waits, and 99999x8 would start 800,000 processes.
+RANK_MEMORY_MB = 100
+
+
+def host_memory_mb() -> int:
+    """This host's physical memory in MB (what every simulated rank shares)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 1_000_000
+
+
+def unholdable(topologies: Sequence[Topology], memory_mb: int) -> list[Topology]:
+    """The topologies whose CPU-simulated ranks cannot fit in this host's memory together."""
+    return [t for t in topologies if t.world_size * RANK_MEMORY_MB > memory_mb]
+
+
+def unholdable_message(topo: Topology, memory_mb: int, where: str) -> str:
+    most = max(1, memory_mb // RANK_MEMORY_MB)
+    return (
+        f"{where}: '{topo.name}' runs {topo.world_size:,} processes on this machine (the local profile "
+        f"simulates each device as one), which need at least {topo.world_size * RANK_MEMORY_MB / 1000:,.0f} GB "
+        f"of memory; this machine has {memory_mb / 1000:,.0f} GB. Use at most {most:,} devices in all "
+        "here, or run it with a cluster profile"
+    )
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask, which cgroups and taskset narrow)."""
     try:

@@ -14,13 +14,15 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Callable
 from pathlib import Path
 
 from ddpscale.core import measuremode
 from ddpscale.core.layout import Layout, layout, other_workload
-from ddpscale.core.topology import Topology, check_topologies, name_pattern, parse_topology, stage_topologies
+from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
 from ddpscale.plan import reservation, runspec
-from ddpscale.plan.hostdevices import choose_accelerator, oversubscription_warning
+from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
+                                      unholdable_message)
 from ddpscale.plan.identity import generated_with_other_settings
 from ddpscale.plan.resources import Site, launch_prefix, slurm_resources
 from ddpscale.plan.spiral import corruption, manifest_path_for
@@ -183,24 +185,32 @@ class RunPlan:
 
 
 def build(config: dict, site: Site, *, config_source: str, lightning, python: str, versions: dict,
-          gpus=None, cores: int | None = None) -> RunPlan:
-    """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus) and cores
-    are this host's, read by the caller only for the local profile.
+          gpus=None, cores: int | None = None, memory_mb: int | None = None,
+          source: Callable[[tuple], str] | None = None) -> RunPlan:
+    """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus), cores and
+    memory_mb are this host's, read by the caller only for the local profile. source names the
+    file that set a config key (configsource.key_source), for the first words of a message.
 
     Raises TopologyError for a topology the site cannot run, AcceleratorError for a local
     accelerator this host does not have, each with one line naming the key and the fix.
     """
     measure, why = measuremode.resolve(config["measure"], site.is_local)
     notes = [f"measure {measure} ({why})"]
+    source = source or (lambda key: config_source)
     topologies = check_topologies(config["topologies"], config["baseline"], site.gpus_per_node,
                                   config["batch"]["scaling"], config["batch"]["size"],
+                                  config_path=source(("topologies",)), baseline_path=source(("baseline",)),
                                   multi_node_whole_nodes=site.multi_node_whole_nodes)
     accelerator, gpu_ids, threads = config["accelerator"], None, None
     if site.is_local:
         # simulated nodes share this host: auto is the GPU only when every topology's M x N
         # ranks get one each; a cluster's GPUs come from the allocation (runspec asks for them)
-        decision = choose_accelerator(config["accelerator"], topologies, gpus.count, cores, source=gpus.source)
+        decision = choose_accelerator(config["accelerator"], topologies, gpus.count, cores, source=gpus.source,
+                                      where=source(("accelerator",)))
         accelerator, threads = decision.accelerator, decision.threads
+        # refused, not warned: no wait makes these fit (a GPU rank's memory is its GPU's)
+        if accelerator == "cpu" and memory_mb is not None and (too_big := unholdable(topologies, memory_mb)):
+            raise TopologyError(unholdable_message(too_big[-1], memory_mb, source(("topologies",))))
         gpu_ids = tuple(gpus.ids) if accelerator == "gpu" else None
         if decision.note:
             notes.append(decision.note)
