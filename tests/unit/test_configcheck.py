@@ -262,6 +262,15 @@ def test_readable_yaml_has_no_problem():
     assert yaml_problem((ROOT / "config/config.yaml").read_text()) is None
 
 
+def test_an_alias_bomb_is_refused_before_anything_expands_it():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    assert yaml_problem(bomb, "big.yaml").startswith("big.yaml: more than 100,000 values once its aliases")
+    assert yaml_problem("a: &a [1, *a]\n") is not None  # an alias inside itself: endless once expanded
+    # aliases that expand to a page of settings are fine
+    assert yaml_problem("base: &base {lr: 0.1, depth: 4}\nmodel: {init_args: *base}\ndata: {init_args: *base}\n") is None
+
+
 @pytest.mark.parametrize("ddp, expected", [
     ({"bucket_cap_mb": -1}, "ddp.bucket_cap_mb is -1; it must be greater than 0"),
     ({"bucket_cap_mb": 0}, "ddp.bucket_cap_mb is 0; it must be greater than 0"),

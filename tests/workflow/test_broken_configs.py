@@ -58,6 +58,7 @@ EXPECTED = {
     "class_path_relative": ["model.class_path: '../../etc/passwd' is not an import path", "package.module.ClassName"],
     "experiment_with_newline": ["experiment is 'foo\\n'", "one name of at most 64 letters"],
     "data_file_directory": ["data.files lists config, which is not a regular file", "list the files inside it"],
+    "alias_bomb": ["broken.yaml: more than 100,000 values once its aliases (*name) are expanded"],
     "not_utf8.full": ["config/config.yaml line 2: byte 0xe9 is not UTF-8 text", "save the file as UTF-8"],
     "module_not_importable": ["model.class_path: module 'mymodel.net'", "fix the path"],
     "data_file_set_by_hand": ["data.init_args.data_file is set", "remove data.init_args.data_file"],

@@ -29,10 +29,11 @@ def config_layers():
         [(DEFAULT_CONFIG, yaml.safe_load(Path(DEFAULT_CONFIG).read_text()))] if Path(DEFAULT_CONFIG).is_file() else []
     )
     for path in workflow.config_settings.configfiles:
-        text, problem = read_config(path, relative_name(path, os.getcwd()))
-        if problem:
+        where = relative_name(path, os.getcwd())
+        text, problem = read_config(path, where)
+        if problem or (problem := yaml_problem(text, where)):
             raise WorkflowError(problem)
-        layers.append((relative_name(path, os.getcwd()), yaml.safe_load(text) or {}))
+        layers.append((where, yaml.safe_load(text) or {}))
     if workflow.config_settings.config:
         layers.append(("--config", dict(workflow.config_settings.config)))
     return layers

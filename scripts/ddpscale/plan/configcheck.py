@@ -301,14 +301,42 @@ def read_config(path, where: str | None = None) -> tuple[str | None, str | None]
                       "UTF-8 (or retype that line)")
 
 
+# YAML aliases (*name) repeat a node without copying it, so a file of a few lines can stand for
+# billions of values ("billion laughs"); everything that walks the config after the parse (the
+# schema, a run's flags and identity) expands them, and that ended in a MemoryError. A page of
+# settings has hundreds.
+MAX_CONFIG_VALUES = 100_000
+
+
+def expanded_values(tree, limit: int = MAX_CONFIG_VALUES) -> int:
+    """How many values a parsed config holds with every alias expanded, counted up to just past
+    limit (so a bomb, or an alias that contains itself, costs limit steps at most)."""
+    count, stack = 0, [tree]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return count
+
+
+def size_problem(tree, where: str) -> str | None:
+    if expanded_values(tree) <= MAX_CONFIG_VALUES:
+        return None
+    return (f"{where}: more than {MAX_CONFIG_VALUES:,} values once its aliases (*name) are expanded; a config "
+            "lists settings: write each value out, or load big data from a file in your module")
+
+
 def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
     """Why YAML cannot read a config, in one line with its line number and the fix; None if it can.
 
     Snakemake's own message for every such file is "Config file is not valid JSON or YAML",
     without a line, so the workflow reads config/config.yaml itself first."""
     try:
-        yaml.safe_load(text)
-        return None
+        return size_problem(yaml.safe_load(text), where)
     except yaml.MarkedYAMLError as error:
         problem, context = error.problem or "", error.context or ""
         mark = error.problem_mark or error.context_mark
