@@ -297,11 +297,29 @@ def test_a_nan_or_an_infinity_is_refused_where_the_schema_s_bounds_let_it_throug
     [message] = schema_problems(shipped(ddp={"bucket_cap_mb": float("nan")}), SCHEMA, "my.yaml")
     assert message == "my.yaml: ddp.bucket_cap_mb is nan, which no setting can use; give a finite number"
     # a key with a minimum only took .inf (collective_timeout_s did: a collective that waited forever)
-    [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "noise": float("inf")}), SCHEMA,
+    [message] = schema_problems(shipped(accuracy={**SHIPPED["accuracy"], "tolerance": float("inf")}), SCHEMA,
                                 lambda path: f"{path[0]}.yaml")
-    assert message == "dataset.yaml: dataset.noise is inf, which no setting can use; give a finite number"
+    assert message == "accuracy.yaml: accuracy.tolerance is inf, which no setting can use; give a finite number"
     [message] = schema_problems(shipped(dataset={**SHIPPED["dataset"], "split": [0.7, float("nan"), 0.15]}), SCHEMA)
     assert message.startswith("config/config.yaml: dataset.split[1] is nan")
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"max_epochs": 10**18}, "max_epochs is 1000000000000000000; it must be at most 100000"),
+    ({"batch": {"size": 10**12}}, "batch.size is 1000000000000; it must be at most 16777216"),
+    ({"accumulate_grad_batches": 10**9}, "accumulate_grad_batches is 1000000000; it must be at most 100000"),
+    ({"throughput": {"max_minutes": 1e300}}, "throughput.max_minutes is 1e+300; it must be at most 43200"),
+    ({"throughput": {"max_steps": 10**20}}, "throughput.max_steps is 100000000000000000000; it must be at most"),
+    ({"throughput": {"window_steps": 10**9}}, "throughput.window_steps is 1000000000; it must be at most 100000"),
+    ({"dataloader": {"num_workers": 100000}}, "dataloader.num_workers is 100000; it must be at most 256"),
+    ({"dataset": {"samples": 10**11}}, "dataset.samples is 100000000000; it must be at most 100000000"),
+    ({"dataset": {"noise": 1e300}}, "dataset.noise is 1e+300; it must be at most 100"),
+])
+def test_a_number_no_run_can_use_is_refused_in_one_line(changes, expected):
+    config = shipped(**{key: ({**SHIPPED.get(key, {}), **value} if isinstance(value, dict) else value)
+                        for key, value in changes.items()})
+    [message] = schema_problems(config, SCHEMA, "my.yaml")
+    assert message.startswith("my.yaml: ") and expected in message and "\n" not in message
 
 
 def test_ddp_defaults_are_torch_s_and_a_block_may_name_some_keys_only():
