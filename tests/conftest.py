@@ -36,9 +36,16 @@ def clean_distributed_env(monkeypatch) -> None:
             monkeypatch.delenv(name, raising=False)
 
 
+# The suite's two workers train at once on purpose (its time budget): each gets a machine lock
+# of its own (ddpscale.job.machinelock), or one worker's runs would wait for the other's.
+_LOCK_DIR = tempfile.mkdtemp(prefix="ddpscale-lock-")
+atexit.register(shutil.rmtree, _LOCK_DIR, True)
+
+
 @pytest.fixture(autouse=True)
 def _clean_distributed_env(monkeypatch):
     clean_distributed_env(monkeypatch)
+    monkeypatch.setenv("DDPSCALE_LOCK_DIR", _LOCK_DIR)
 
 
 @pytest.hookimpl(tryfirst=True)

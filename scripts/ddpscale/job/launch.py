@@ -13,6 +13,7 @@ sets it empty for CPU-simulated runs, see ddpscale.plan.resources.launch_prefix)
 from __future__ import annotations
 
 import ctypes
+import datetime as dt
 import importlib
 import os
 import runpy
@@ -21,6 +22,8 @@ import socket
 import subprocess
 import sys
 import time
+
+from ddpscale.job import machinelock
 
 PR_SET_PDEATHSIG = 1
 
@@ -112,6 +115,20 @@ def run(nodes: int, procs_per_node: int, command: list[str], poll_s: float = 0.0
             "in one task on one node. If you passed --set-resources on the command line, it "
             "replaced the profile's entries: repeat the site_* entries there"
         )
+    if os.environ.get("SLURM_JOB_ID"):  # an allocation's cores are its own: SLURM keeps jobs apart
+        return _run_ranks(nodes, procs_per_node, command, poll_s, gpu_ids)
+    holder = machinelock.holder_line(f"topology {nodes}x{procs_per_node}", os.getpid(), os.getcwd(),
+                                     dt.datetime.now(dt.timezone.utc))
+    with machinelock.held(machinelock.lock_path(os.environ), holder, _say):
+        return _run_ranks(nodes, procs_per_node, command, poll_s, gpu_ids)
+
+
+def _say(line: str) -> None:
+    print(f"ddpscale launch: {line}", file=sys.stderr, flush=True)
+
+
+def _run_ranks(nodes: int, procs_per_node: int, command: list[str], poll_s: float,
+               gpu_ids: list[str] | None) -> int:
     port = free_port()
     envs = [rank_env(os.environ, nodes, procs_per_node, node, local, port, gpu_ids)
             for node in range(nodes) for local in range(procs_per_node)]
