@@ -200,6 +200,23 @@ def test_a_site_slurm_extra_a_shell_would_read_is_refused(extra):
         site_from_resources({"site_launcher": "srun", "site_slurm_extra": extra}, where="profiles/x")
 
 
+@pytest.mark.parametrize("extra, expected", [
+    ("--gpus-bind=none", "'--gpus-bind=none' is not an sbatch option; did you mean '--gpu-bind'?"),
+    ("--hint=nomultithread --exclusiv", "'--exclusiv' is not an sbatch option; did you mean '--exclusive'?"),
+    ("-Z", "'-Z' is not an sbatch option; `man sbatch`"),
+])
+def test_a_site_slurm_extra_option_sbatch_does_not_know_is_refused(extra, expected):
+    with pytest.raises(SiteError) as refused:
+        site_from_resources({"site_launcher": "srun", "site_slurm_extra": extra}, where="profiles/x")
+    assert str(refused.value).startswith("profiles/x: site_slurm_extra") and expected in str(refused.value)
+
+
+@pytest.mark.parametrize("extra", ["--gpu-bind=none", "--gpu-bind none --hint=nomultithread", "-C gpu --requeue",
+                                   "--tres-per-task=gres/gpu:1 --segment=2", ""])
+def test_a_site_slurm_extra_of_sbatch_options_is_accepted(extra):
+    assert site_from_resources({"site_launcher": "srun", "site_slurm_extra": extra}).slurm_extra == extra
+
+
 @pytest.mark.parametrize("env", ["A=1; touch x", "A=1\nB=2", "1A=2", "A=1 'open", "touch x", "A-B=1"])
 def test_a_site_env_that_is_not_name_value_pairs_is_refused(env):
     with pytest.raises(SiteError, match=r"^profiles/x: site_env ['\"]"):

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, fields
 
 from ddpscale.core.topology import Topology
-from ddpscale.plan.configcheck import CONTROL_CHARACTER
+from ddpscale.plan.configcheck import CONTROL_CHARACTER, closest
 
 # A profile states its site facts as custom resources of its set-resources entry `train`,
 # prefixed so that they never collide with a resource the SLURM plugin interprets.
@@ -170,6 +170,39 @@ def env_problem(env) -> str | None:
     return None
 
 
+# sbatch's options: those of SLURM 22.05's `man sbatch` (the test cluster's), and the few later
+# releases added (--container-id, --extra, --oom-kill-step, --segment, --tres-bind,
+# --tres-per-task). A misspelt option passed the dry run and failed at submission, after the
+# data was prepared and the baseline queued.
+SBATCH_LONG = frozenset("""
+account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
+container container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task
+deadline delay-boot dependency distribution error exclude exclusive export export-file extra
+extra-node-info get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task
+gres gres-flags help hint hold ignore-pbs input job-name kill-on-invalid-dep licenses mail-type
+mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue
+nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket
+oom-kill-step open-mode output overcommit oversubscribe parsable partition power prefer priority
+profile propagate qos quiet reboot requeue reservation segment signal sockets-per-node spread-job
+switches test-only thread-spec threads-per-core time time-min tmp tres-bind tres-per-task uid usage
+use-min-nodes verbose version wait wait-all-nodes wckey wrap
+""".split())
+SBATCH_SHORT = frozenset("ABCDFGHJLMNOQSVWabcdehikmnopqstvwx")
+
+
+def unknown_sbatch_options(flags: str) -> list[str]:
+    """The words of site_slurm_extra that name no sbatch option (a word without a dash is the
+    value of the option before it: `--gpu-bind none`)."""
+    unknown = []
+    for word in flags.split():
+        if word.startswith("--"):
+            if word[2:].partition("=")[0] not in SBATCH_LONG:
+                unknown.append(word)
+        elif word.startswith("-") and (len(word) < 2 or word[1] not in SBATCH_SHORT):
+            unknown.append(word)
+    return unknown
+
+
 def slurm_extra_problem(flags) -> str | None:
     """Why site_slurm_extra is not plain sbatch flags, or None. The SLURM plugin runs sbatch
     through a shell with these flags as written: `;`, `$(...)` or a newline there would run on
@@ -183,6 +216,12 @@ def slurm_extra_problem(flags) -> str | None:
                 'e.g. "--gpu-bind=none --hint=nomultithread"')
     if flags.strip() and not flags.strip().startswith("-"):
         return f"{SITE_PREFIX}slurm_extra {flags!r} must start with a flag (-x or --name)"
+    if unknown := unknown_sbatch_options(flags):
+        word = unknown[0]
+        hint = closest(word.lstrip("-").partition("=")[0], SBATCH_LONG) if word.startswith("--") else ""
+        hint = hint.replace("did you mean '", "did you mean '--")
+        return (f"{SITE_PREFIX}slurm_extra {flags!r}: {word!r} is not an sbatch option{hint or ''}"
+                "; `man sbatch` on your site lists them")
     return None
 
 
