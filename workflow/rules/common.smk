@@ -111,6 +111,11 @@ def check_contract():
 
 
 check_contract()
+# A damaged run record is renamed so its run trains again; a job's own parse leaves that to
+# the snakemake that scheduled it.
+if workflow.is_main_process:
+    for line in runplan.set_aside_unreadable(PLAN):
+        print(f"ddpscale: {line}", file=sys.stderr)
 # finished runs of another workload, a damaged dataset, a missing report to compare with
 if problems := runplan.disk_problems(PLAN, source):
     raise WorkflowError("\n".join(problems))

@@ -38,6 +38,21 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
     atomic_write(path, dump)
 
 
+def set_aside(path: str | os.PathLike, suffix: str) -> Path:
+    """Rename a damaged file to path + suffix (".1", ".2", ... after it where that name is taken,
+    so an earlier one is kept) and return the new name: nothing is deleted, and the next run
+    finds the original name free. os.replace is atomic, so a concurrent reader sees the file
+    under one of its names or not at all."""
+    path = Path(path)
+    aside = path.with_name(path.name + suffix)
+    number = 0
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{path.name}{suffix}.{number}")
+    os.replace(path, aside)
+    return aside
+
+
 def read_json_dict(path: str | os.PathLike) -> dict | None:
     """A JSON object the workflow wrote (a cache, a plan), or None where there is none: the
     file missing or unreadable, cut short, or not an object. Its writer makes it again."""

@@ -17,6 +17,8 @@ from functools import cached_property
 from pathlib import Path
 
 from ddpscale.core import measuremode
+from ddpscale.core import record as run_record
+from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, check_topologies, name_pattern, parse_topology, stage_topologies
 from ddpscale.plan import reservation, runspec
@@ -213,6 +215,23 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
         python=python, versions=versions, notes=tuple(notes))
 
 
+def set_aside_unreadable(plan: RunPlan) -> list[str]:
+    """Set aside each run record that core/record refuses (unreadable, cut short, of another
+    shape or schema version) as metrics.json.unreadable, and say so in one line each.
+
+    Snakemake reruns a job only when its output is missing or older than an input: a damaged
+    record would otherwise stand for a finished run forever. Renamed, not deleted, so whatever
+    is left of it can still be read; a dry run does it too, as it changes no result.
+    """
+    lines = []
+    for path in sorted(Path().glob(plan.layout.metrics("*", "*"))):
+        _, why = run_record.load(path)
+        if why is not None:
+            aside = set_aside(path, ".unreadable")
+            lines.append(f"{path} is unreadable ({why}); set aside as {aside.name}: this run will rerun")
+    return lines
+
+
 def disk_problems(plan: RunPlan, source) -> list[str]:
     """What on disk stops the workflow before any job, each in one line with its fix; source(key)
     names the file that set a config key. Checked after the module contract, so a misspelt class
@@ -228,10 +247,9 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
     problems = []
     records = {}
     for path in Path().glob(plan.layout.metrics("*", "*")):
-        try:
-            records[str(path)] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # unreadable: its rerun is Snakemake's to decide
+        found, _ = run_record.load(path)
+        if found is not None:  # the others are set aside (set_aside_unreadable)
+            records[str(path)] = found
     config = plan.config
     clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
     if clash:

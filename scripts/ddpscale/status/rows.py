@@ -42,17 +42,19 @@ def log_path(topology: str, repeat: int) -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """What the files say about one run: its metrics (None before they exist, {} when
-    unreadable) and its log's text (None without a log)."""
+    """What the files say about one run: its validated metrics (None before they exist or when
+    unreadable), its log's text (None without a log), and why its metrics.json is unreadable
+    (core/record refuses it: the workflow sets it aside and reruns the run), else None."""
     metrics: dict | None = None
     log: str | None = None
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
 class Row:
     topology: str
     repeat: int
-    state: str  # not started | queued | running | done | failed
+    state: str  # not started | queued | running | done | unreadable | failed
     detail: str = ""
 
 
@@ -74,8 +76,14 @@ def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, st
     topologies = sorted({parse_topology(t, where="topologies") for t in config.get("topologies") or []})
     baseline = parse_topology(config.get("baseline", "1x1"), where="baseline").name
     names, setting = [t.name for t in topologies], config.get("repeats", 1)
-    if setting == "auto" and (resolved or {}).get("repeats"):
-        return names, int(resolved["repeats"]), baseline
+    if setting == "auto":
+        # plan.json of another shape is as good as none: its writer rewrites it at the next run
+        found = resolved.get("repeats") if isinstance(resolved, dict) else None
+        if measuremode.valid_repeats(found):
+            return names, found, baseline
+    elif not measuremode.valid_repeats(setting):
+        raise ValueError(f"repeats is {setting!r} in the config; set it to a whole number from 1 to "
+                         f"{measuremode.MAX_REPEATS}, or auto")
     # measure auto or unset counts as full here (measuremode.repeats: 3 only in throughput mode)
     return names, measuremode.repeats(setting, config.get("measure", "auto")), baseline
 
@@ -96,7 +104,7 @@ def last_line(text: str) -> str:
     if not line:
         # Snakemake creates a failed job's missing log: a job cancelled or refused before it ran
         return "(empty log: the job wrote nothing)"
-    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
+    return shortened(line)
 
 
 def per_device(metrics: dict, topology: str) -> float | None:
@@ -113,9 +121,11 @@ def baseline_per_device(runs: dict[tuple[str, int], Run], baseline: str) -> floa
     return sum(values) / len(values) if values else None
 
 
+def shortened(line: str) -> str:
+    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
+
+
 def done_detail(metrics: dict, topology: str, baseline: str, base: float | None) -> str:
-    if not metrics:
-        return "metrics.json unreadable"
     throughput = metrics.get("throughput_samples_s")
     if not isinstance(throughput, (int, float)):
         return "throughput n/a (no steady epoch)"
@@ -148,7 +158,10 @@ def run_row(topology: str, repeat: int, run: Run, job: Job | None, running_here:
             baseline: str, base: float | None) -> Row:
     """One run's state. A metrics.json marks it done (even while its job is still ending); a
     queued or running SLURM job, or a process of this directory naming the run, marks it
-    live; a log without either is a failure."""
+    live; a log without either is a failure. An unreadable record is what the next workflow
+    run sets aside and retrains."""
+    if run.unreadable is not None:
+        return Row(topology, repeat, "unreadable", shortened(f"metrics.json unreadable: will rerun ({run.unreadable})"))
     if run.metrics is not None:
         return Row(topology, repeat, "done", done_detail(run.metrics, topology, baseline, base))
     if job is not None and job.state in QUEUED_STATES:
@@ -176,7 +189,8 @@ def table(table_rows: list[Row]) -> str:
 
 
 def counts(table_rows: list[Row]) -> str:
-    states = ["done", "running", "queued", "failed", "not started"]
+    states = ["done", "running", "queued", "failed", "not started"] + (
+        ["unreadable"] if any(r.state == "unreadable" for r in table_rows) else [])
     return ", ".join(f"{sum(r.state == s for r in table_rows)} {s}" for s in states)
 
 
