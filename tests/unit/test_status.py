@@ -324,3 +324,16 @@ def test_status_bounds_repeats_as_the_config_schema_does():
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert (schema["properties"]["repeats"]["minimum"], schema["properties"]["repeats"]["maximum"]) == (1, MAX_REPEATS)
+
+
+def test_nothing_status_prints_carries_a_control_character(tmp_path):
+    """A log line with terminal escape sequences (clear the screen, colour) and carriage returns
+    is shown escaped: it cannot act on the terminal of whoever runs make status."""
+    write_tree(tmp_path, lock=False)
+    (tmp_path / "out/logs/train/2x1/r0.log").write_text(
+        "epoch 1\r\x1b[2J\x1b[31mRuntimeError: boom\x1b[0m \x9b31m\n")
+    out = run_status(tmp_path, "--results", "out").stdout
+    assert re.search(r"^2x1 +r0 +failed +\\x1b\[2J\\x1b\[31mRuntimeError: boom\\x1b\[0m \\x9b31m$", out, re.M), out
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", out), "a control character other than newline"
+    row = status.Row("1x1", 0, "failed", "a\rb\x1b]0;title\x07")
+    assert status.table([row]).splitlines()[1].endswith(r"a\rb\x1b]0;title\x07")

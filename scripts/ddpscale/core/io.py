@@ -14,6 +14,17 @@ SRUN_AFTERMATH = re.compile(r"^srun: (error: \S+: tasks? [\d,-]+: (Exited with e
                             r"|Terminated)|(Force )?Terminat(ing|ed) StepId=\S+|launch/slurm: _step_signal: "
                             r"Terminating StepId=\S+|error: Timed out waiting for job step to complete)$")
 
+# C0 controls, DEL and C1 controls: a terminal acts on them (ESC starts a sequence that can move
+# the cursor, recolour or retitle; 0x9b is a one-byte CSI; CR rewrites the line) instead of
+# showing them; in a one-line message a newline splits it
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """text with each control character escaped as Python writes it (ESC as \\x1b, CR as \\r):
+    whatever a file holds, what ddpscale prints shows it and does nothing to the terminal."""
+    return CONTROL_CHARACTER.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 def atomic_write(path: str | os.PathLike, write) -> None:
     """write(tmp_path), then rename: a reader, or Snakemake after a killed job, never sees

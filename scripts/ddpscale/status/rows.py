@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core import measuremode, progress
-from ddpscale.core.io import cause_line
+from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
 from ddpscale.core.topology import parse_topology
 from ddpscale.plan.squeue import QUEUED_STATES, Job
@@ -100,7 +100,7 @@ def duration(seconds: float) -> str:
 
 
 def last_line(text: str) -> str:
-    line = cause_line(text)
+    line = terminal_safe(cause_line(text))  # before shortening: an escape is never cut in two
     if not line:
         # Snakemake creates a failed job's missing log: a job cancelled or refused before it ran
         return "(empty log: the job wrote nothing)"
@@ -181,9 +181,11 @@ def rows(topologies: list[str], repeats: int, baseline: str, runs: dict[tuple[st
 
 
 def table(table_rows: list[Row]) -> str:
-    """An aligned text table; the last column is free text."""
+    """An aligned text table; the last column is free text, escaped (a log's line may hold
+    anything, and the table goes to a terminal)."""
     cells = [("topology", "repeat", "state", "detail")]
-    cells += [(row.topology, f"r{row.repeat}", row.state, row.detail) for row in table_rows]
+    cells += [tuple(map(terminal_safe, (row.topology, f"r{row.repeat}", row.state, row.detail)))
+              for row in table_rows]
     widths = [max(len(c[i]) for c in cells) for i in range(3)]
     return "\n".join("  ".join([*(c[i].ljust(widths[i]) for i in range(3)), c[3]]).rstrip() for c in cells)
 
@@ -244,6 +246,6 @@ def render(now: float, here: str, table_rows: list[Row], pids: list[int] | None,
                  "snakemake: not running here")
     cluster = (f"SLURM: {jobs} queued or running job(s) of this directory" if jobs is not None
                else f"SLURM: {source}, local runs only")
-    lines = [f"ddpscale status {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))} in {here}",
+    lines = [f"ddpscale status {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))} in {terminal_safe(here)}",
              f"{snakemake}; {cluster}", "", table(table_rows), "", counts(table_rows)]
-    return "\n".join(lines + ([lock] if lock else []))
+    return "\n".join(lines + ([terminal_safe(lock)] if lock else []))
