@@ -169,3 +169,16 @@ def test_a_report_to_compare_with_that_is_not_a_file_is_named_with_its_source(in
     (in_tmp / "old").mkdir()  # a folder where a file goes
     (problem,) = runplan.disk_problems(plan(config), source)
     assert problem.startswith("overlay.yaml: report.compare_with is 'old', which is not a file")
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"\x89PNG\r\n\x1a\n\x00", "not UTF-8 text"), (b"", "no column topology, throughput_samples_s, efficiency, fit_time_s"),
+    (b"topology\tefficiency\n1x1\t0.9\n", "no column throughput_samples_s, fit_time_s"),
+])
+def test_a_report_to_compare_with_that_is_not_a_scaling_table_is_refused_before_any_job(in_tmp, content, said):
+    config = default_config()
+    config["report"]["compare_with"] = "old.tsv"
+    (in_tmp / "old.tsv").write_bytes(content)
+    (problem,) = runplan.disk_problems(plan(config), source)
+    assert problem.startswith(f"overlay.yaml: report.compare_with: old.tsv is not a ddpscale scaling.tsv ({said})")
+    assert problem.endswith("or set it to null")

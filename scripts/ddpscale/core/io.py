@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 # What srun adds once a rank has exited: "srun: error: n1: task 0: Exited with exit code 3",
@@ -62,6 +63,42 @@ def set_aside(path: str | os.PathLike, suffix: str) -> Path:
         aside = path.with_name(f"{path.name}{suffix}.{number}")
     os.replace(path, aside)
     return aside
+
+
+KEPT = ".previous"  # beside a workflow output: the copy keep() made of it
+
+
+def kept(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.parent / KEPT / path.name
+
+
+def keep(paths) -> None:
+    """A hard link (a copy where links fail) of each output that exists, in .previous/ beside
+    it: Snakemake deletes a job's outputs before it runs, and a report job that fails would
+    otherwise leave no report at all. The writers replace files by rename, so the link keeps
+    the old content."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            continue
+        target = kept(path)
+        target.parent.mkdir(exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+def restore(paths) -> list[str]:
+    """Each missing output whose kept copy exists, put back (its old time stamp makes the next
+    run rebuild it); returns those restored."""
+    restored = []
+    for path in map(Path, paths):
+        if not path.exists() and kept(path).is_file():
+            os.replace(kept(path), path)
+            restored.append(str(path))
+    return restored
 
 
 def read_json_dict(path: str | os.PathLike) -> dict | None:

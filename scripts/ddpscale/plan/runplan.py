@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ddpscale.core import measuremode
+from ddpscale.core import earliertable, measuremode
 from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
@@ -242,7 +242,7 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
     - The generated dataset that finished runs used is missing or corrupt: Snakemake would
       regenerate it and rerun (first deleting) every finished run, but the data is reproducible
       byte for byte, so regenerating it outside Snakemake keeps them.
-    - report.compare_with that is not a file.
+    - report.compare_with that is not a file, or not a scaling.tsv (its header).
     """
     problems = []
     records = {}
@@ -269,9 +269,11 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
                 f"{problem.split('; ')[0]}. To regenerate the same bytes and keep finished runs: "
                 f"rm -rf {data_file.parent} && {plan.python} scripts/prepare_data.py {plan.prepare_flags()}")
     compare = config["report"]["compare_with"]
+    fix = (f"point it at a scaling.tsv from an earlier run (copy {plan.layout.report}/scaling.tsv before "
+           "rerunning) or set it to null")
     if compare and not Path(compare).is_file():
-        problems.append(
-            f"{source(('report', 'compare_with'))}: report.compare_with is {compare!r}, which is not a file; "
-            f"point it at a scaling.tsv from an earlier run (copy {plan.layout.report}/scaling.tsv before "
-            "rerunning) or set it to null")
+        problems.append(f"{source(('report', 'compare_with'))}: report.compare_with is {compare!r}, which is not "
+                        f"a file; {fix}")
+    elif compare and (found := earliertable.problem(compare)):
+        problems.append(f"{source(('report', 'compare_with'))}: report.compare_with: {found}; {fix}")
     return problems
