@@ -10,7 +10,7 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale.core.io import atomic_write  # noqa: E402
+from ddpscale.core.io import atomic_write, terminal_safe  # noqa: E402
 from ddpscale.report import (analysis, breakdown, description, earlier, plots, projection, records,  # noqa: E402
                              reportdata, verdict)
 from ddpscale.report import timetoacc  # noqa: E402
@@ -67,6 +67,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def say(line: str, stream=None) -> None:
+    """One line to a terminal (or a log read on one): names and log lines from the runs may hold
+    control characters, shown escaped."""
+    print(terminal_safe(line), file=stream or sys.stdout)
+
+
 def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
     tails = {}
     for name in topologies:
@@ -91,7 +97,7 @@ def main(argv=None) -> int:
             description=description.describe(runs, args.experiment, args.config_files, args.dataset, args.data_args))
     except ValueError as exc:
         # A user-facing problem with the inputs: one line, no traceback.
-        print(f"ddpscale report: {exc}", file=sys.stderr)
+        say(f"ddpscale report: {exc}", sys.stderr)
         return 2
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -109,11 +115,10 @@ def main(argv=None) -> int:
         images[name] = (out / name).read_bytes()
     page = report_html.build_report(data, images)
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
-    print(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); "
-          f"{data.recommendation}")
-    print(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
+    say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); {data.recommendation}")
+    say(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
     for note in data.notes:
-        print(f"ddpscale report: note: {note}")
+        say(f"ddpscale report: note: {note}")
     return 0
 
 

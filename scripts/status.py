@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml  # noqa: E402
 
+from ddpscale.core.io import terminal_safe  # noqa: E402
 from ddpscale.core.topology import TopologyError  # noqa: E402
 from ddpscale.core.layout import layout  # noqa: E402
 from ddpscale.status import sources as status_sources  # noqa: E402
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
         text = status_sources.report(config, results, Path.cwd())
     except (OSError, yaml.YAMLError, TopologyError, TypeError, ValueError) as exc:
         # a missing or unreadable config: one line, no traceback
-        print(f"ddpscale status: {exc}".splitlines()[0], file=sys.stderr)
+        print(terminal_safe(f"ddpscale status: {exc}".splitlines()[0]), file=sys.stderr)
         return 2
     print(text)
     return 0

@@ -246,7 +246,7 @@ def test_load_runs_keeps_lists(tmp_path):
     (json.dumps({k: v for k, v in make_run().items() if k != "fit_time_s"}),
      "missing required key.*fit_time_s"),
     (json.dumps(make_run(schema_version=record.SCHEMA_VERSION - 1)),
-     f"a run record of schema_version {record.SCHEMA_VERSION - 1}, .*regenerate it: delete that file"),
+     f"a run record of schema_version {record.SCHEMA_VERSION - 1}, .*regenerate it: run the workflow again"),
 ])
 def test_load_runs_rejects_bad_files(tmp_path, content, message):
     good = _write(tmp_path / "good.json", make_run())

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+import struct
+import zipfile
 
+import pytest
 import pytorch_lightning as pl
 import torch
 
-from ddpscale.job import build
+from ddpscale.job import build, checksum, runinfo
 from ddpscale.plan.runspec import RunSpec
 from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.workloads.models import SpiralMLP
@@ -42,7 +46,104 @@ def test_each_epoch_end_rewrites_one_file_and_steps_write_nothing(tmp_path):
     trainer = build.build_trainer(spec, [Watch(), ckpt])
     trainer.fit(SpiralMLP(), datamodule=TinyData())
     assert seen[:4] == [[]] * 4, "a checkpoint appeared during the first epoch"
-    assert seen[4:] == [["last.ckpt"]] * 4, "epoch 1 did not leave exactly last.ckpt"
+    assert seen[4:] == [["last.ckpt", "last.ckpt.sha256"]] * 4, "epoch 1 did not leave exactly last.ckpt, signed"
     saved = torch.load(tmp_path / "ckpt/last.ckpt", weights_only=False)
     assert saved["epoch"] == 1 and ckpt.state_key in saved["callbacks"]
     assert isinstance(ckpt, EpochCheckpoint)
+
+
+SETTINGS = {"seed": 0}
+
+
+def trained(ckpt_dir, epochs: int) -> EpochCheckpoint:
+    """A spiral MLP trained `epochs` epochs with the epoch checkpoint in ckpt_dir, stamped as a
+    run's first attempt stamps it (resume_path), so a later resume_path looks at its files."""
+    assert runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None
+    ckpt = epoch_checkpoint(str(ckpt_dir))
+    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+                   batch_size=16, max_epochs=epochs, accelerator="cpu")
+    build.build_trainer(spec, [ckpt]).fit(SpiralMLP(), datamodule=TinyData())
+    return ckpt
+
+
+def damage_tensor_bytes(path) -> None:
+    """Flip bytes in the middle of the largest tensor's data, the file's size unchanged: torch's
+    mmap load, which reads the zip's directory and the pickle, still takes it."""
+    with zipfile.ZipFile(path) as archive:
+        member = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[member.header_offset + 26:member.header_offset + 30])
+    start = member.header_offset + 30 + name_len + extra_len
+    middle = start + member.file_size // 2
+    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    path.write_bytes(bytes(data))
+
+
+def test_each_save_keeps_the_one_it_replaces_and_signs_itself_in_its_timed_seconds(tmp_path, monkeypatch):
+    signed = []
+    sign = checksum.sign
+    monkeypatch.setattr(checksum, "sign", lambda path: signed.append(path) or sign(path))
+    ckpt = trained(tmp_path, epochs=3)
+    names = sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".json")
+    assert names == ["last.ckpt", "last.ckpt.sha256", "previous.ckpt", "previous.ckpt.sha256"]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 2
+    assert torch.load(tmp_path / "previous.ckpt", weights_only=False)["epoch"] == 1
+    assert checksum.mismatch(tmp_path / "last.ckpt") is None and checksum.mismatch(tmp_path / "previous.ckpt") is None
+    assert len(signed) == len(ckpt.save_seconds) == 3
+
+
+@pytest.mark.parametrize("rank_zero_first", [True, False])
+def test_a_checkpoint_with_damaged_tensor_bytes_is_set_aside_and_the_previous_one_resumed(tmp_path, capsys,
+                                                                                           rank_zero_first):
+    trained(tmp_path, epochs=3)
+    last = tmp_path / "last.ckpt"
+    damage_tensor_bytes(last)
+    assert runinfo.unloadable(last) is None, "the damage was found without the checksum: not the case at issue"
+    previous = str(tmp_path / "previous.ckpt")
+    ranks = [True, False] if rank_zero_first else [False, True]
+    # every rank reaches the same answer, whether rank 0 has set the damaged one aside yet or not
+    assert [runinfo.resume_path(str(tmp_path), SETTINGS, zero) for zero in ranks] == [previous, previous]
+    assert not last.exists() and (tmp_path / "last.ckpt.damaged").exists()
+    assert (f"ddpscale: {last} is damaged (its bytes differ from those written (sha256 mismatch)); set aside "
+            "as last.ckpt.damaged") in capsys.readouterr().out
+    restored = torch.load(previous, weights_only=False)["state_dict"]
+    assert all(torch.isfinite(t).all() for t in restored.values() if t.is_floating_point())
+
+    damage_tensor_bytes(tmp_path / "previous.ckpt")  # neither is whole: fresh
+    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) is None
+    assert "no whole checkpoint left; starting this run fresh" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.glob("*.damaged*")) == [
+        "last.ckpt.damaged", "last.ckpt.sha256.damaged", "previous.ckpt.damaged", "previous.ckpt.sha256.damaged"]
+
+
+def test_a_save_cut_short_after_the_rotation_resumes_the_previous_one(tmp_path):
+    trained(tmp_path, epochs=2)
+    last = tmp_path / "last.ckpt"
+    checksum.rotate(last, tmp_path / "previous.ckpt")  # the next save began, and was killed mid-write
+    shutil.copyfile(tmp_path / "previous.ckpt", last)  # a whole file even, but no checksum written
+    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "previous.ckpt")
+
+
+def test_a_checkpoint_from_before_checksums_is_resumed_if_it_loads(tmp_path):
+    trained(tmp_path, epochs=1)
+    (tmp_path / "last.ckpt.sha256").unlink()
+    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "last.ckpt")
+    (tmp_path / "last.ckpt").write_bytes((tmp_path / "last.ckpt").read_bytes()[:1000])
+    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) is None
+    assert (tmp_path / "last.ckpt.damaged").exists()
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', "{cut", '{"fingerprint": "F", "record": [1]}',
+                                     '{"fingerprint": "F", "record": {"topology": "1x1"}}', '{"record": null}'])
+def test_a_finished_record_of_another_shape_is_as_good_as_none(tmp_path, content):
+    """final.json, kept for a retry of a finished run: one that is not what finish() writes
+    makes the run train (or resume) as if there were none, never an AttributeError."""
+    from test_analysis import make_run
+
+    (tmp_path / runinfo.FINAL).write_text(content.replace('"F"', f'"{runinfo.identity.digest(SETTINGS)}"'))
+    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=False) is None
+    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) is None
+    assert not (tmp_path / runinfo.FINAL).exists()
+    record = {k: v for k, v in make_run().items() if k != "schema_version"}
+    runinfo.finish(str(tmp_path), SETTINGS, record)
+    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) == record

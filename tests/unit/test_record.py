@@ -29,7 +29,7 @@ def test_another_version_is_refused_in_one_line_saying_how_to_regenerate_it(tmp_
         record.read(path)
     message = str(err.value)
     assert message.startswith(f"{path}: a run record of schema_version {version!r}")
-    assert "delete that file and run the workflow again" in message and "\n" not in message
+    assert "run the workflow again: it sets that file aside and retrains that run" in message and "\n" not in message
 
 
 def test_only_the_record_module_writes_metrics_json():

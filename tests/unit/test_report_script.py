@@ -138,6 +138,15 @@ def test_bad_metrics_file_exits_2(tmp_path):
     assert not (tmp_path / "out" / "report.html").exists()
 
 
+def test_a_file_name_with_escape_sequences_is_printed_escaped(tmp_path):
+    paths = write_fixtures(tmp_path, SIM_RUNS[:1])
+    bad = tmp_path / "broken\x1b[2J\r.json"
+    bad.write_text("{truncated")
+    proc = run_report([*paths, bad], tmp_path / "out")
+    assert proc.returncode == 2 and "broken\\x1b[2J\\r.json" in proc.stderr, proc.stderr
+    assert "\x1b" not in proc.stderr + proc.stdout and "\r" not in proc.stderr + proc.stdout
+
+
 def test_broken_run_is_never_reported(tmp_path):
     paths = write_fixtures(tmp_path, [make_run("1x1"), make_run("2x2", world_size=3)])
     proc = run_report(paths, tmp_path / "out", "--baseline", "1x1")

@@ -13,6 +13,7 @@ from ddpscale.core.topology import TopologyError
 from ddpscale.plan import runplan
 from ddpscale.plan.hostdevices import AcceleratorError, VisibleGpus
 from ddpscale.plan.resources import Site
+from test_analysis import make_run
 from test_runspec import default_config
 
 SRUN = Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=1000)
@@ -155,7 +156,7 @@ def test_finished_runs_of_another_workload_block_the_workflow(in_tmp):
     p = plan()
     metrics = in_tmp / p.metrics()[0]
     metrics.parent.mkdir(parents=True)
-    metrics.write_text(json.dumps({"model_class": "other.Net", "data_class": p.config["data"]["class_path"]}))
+    metrics.write_text(json.dumps(make_run(model_class="other.Net", data_class=p.config["data"]["class_path"])))
     (problem,) = [line for line in runplan.disk_problems(p, source) if "other.Net" in line]
     assert problem.startswith("config/config.yaml: ") and "set `experiment:`" in problem
 
@@ -171,9 +172,38 @@ def test_a_missing_dataset_that_finished_runs_used_names_the_command_that_remake
     assert f"/v/bin/python scripts/prepare_data.py {p.prepare_flags()}" in problem
 
 
+def test_an_unreadable_record_is_set_aside_keeping_earlier_ones_and_the_good_ones(in_tmp):
+    p = plan()
+    good, bad = (in_tmp / path for path in p.metrics()[:2])
+    for path in (good, bad):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    good.write_text(json.dumps(make_run()))
+    for content in ('{"topology": "1x', "[]"):  # cut short, then of the wrong shape
+        bad.write_text(content)
+        (line,) = runplan.set_aside_unreadable(p)
+        assert line.startswith(f"{p.metrics()[1]} is unreadable (") and line.endswith(": this run will rerun")
+        assert not bad.exists()
+    assert (bad.parent / "metrics.json.unreadable").read_text() == '{"topology": "1x'
+    assert (bad.parent / "metrics.json.unreadable.1").read_text() == "[]"
+    assert runplan.set_aside_unreadable(p) == [] and good.exists()
+
+
 def test_a_report_to_compare_with_that_is_not_a_file_is_named_with_its_source(in_tmp):
     config = default_config()
     config["report"]["compare_with"] = "old"
     (in_tmp / "old").mkdir()  # a folder where a file goes
     (problem,) = runplan.disk_problems(plan(config), source)
     assert problem.startswith("overlay.yaml: report.compare_with is 'old', which is not a file")
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"\x89PNG\r\n\x1a\n\x00", "not UTF-8 text"), (b"", "no column topology, throughput_samples_s, efficiency, fit_time_s"),
+    (b"topology\tefficiency\n1x1\t0.9\n", "no column throughput_samples_s, fit_time_s"),
+])
+def test_a_report_to_compare_with_that_is_not_a_scaling_table_is_refused_before_any_job(in_tmp, content, said):
+    config = default_config()
+    config["report"]["compare_with"] = "old.tsv"
+    (in_tmp / "old.tsv").write_bytes(content)
+    (problem,) = runplan.disk_problems(plan(config), source)
+    assert problem.startswith(f"overlay.yaml: report.compare_with: old.tsv is not a ddpscale scaling.tsv ({said})")
+    assert problem.endswith("or set it to null")

@@ -17,6 +17,7 @@ from conftest import ROOT
 from ddpscale.core import progress
 from ddpscale.plan import squeue
 from ddpscale.status import rows as status
+from test_analysis import make_run
 
 STATUS = ROOT / "scripts/status.py"
 NOW = 1_700_000_000.0
@@ -199,8 +200,7 @@ def write_tree(root, *, lock: bool) -> None:
     for (topology, repeat), thr, world in [(("1x1", 0), 100.0, 1), (("1x1", 1), 110.0, 1), (("1x2", 0), 189.0, 2)]:
         path = root / f"out/runs/{topology}/r{repeat}/metrics.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"throughput_samples_s": thr, "world_size": world, "topology": topology,
-                                    "fit_time_s": 12.5}))
+        path.write_text(json.dumps(make_run(topology, throughput_samples_s=thr, fit_time_s=12.5)))
     log = root / "out/logs/train/2x1/r0.log"
     log.parent.mkdir(parents=True)
     log.write_text(progress_line(1, 3, 1.0, 90.0, 1.0, NOW) + "\nTraceback (most recent call last):\n"
@@ -247,8 +247,7 @@ def test_command_follows_the_experiment_of_its_config(tmp_path):
     for folder, throughput in [("spiralnet", 100.0), ("other", 555.0)]:
         path = tmp_path / f"results/{folder}/runs/1x1/r0/metrics.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({"throughput_samples_s": throughput, "world_size": 1, "topology": "1x1",
-                                    "fit_time_s": 3.0}))
+        path.write_text(json.dumps(make_run(throughput_samples_s=throughput, fit_time_s=3.0)))
     default = run_status(tmp_path)
     assert default.returncode == 0, default.stderr
     assert re.search(r"^1x1 +r0 +done +100\.0 samples/s", default.stdout, re.M) and "555.0" not in default.stdout
@@ -282,3 +281,59 @@ def test_auto_repeats_are_the_ones_the_workflow_resolved_for_its_site():
     assert status.plan(config)[1] == 1  # nothing ran yet, the site unknown: one
     assert status.plan({**config, "measure": "throughput"})[1] == 3
     assert status.plan({**config, "repeats": 2}, {"repeats": 3})[1] == 2  # a number is the number
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"throughput_samples_s": 100.0, "wor', "not valid JSON"),  # cut short
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({k: v for k, v in make_run("1x2").items() if k != "fit_time_s"}), "missing required key"),
+    (json.dumps(make_run("1x2", world_size="two")), "world_size is text, not integer"),
+], ids=["cut short", "a list", "a key missing", "a wrong kind"])
+def test_an_unreadable_record_is_said_to_rerun_not_done(tmp_path, content, why):
+    """What the workflow sets aside and retrains (runplan.set_aside_unreadable), status says so."""
+    write_tree(tmp_path, lock=False)
+    (tmp_path / "out/runs/1x2/r0/metrics.json").write_text(content)
+    out = run_status(tmp_path, "--results", "out").stdout
+    line = next(line for line in out.splitlines() if line.startswith("1x2 "))
+    assert re.match(r"^1x2 +r0 +unreadable +metrics\.json unreadable: will rerun \(", line), out
+    assert why in line and "done" not in line
+    assert "1 unreadable" in out
+
+
+@pytest.mark.parametrize("resolved", [{"repeats": -1}, {"repeats": 10**30}, {"repeats": 0}, {"repeats": True},
+                                      {"repeats": "3"}, {"repeats": [3]}, [3], "3", None])
+def test_a_plan_json_of_another_shape_counts_as_none(resolved):
+    """plan.json is rewritten at the next run: one that is not what it writes is as good as none,
+    never an empty table, a status that does not end or an OverflowError."""
+    config = {"topologies": ["1x1"], "repeats": "auto", "measure": "auto"}
+    assert status.plan(config, resolved) == (["1x1"], 1, "1x1")
+
+
+@pytest.mark.parametrize("repeats", [-1, 0, 10**30, 1.5, True, "many"])
+def test_repeats_out_of_the_schema_s_bounds_is_one_line_naming_the_fix(tmp_path, repeats):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config/config.yaml").write_text(yaml.safe_dump({"topologies": ["1x1"], "repeats": repeats}))
+    done = run_status(tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr == (f"ddpscale status: repeats is {repeats!r} in the config; set it to a whole number from "
+                           "1 to 1000, or auto\n")
+
+
+def test_status_bounds_repeats_as_the_config_schema_does():
+    from ddpscale.core.measuremode import MAX_REPEATS
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    assert (schema["properties"]["repeats"]["minimum"], schema["properties"]["repeats"]["maximum"]) == (1, MAX_REPEATS)
+
+
+def test_nothing_status_prints_carries_a_control_character(tmp_path):
+    """A log line with terminal escape sequences (clear the screen, colour) and carriage returns
+    is shown escaped: it cannot act on the terminal of whoever runs make status."""
+    write_tree(tmp_path, lock=False)
+    (tmp_path / "out/logs/train/2x1/r0.log").write_text(
+        "epoch 1\r\x1b[2J\x1b[31mRuntimeError: boom\x1b[0m \x9b31m\n")
+    out = run_status(tmp_path, "--results", "out").stdout
+    assert re.search(r"^2x1 +r0 +failed +\\x1b\[2J\\x1b\[31mRuntimeError: boom\\x1b\[0m \\x9b31m$", out, re.M), out
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", out), "a control character other than newline"
+    row = status.Row("1x1", 0, "failed", "a\rb\x1b]0;title\x07")
+    assert status.table([row]).splitlines()[1].endswith(r"a\rb\x1b]0;title\x07")

@@ -12,7 +12,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
+from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
 from ddpscale.core.topology import TopologyError  # noqa: E402
 from ddpscale.plan import contractfacts, profile, runplan, runspec  # noqa: E402
@@ -113,6 +113,11 @@ def check_contract():
 
 
 check_contract()
+# A damaged run record is renamed so its run trains again; a job's own parse leaves that to
+# the snakemake that scheduled it.
+if workflow.is_main_process:
+    for line in runplan.set_aside_unreadable(PLAN):
+        print(f"ddpscale: {line}", file=sys.stderr)
 # finished runs of another workload, a damaged dataset, a missing report to compare with
 if problems := runplan.disk_problems(PLAN, source):
     raise WorkflowError("\n".join(problems))
@@ -302,6 +307,26 @@ def report_outputs(folder, registered):
     # the page with the verdict, first in Snakemake's report too (report/workflow.rst points to it)
     out["html"] = item("report.html", {"page": "verdict, tables and plots"}, category="Verdict")
     return out
+
+
+def report_files():
+    """Every file of the report and of the partial report (restore_report, keep_report)."""
+    return [*report_outputs(PLAN.layout.report, False).values()] + [
+        *report_outputs(f"{PLAN.layout.report}/partial", False).values()
+    ]
+
+
+def keep_report():
+    """Before any job: put back a report a failed or killed earlier run lost, then keep a copy
+    of the report as it is, since Snakemake deletes a job's outputs before the job runs."""
+    restore_report()
+    keep(report_files())
+
+
+def restore_report():
+    """After a failure: the report files the failed job lost, put back from the copies."""
+    for path in restore(report_files()):
+        print(f"ddpscale: the report job did not finish: kept the previous {path}", file=sys.stderr)
 
 
 def get_report_dir(wildcards, output):

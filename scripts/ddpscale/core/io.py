@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 # What srun adds once a rank has exited: "srun: error: n1: task 0: Exited with exit code 3",
@@ -13,6 +14,17 @@ from pathlib import Path
 SRUN_AFTERMATH = re.compile(r"^srun: (error: \S+: tasks? [\d,-]+: (Exited with exit code \d+|Aborted|Killed"
                             r"|Terminated)|(Force )?Terminat(ing|ed) StepId=\S+|launch/slurm: _step_signal: "
                             r"Terminating StepId=\S+|error: Timed out waiting for job step to complete)$")
+
+# C0 controls, DEL and C1 controls: a terminal acts on them (ESC starts a sequence that can move
+# the cursor, recolour or retitle; 0x9b is a one-byte CSI; CR rewrites the line) instead of
+# showing them; in a one-line message a newline splits it
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """text with each control character escaped as Python writes it (ESC as \\x1b, CR as \\r):
+    whatever a file holds, what ddpscale prints shows it and does nothing to the terminal."""
+    return CONTROL_CHARACTER.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:
@@ -36,6 +48,57 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
             os.fsync(handle.fileno())
 
     atomic_write(path, dump)
+
+
+def set_aside(path: str | os.PathLike, suffix: str) -> Path:
+    """Rename a damaged file to path + suffix (".1", ".2", ... after it where that name is taken,
+    so an earlier one is kept) and return the new name: nothing is deleted, and the next run
+    finds the original name free. os.replace is atomic, so a concurrent reader sees the file
+    under one of its names or not at all."""
+    path = Path(path)
+    aside = path.with_name(path.name + suffix)
+    number = 0
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{path.name}{suffix}.{number}")
+    os.replace(path, aside)
+    return aside
+
+
+KEPT = ".previous"  # beside a workflow output: the copy keep() made of it
+
+
+def kept(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.parent / KEPT / path.name
+
+
+def keep(paths) -> None:
+    """A hard link (a copy where links fail) of each output that exists, in .previous/ beside
+    it: Snakemake deletes a job's outputs before it runs, and a report job that fails would
+    otherwise leave no report at all. The writers replace files by rename, so the link keeps
+    the old content."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            continue
+        target = kept(path)
+        target.parent.mkdir(exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+def restore(paths) -> list[str]:
+    """Each missing output whose kept copy exists, put back (its old time stamp makes the next
+    run rebuild it); returns those restored."""
+    restored = []
+    for path in map(Path, paths):
+        if not path.exists() and kept(path).is_file():
+            os.replace(kept(path), path)
+            restored.append(str(path))
+    return restored
 
 
 def read_json_dict(path: str | os.PathLike) -> dict | None:

@@ -36,6 +36,14 @@ def epoch_metric(metric: str, setting: str = "auto") -> str:
 
 
 THROUGHPUT_REPEATS = 3
+# the config schema's bound on repeats (seed + r stays within the seeds Lightning accepts), also
+# what make status accepts from plan.json
+MAX_REPEATS = 1000
+
+
+def valid_repeats(value) -> bool:
+    """A number of repeats a run can have: a whole number (not true/false) from 1 to MAX_REPEATS."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_REPEATS
 
 
 def repeats(setting: int | str, mode: str) -> int:

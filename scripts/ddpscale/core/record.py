@@ -87,35 +87,57 @@ def write(path: str | os.PathLike, record: dict) -> None:
     write_json_atomic(path, {**record, "schema_version": SCHEMA_VERSION})
 
 
-def validate(record: object, source: str) -> dict:
-    """record if it is a metrics record of this schema version, else ValueError in one line."""
+# the fix that follows each refusal: the workflow sets such a record aside and retrains the run
+# (ddpscale.plan.runplan.set_aside_unreadable), which is the only way to a record of this version
+RERUN = "run the workflow again: it sets that file aside and retrains that run"
+
+
+def problem(record: object) -> tuple[str, str] | None:
+    """(why record is not a metrics record of this schema version, what to do), or None."""
     if not isinstance(record, dict):
-        raise ValueError(f"{source}: expected a JSON object, got {type(record).__name__}")
+        return f"expected a JSON object, got {type(record).__name__}", RERUN
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ValueError(
-            f"{source}: a run record of schema_version {version!r}, and this ddpscale reads version "
-            f"{SCHEMA_VERSION} only; regenerate it: delete that file and run the workflow again (it "
-            "retrains that run), or report it with the ddpscale version that wrote it")
+        return (f"a run record of schema_version {version!r}, and this ddpscale reads version {SCHEMA_VERSION} "
+                f"only", f"regenerate it: {RERUN}, or report it with the ddpscale version that wrote it")
     missing = [k for k in REQUIRED_KEYS if k not in record]
     if missing:
-        raise ValueError(f"{source}: missing required key(s): {', '.join(missing)}; this ddpscale's "
-                         "train.py writes them all: delete that file and run the workflow again")
+        return f"missing required key(s): {', '.join(missing)}", f"this ddpscale's train.py writes them all: {RERUN}"
     wrong = [f"{k} is {kind(record[k])}, not {' or '.join(FIELDS[k])}" for k in FIELDS
              if not _fits(record[k], FIELDS[k])]
     if wrong:
-        raise ValueError(f"{source}: {'; '.join(wrong)}; this ddpscale's train.py never writes that: delete "
-                         "that file and run the workflow again")
+        return "; ".join(wrong), f"this ddpscale's train.py never writes that: {RERUN}"
+    return None
+
+
+def validate(record: object, source: str) -> dict:
+    """record if it is a metrics record of this schema version, else ValueError in one line."""
+    found = problem(record)
+    if found:
+        raise ValueError(f"{source}: {found[0]}; {found[1]}")
     return record
+
+
+def _load(path: Path) -> tuple[object, tuple[str, str] | None]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, (f"cannot read: {exc.strerror or exc}", RERUN)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return None, (f"not valid JSON ({exc})", RERUN)
+    return data, problem(data)
+
+
+def load(path: str | os.PathLike) -> tuple[dict | None, str | None]:
+    """(the validated record of one metrics.json, None) or (None, why it is unreadable, in a
+    few words and without the fix): what the workflow and make status decide a rerun by."""
+    data, found = _load(Path(path))
+    return (None, found[0]) if found else (data, None)
 
 
 def read(path: str | os.PathLike) -> dict:
     """The validated record of one metrics.json, or ValueError naming the file."""
-    path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    return validate(record, str(path))
+    data, found = _load(Path(path))
+    if found:
+        raise ValueError(f"{path}: {found[0]}; {found[1]}")
+    return data

@@ -1,4 +1,5 @@
-"""The resume checkpoint: one file, rewritten at the end of every epoch, and no work per step.
+"""The resume checkpoint: one file, rewritten at the end of every epoch, and no work per step;
+the one it replaces kept as previous.ckpt, and each signed with its checksum once complete.
 
 Lightning calls every hook of every callback at every step, and names each call by the
 callback's state_key, which ModelCheckpoint formats anew from its settings each time (about
@@ -10,10 +11,12 @@ train_time_interval, which a per-epoch checkpoint does not use. On the spiral ML
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from ddpscale.job.runinfo import LAST
+from ddpscale.job import checksum
+from ddpscale.job.runinfo import LAST, PREVIOUS
 
 
 class EpochCheckpoint(ModelCheckpoint):
@@ -36,7 +39,13 @@ class EpochCheckpoint(ModelCheckpoint):
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
         started = time.perf_counter()
-        super()._save_checkpoint(trainer, filepath)
+        # Lightning writes in place: the one this save replaces is kept until the next, so a
+        # kill mid-write leaves a whole one to resume from (ddpscale.job.checksum)
+        if trainer.is_global_zero:
+            checksum.rotate(filepath, Path(filepath).with_name(PREVIOUS))
+        super()._save_checkpoint(trainer, filepath)  # ends with a barrier: the file is complete
+        if trainer.is_global_zero:
+            checksum.sign(filepath)  # part of what a save costs, so timed with it
         self.save_seconds.append(time.perf_counter() - started)
         self.save_epochs.append(int(trainer.current_epoch))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
 import socket
@@ -14,11 +13,14 @@ import pytorch_lightning as pl
 import torch
 
 from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
-from ddpscale.core.io import write_json_atomic
+from ddpscale.core import record as run_record
+from ddpscale.core.io import read_json_dict, write_json_atomic
+from ddpscale.job import checksum
 from ddpscale.plan import ddpsettings, identity
 from ddpscale.plan.runspec import RunSpec
 
 LAST = "last.ckpt"
+PREVIOUS = "previous.ckpt"  # the checkpoint last.ckpt replaced, kept until the next save (ddpscale.job.checksum)
 # where the run's logger writes (build.build_trainer), beside its record
 LOGS = "logs"
 FINGERPRINT = "fingerprint.json"
@@ -61,25 +63,33 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
 
     A checkpoint is only resumed if it was written by a run with the same settings and
     identity (data checksum, training code, versions); a stale one is removed by rank 0 so a
-    changed config, dataset or code starts over. One that matches but cannot be loaded
-    (truncated, garbage) is set aside, or every rerun would crash in torch.load.
+    changed config, dataset or code starts over. Of a matching one, last.ckpt is resumed if it
+    is whole (problem), else previous.ckpt, the one it replaced; one that is not whole is set
+    aside (last.ckpt.damaged), or every rerun would crash or resume damaged weights.
     Every rank reaches the same answer without a process group: rank 0 deletes or renames
-    the checkpoint (atomic) before it rewrites the fingerprint, each rank checks a matching
-    file itself, and a new checkpoint cannot appear before all ranks have started.
+    a checkpoint (atomic) before it rewrites the fingerprint or looks at the next one, each
+    rank checks a file itself (a rank that finds it renamed already goes on to the next, as
+    rank 0 did), and a new checkpoint cannot appear before all ranks have started.
     """
     ckpt_dir = Path(ckpt_dir)
     last, stamp = ckpt_dir / LAST, ckpt_dir / FINGERPRINT
     wanted = identity.digest(settings)
     recorded = _read_stamp(stamp)
-    if last.exists() and recorded.get("fingerprint") == wanted:
-        problem = unloadable(last)
-        if problem is None:
-            return str(last)
-        if is_rank_zero:
-            aside = last.with_name(LAST + ".unloadable")
-            os.replace(last, aside)
-            print(f"ddpscale: {last} cannot be loaded ({problem}); set aside as {aside.name}, "
-                  "starting this run fresh", flush=True)
+    candidates = [ckpt_dir / LAST, ckpt_dir / PREVIOUS]
+    if recorded.get("fingerprint") == wanted:
+        damaged = False
+        for path in candidates:
+            if not path.exists():
+                continue
+            why = problem(path, interrupted=path == last and (ckpt_dir / PREVIOUS).exists())
+            if why is None:
+                return str(path)
+            damaged = True
+            if is_rank_zero:
+                aside = checksum.put_aside(path)
+                print(f"ddpscale: {path} is damaged ({why}); set aside as {aside.name}", flush=True)
+        if damaged and is_rank_zero:
+            print("ddpscale: no whole checkpoint left; starting this run fresh", flush=True)
         return None
     if is_rank_zero:
         if last.exists():
@@ -87,18 +97,27 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
                                 if not k.endswith("digest")) or "unknown"
             print(f"ddpscale: {last} was written with other settings (changed: {changed}); "
                   "starting this run fresh", flush=True)
-            last.unlink()
+        for path in candidates:
+            checksum.remove(path)
         # atomic: the other ranks read this file while rank 0 writes it
         write_json_atomic(stamp, {"fingerprint": wanted, "settings": settings})
     return None
 
 
 def _read_stamp(stamp: Path) -> dict:
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return recorded if isinstance(recorded, dict) else {}
+    return read_json_dict(stamp) or {}
+
+
+def problem(path: Path, interrupted: bool) -> str | None:
+    """Why a checkpoint is not whole, or None. Its checksum decides; one without a checksum was
+    cut short where a previous.ckpt exists (a save interrupted after the rotation), else it was
+    written before checksums and is taken if torch can load it."""
+    why = checksum.mismatch(path)
+    if why != checksum.UNSIGNED:
+        return why
+    if interrupted:
+        return "it has no checksum: its save was interrupted"
+    return unloadable(path)
 
 
 def unloadable(path: Path) -> str | None:
@@ -139,8 +158,8 @@ def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
     """
     ckpt_dir = Path(ckpt_dir)
     write_json_atomic(ckpt_dir / FINAL, {"fingerprint": identity.digest(settings), "record": record})
-    if (ckpt_dir / LAST).exists():
-        (ckpt_dir / LAST).unlink()
+    for name in (LAST, PREVIOUS):
+        checksum.remove(ckpt_dir / name)
 
 
 def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: bool) -> dict | None:
@@ -151,12 +170,14 @@ def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: b
     removes a record that no longer applies.
     """
     path = Path(ckpt_dir) / FINAL
-    try:
-        final = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
+    if not path.exists():
         return None
-    if attempt > 1 and final.get("fingerprint") == identity.digest(settings):
-        return final["record"]
+    final = read_json_dict(path) or {}
+    # a record of another shape is as good as none: the run trains (or resumes) and writes its own
+    done = final.get("record")
+    whole = isinstance(done, dict) and run_record.problem({**done, "schema_version": run_record.SCHEMA_VERSION}) is None
+    if attempt > 1 and whole and final.get("fingerprint") == identity.digest(settings):
+        return done
     if is_rank_zero:
         path.unlink(missing_ok=True)
     return None

@@ -23,6 +23,9 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from ddpscale.job import checksum
+from ddpscale.job.runinfo import PREVIOUS
+
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 # An all-reduce of one integer every 10 steps: Lightning 2.6 already broadcasts a flag every
 # DDP step, so this adds little; the stop lands at most 10 steps after the signal.
@@ -125,5 +128,8 @@ class GracefulStop(pl.Callback):
         partial = self.checkpoint + ".partial"
         trainer.save_checkpoint(partial)  # every rank; rank 0 writes, then a barrier
         if trainer.is_global_zero:
+            # the epoch's checkpoint stays as previous.ckpt, and this one is signed as it is
+            checksum.rotate(self.checkpoint, os.path.join(os.path.dirname(self.checkpoint), PREVIOUS))
             os.replace(partial, self.checkpoint)
+            checksum.sign(self.checkpoint)
         return self.checkpoint

@@ -26,7 +26,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from ddpscale.job import samplecount
+from ddpscale.job import checksum, samplecount
 from ddpscale.core import steadystate
 from ddpscale.job.devicesync import sync_device
 
@@ -231,6 +231,8 @@ def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, save
         sync_device(trainer.strategy.root_device)
         started = time.perf_counter()
         trainer.save_checkpoint(scratch)
+        if trainer.is_global_zero:
+            checksum.digest(scratch)  # as an epoch's save signs its file (EpochCheckpoint): its cost
         windows.after_stop_saves.append(time.perf_counter() - started)
     trainer.strategy.barrier("ddpscale-warm-overheads")
     if trainer.is_global_zero and os.path.exists(scratch):

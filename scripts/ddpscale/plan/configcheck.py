@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
 from ddpscale.core.topology import Topology
 from ddpscale.plan.configsource import DEFAULT_CONFIG
 from ddpscale.plan.spiral import split_sizes
@@ -34,7 +35,6 @@ def key_name(path) -> str:
     return name or "the config"
 
 
-CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def shown(value) -> str:
@@ -45,7 +45,7 @@ def shown(value) -> str:
         return f"{str(value).lower()} (true/false)"
     if isinstance(value, str):
         # a control character is shown escaped: a newline would split the one-line message
-        return repr(value) if CONTROL_CHARACTER.search(value) else f"'{value}'"
+        return f"'{terminal_safe(value)}'"
     return repr(value)
 
 

@@ -17,7 +17,9 @@ from functools import cached_property
 from typing import Callable
 from pathlib import Path
 
-from ddpscale.core import measuremode
+from ddpscale.core import earliertable, measuremode
+from ddpscale.core import record as run_record
+from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
 from ddpscale.plan import reservation, runspec
@@ -223,6 +225,23 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
         python=python, versions=versions, notes=tuple(notes))
 
 
+def set_aside_unreadable(plan: RunPlan) -> list[str]:
+    """Set aside each run record that core/record refuses (unreadable, cut short, of another
+    shape or schema version) as metrics.json.unreadable, and say so in one line each.
+
+    Snakemake reruns a job only when its output is missing or older than an input: a damaged
+    record would otherwise stand for a finished run forever. Renamed, not deleted, so whatever
+    is left of it can still be read; a dry run does it too, as it changes no result.
+    """
+    lines = []
+    for path in sorted(Path().glob(plan.layout.metrics("*", "*"))):
+        _, why = run_record.load(path)
+        if why is not None:
+            aside = set_aside(path, ".unreadable")
+            lines.append(f"{path} is unreadable ({why}); set aside as {aside.name}: this run will rerun")
+    return lines
+
+
 def disk_problems(plan: RunPlan, source) -> list[str]:
     """What on disk stops the workflow before any job, each in one line with its fix; source(key)
     names the file that set a config key. Checked after the module contract, so a misspelt class
@@ -233,15 +252,14 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
     - The generated dataset that finished runs used is missing or corrupt: Snakemake would
       regenerate it and rerun (first deleting) every finished run, but the data is reproducible
       byte for byte, so regenerating it outside Snakemake keeps them.
-    - report.compare_with that is not a file.
+    - report.compare_with that is not a file, or not a scaling.tsv (its header).
     """
     problems = []
     records = {}
     for path in Path().glob(plan.layout.metrics("*", "*")):
-        try:
-            records[str(path)] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # unreadable: its rerun is Snakemake's to decide
+        found, _ = run_record.load(path)
+        if found is not None:  # the others are set aside (set_aside_unreadable)
+            records[str(path)] = found
     config = plan.config
     clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
     if clash:
@@ -261,9 +279,11 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
                 f"{problem.split('; ')[0]}. To regenerate the same bytes and keep finished runs: "
                 f"rm -rf {data_file.parent} && {plan.python} scripts/prepare_data.py {plan.prepare_flags()}")
     compare = config["report"]["compare_with"]
+    fix = (f"point it at a scaling.tsv from an earlier run (copy {plan.layout.report}/scaling.tsv before "
+           "rerunning) or set it to null")
     if compare and not Path(compare).is_file():
-        problems.append(
-            f"{source(('report', 'compare_with'))}: report.compare_with is {compare!r}, which is not a file; "
-            f"point it at a scaling.tsv from an earlier run (copy {plan.layout.report}/scaling.tsv before "
-            "rerunning) or set it to null")
+        problems.append(f"{source(('report', 'compare_with'))}: report.compare_with is {compare!r}, which is not "
+                        f"a file; {fix}")
+    elif compare and (found := earliertable.problem(compare)):
+        problems.append(f"{source(('report', 'compare_with'))}: report.compare_with: {found}; {fix}")
     return problems

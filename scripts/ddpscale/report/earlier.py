@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-COMPARED = ("throughput_samples_s", "efficiency", "fit_time_s")
+from ddpscale.core.earliertable import COMPARED, problem
+
 
 
 def read_earlier(path: str | Path) -> pd.DataFrame:
@@ -14,11 +15,10 @@ def read_earlier(path: str | Path) -> pd.DataFrame:
     if not path.exists():
         raise ValueError(f"earlier scaling table {path} does not exist; fix report.compare_with "
                          "in config/config.yaml (a scaling.tsv from an earlier run) or set it to null")
-    earlier = pd.read_csv(path, sep="\t")
-    missing = [c for c in ("topology", *COMPARED) if c not in earlier.columns]
-    if missing:
-        raise ValueError(f"{path} is not a ddpscale scaling.tsv (no column {', '.join(missing)})")
-    return earlier
+    found = problem(path)
+    if found:
+        raise ValueError(found)
+    return pd.read_csv(path, sep="\t")
 
 
 def compare(summary: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core import measuremode, progress
-from ddpscale.core.io import cause_line
+from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
 from ddpscale.core.topology import parse_topology
 from ddpscale.plan.squeue import QUEUED_STATES, Job
@@ -42,17 +42,19 @@ def log_path(topology: str, repeat: int) -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """What the files say about one run: its metrics (None before they exist, {} when
-    unreadable) and its log's text (None without a log)."""
+    """What the files say about one run: its validated metrics (None before they exist or when
+    unreadable), its log's text (None without a log), and why its metrics.json is unreadable
+    (core/record refuses it: the workflow sets it aside and reruns the run), else None."""
     metrics: dict | None = None
     log: str | None = None
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
 class Row:
     topology: str
     repeat: int
-    state: str  # not started | queued | running | done | failed
+    state: str  # not started | queued | running | done | unreadable | failed
     detail: str = ""
 
 
@@ -74,8 +76,14 @@ def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, st
     topologies = sorted({parse_topology(t, where="topologies") for t in config.get("topologies") or []})
     baseline = parse_topology(config.get("baseline", "1x1"), where="baseline").name
     names, setting = [t.name for t in topologies], config.get("repeats", 1)
-    if setting == "auto" and (resolved or {}).get("repeats"):
-        return names, int(resolved["repeats"]), baseline
+    if setting == "auto":
+        # plan.json of another shape is as good as none: its writer rewrites it at the next run
+        found = resolved.get("repeats") if isinstance(resolved, dict) else None
+        if measuremode.valid_repeats(found):
+            return names, found, baseline
+    elif not measuremode.valid_repeats(setting):
+        raise ValueError(f"repeats is {setting!r} in the config; set it to a whole number from 1 to "
+                         f"{measuremode.MAX_REPEATS}, or auto")
     # measure auto or unset counts as full here (measuremode.repeats: 3 only in throughput mode)
     return names, measuremode.repeats(setting, config.get("measure", "auto")), baseline
 
@@ -92,11 +100,11 @@ def duration(seconds: float) -> str:
 
 
 def last_line(text: str) -> str:
-    line = cause_line(text)
+    line = terminal_safe(cause_line(text))  # before shortening: an escape is never cut in two
     if not line:
         # Snakemake creates a failed job's missing log: a job cancelled or refused before it ran
         return "(empty log: the job wrote nothing)"
-    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
+    return shortened(line)
 
 
 def per_device(metrics: dict, topology: str) -> float | None:
@@ -113,9 +121,11 @@ def baseline_per_device(runs: dict[tuple[str, int], Run], baseline: str) -> floa
     return sum(values) / len(values) if values else None
 
 
+def shortened(line: str) -> str:
+    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
+
+
 def done_detail(metrics: dict, topology: str, baseline: str, base: float | None) -> str:
-    if not metrics:
-        return "metrics.json unreadable"
     throughput = metrics.get("throughput_samples_s")
     if not isinstance(throughput, (int, float)):
         return "throughput n/a (no steady epoch)"
@@ -148,7 +158,10 @@ def run_row(topology: str, repeat: int, run: Run, job: Job | None, running_here:
             baseline: str, base: float | None) -> Row:
     """One run's state. A metrics.json marks it done (even while its job is still ending); a
     queued or running SLURM job, or a process of this directory naming the run, marks it
-    live; a log without either is a failure."""
+    live; a log without either is a failure. An unreadable record is what the next workflow
+    run sets aside and retrains."""
+    if run.unreadable is not None:
+        return Row(topology, repeat, "unreadable", shortened(f"metrics.json unreadable: will rerun ({run.unreadable})"))
     if run.metrics is not None:
         return Row(topology, repeat, "done", done_detail(run.metrics, topology, baseline, base))
     if job is not None and job.state in QUEUED_STATES:
@@ -168,15 +181,18 @@ def rows(topologies: list[str], repeats: int, baseline: str, runs: dict[tuple[st
 
 
 def table(table_rows: list[Row]) -> str:
-    """An aligned text table; the last column is free text."""
+    """An aligned text table; the last column is free text, escaped (a log's line may hold
+    anything, and the table goes to a terminal)."""
     cells = [("topology", "repeat", "state", "detail")]
-    cells += [(row.topology, f"r{row.repeat}", row.state, row.detail) for row in table_rows]
+    cells += [tuple(map(terminal_safe, (row.topology, f"r{row.repeat}", row.state, row.detail)))
+              for row in table_rows]
     widths = [max(len(c[i]) for c in cells) for i in range(3)]
     return "\n".join("  ".join([*(c[i].ljust(widths[i]) for i in range(3)), c[3]]).rstrip() for c in cells)
 
 
 def counts(table_rows: list[Row]) -> str:
-    states = ["done", "running", "queued", "failed", "not started"]
+    states = ["done", "running", "queued", "failed", "not started"] + (
+        ["unreadable"] if any(r.state == "unreadable" for r in table_rows) else [])
     return ", ".join(f"{sum(r.state == s for r in table_rows)} {s}" for s in states)
 
 
@@ -230,6 +246,6 @@ def render(now: float, here: str, table_rows: list[Row], pids: list[int] | None,
                  "snakemake: not running here")
     cluster = (f"SLURM: {jobs} queued or running job(s) of this directory" if jobs is not None
                else f"SLURM: {source}, local runs only")
-    lines = [f"ddpscale status {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))} in {here}",
+    lines = [f"ddpscale status {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))} in {terminal_safe(here)}",
              f"{snakemake}; {cluster}", "", table(table_rows), "", counts(table_rows)]
-    return "\n".join(lines + ([lock] if lock else []))
+    return "\n".join(lines + ([terminal_safe(lock)] if lock else []))

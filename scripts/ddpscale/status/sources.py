@@ -4,7 +4,6 @@ rows and the text are made by the pure functions of status.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from ddpscale.plan.configsource import set_beyond_default
+from ddpscale.core import record as run_record
 from ddpscale.core.io import read_json_dict
 from ddpscale.core.layout import Layout
 from ddpscale.plan.squeue import active_jobs, query_squeue
@@ -41,14 +41,9 @@ def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[
         for r in range(repeats):
             metrics_file = results / status.metrics_path(t, r)
             log_file = results / status.log_path(t, r)
-            metrics = None
-            if metrics_file.exists():
-                try:
-                    metrics = json.loads(metrics_file.read_text())
-                except (OSError, ValueError):
-                    metrics = {}
+            metrics, unreadable = run_record.load(metrics_file) if metrics_file.exists() else (None, None)
             log = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else None
-            runs[(t, r)] = status.Run(metrics, log)
+            runs[(t, r)] = status.Run(metrics, log, unreadable)
     return runs
 
 
