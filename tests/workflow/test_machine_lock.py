@@ -93,5 +93,5 @@ def test_a_lock_file_left_by_a_killed_launcher_does_not_block(tmp_path):
 def test_the_waiting_line_shows_no_control_characters():
     line = machinelock.waiting_line("topology 1x2 in /home/x\x1b[2J\rfake (pid 3)\n")
     assert "\x1b" not in line and "\r" not in line and "\n" not in line
-    assert "topology 1x2 in /home/x?[2J?fake (pid 3)" in line
+    assert "topology 1x2 in /home/x\\x1b[2J\\rfake (pid 3)" in line
     assert "a run that has not yet said what it is" in machinelock.waiting_line("")

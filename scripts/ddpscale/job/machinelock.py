@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
-from ddpscale.plan.configcheck import CONTROL_CHARACTER
+from ddpscale.core.io import terminal_safe
 
 LOCK_NAME = "ddpscale-local-training.lock"
 LOCK_DIR_ENV = "DDPSCALE_LOCK_DIR"
@@ -39,7 +39,7 @@ def holder_line(what: str, pid: int, cwd: str, since: dt.datetime) -> str:
 
 def waiting_line(holder: str) -> str:
     # the file is anyone's to write, and this line goes to a terminal: no control characters
-    held_by = CONTROL_CHARACTER.sub("?", holder.strip()) or "a run that has not yet said what it is"
+    held_by = terminal_safe(holder.strip()) or "a run that has not yet said what it is"
     return (f"another ddpscale training holds this machine: {held_by}; waiting for it to end, so that "
             "neither run measures the other")
 

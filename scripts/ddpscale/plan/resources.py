@@ -11,7 +11,8 @@ import shlex
 from dataclasses import dataclass, fields
 
 from ddpscale.core.topology import Topology
-from ddpscale.plan.configcheck import CONTROL_CHARACTER, closest
+from ddpscale.core.io import CONTROL_CHARACTER
+from ddpscale.plan.configcheck import closest
 
 # A profile states its site facts as custom resources of its set-resources entry `train`,
 # prefixed so that they never collide with a resource the SLURM plugin interprets.
