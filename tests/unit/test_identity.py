@@ -103,3 +103,18 @@ def test_unloadable_names_why_and_accepts_a_good_checkpoint(tmp_path):
     garbage.write_bytes(b"\x00garbage" * 100)
     for bad in (truncated, garbage):
         assert runinfo.unloadable(bad), f"{bad.name} was taken as loadable"
+
+
+def test_every_rank_holds_the_launchers_modules_whatever_started_it():
+    """A forked rank has the local launcher's modules loaded, a 1x1 or srun rank only what
+    runinfo imports: if the launcher imports a module runinfo does not, the code hash differs by
+    topology and the report refuses to compare the runs."""
+    import subprocess
+    import sys
+
+    def loaded(module: str) -> set[str]:
+        out = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(*sorted(sys.modules))"],
+                             capture_output=True, text=True, check=True, cwd=ROOT / "scripts").stdout
+        return {name for name in out.split() if name.startswith("ddpscale")}
+
+    assert loaded("ddpscale.job.launch") <= loaded("ddpscale.job.runinfo")

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+# The local launcher's modules: its forked ranks have them loaded and a 1x1 run or an srun rank
+# would not, so the code hash (run_identity) differed by topology whenever the launcher gained
+# an import. Imported here, every rank holds the same set.
+from ddpscale.job import launch as _launcher  # noqa: F401
 from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.core import record as run_record
 from ddpscale.core.io import read_json_dict, write_json_atomic
@@ -41,7 +45,7 @@ def run_identity(spec: RunSpec, root_device: torch.device) -> dict:
     data = ([spec.data_file] if spec.data_file else []) + list(spec.data_files)
     scripts = Path(__file__).resolve().parents[2]
     user_modules = [path.rpartition(".")[0] for path in (spec.model_class, spec.data_class)]
-    launcher = [scripts / "launch_local.py", scripts / "ddpscale/job/launch.py"]
+    launcher = [scripts / "launch_local.py"]  # a script; the launcher's modules are imported above
     code = identity.code_files(sys.modules, scripts, [scripts / "train.py", *launcher], user_modules)
     return identity.identity(identity.data_checksums(data), spec.measured(), identity.code_hash(code),
                              software_versions(root_device))
