@@ -317,9 +317,9 @@ def report_files():
 
 
 def keep_report():
-    """Before any job: put back a report a failed or killed earlier run lost, then keep a copy
-    of the report as it is, since Snakemake deletes a job's outputs before the job runs."""
-    restore_report()
+    """Before any job: a copy of the report as it is, since Snakemake deletes a job's outputs
+    before the job runs. Nothing is put back here: a report the user deleted stays deleted, and
+    the copy a killed run left is put back by the next run's failure, if it fails."""
     keep(report_files())
 
 
