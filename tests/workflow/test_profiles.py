@@ -167,6 +167,25 @@ def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
     assert "site_slurm_extra" in output and "rule train_" not in output
 
 
+def test_retries_where_slurm_may_requeue_stop_the_dry_run_and_no_retries_are_said(tmp_path):
+    """A copy of a site profile without slurm-no-requeue is refused before any job (two jobs could
+    train into one checkpoint); --retries 0 makes it safe again, and the dry run says in one line
+    that nothing will be resubmitted."""
+    profile = load_profile("raven")
+    del profile["slurm-no-requeue"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(tmp_path), ["1x1"])
+    assert rc != 0
+    assert f"{tmp_path}/config.yaml: retries is 2, but the site's JobRequeue (SLURM's default: 1)" in output
+    assert "rule train_" not in output
+    rc, output = dry_run(str(tmp_path), ["1x1"], "--retries", "0")
+    assert rc == 0, output
+    said = [line for line in output.splitlines() if "sets no retries" in line]
+    assert said == [f"ddpscale: note: {tmp_path}/config.yaml sets no retries: a training job that hits its time "
+                    "limit or loses its node is not resubmitted, and resumes only when you run snakemake again; "
+                    "set retries: 2 and slurm-no-requeue: true (docs/clusters.md, An unattended night)"]
+
+
 # The stage of each test topology with baseline 1x1, and the rule that trains it.
 RULE_OF_TOPOLOGY = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": "train_multi_node",
                "4x1": "train_multi_node"}

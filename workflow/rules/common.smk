@@ -53,6 +53,24 @@ def read_profile():
 
 
 PROFILE = read_profile()
+
+
+def check_retries():
+    """A cluster profile's retries and the plugin's requeue setting (ddpscale.plan.profile):
+    retries while SLURM may requeue are refused, no retries are said. Read from the profile's
+    file and the command line: Snakemake sets them only after the workflow has parsed."""
+    if PROFILE.site.is_local or not workflow.is_main_process:
+        return
+    where = profile_file(sys.argv, os.environ)
+    settings = profile.retry_settings(profile.written(where), sys.argv[1:])
+    refused, notes = profile.retry_problems(where, *settings)
+    if refused:
+        raise WorkflowError("\n".join(refused))
+    for note in notes:
+        print(f"ddpscale: {note}", file=sys.stderr)
+
+
+check_retries()
 # sacct's "CANCELLED by <uid>" must read as failed to the plugin, or a job cancelled with
 # scancel is polled as running forever (ddpscale.plan.pluginstates); where the user started it
 for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process else None]:
