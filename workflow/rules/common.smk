@@ -15,7 +15,7 @@ from snakemake.exceptions import WorkflowError
 from ddpscale.core.io import last_nonempty_line, read_json_dict, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
 from ddpscale.core.topology import TopologyError  # noqa: E402
-from ddpscale.plan import contractfacts, profile, runplan, runspec  # noqa: E402
+from ddpscale.plan import contractfacts, profile, runplan, runspec, timelimit  # noqa: E402
 from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
@@ -80,6 +80,14 @@ for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process
 
 # --- The plan, then the checks that need it ---
 
+
+def measured_setups():
+    """What this experiment's finished runs held their devices for besides measuring, per
+    topology (ddpscale.plan.timelimit): throughput mode sizes the time limits from it."""
+    paths = Path().glob(layout(config).metrics("*", "*"))
+    return timelimit.measured_setups([read_json_dict(path) or {} for path in paths])
+
+
 try:
     PLAN = runplan.build(
         config,
@@ -92,6 +100,7 @@ try:
         # only the local profile runs on this host (nvidia-smi: a second at most)
         gpus=visible_gpus() if PROFILE.site.is_local else None,
         cores=usable_cores() if PROFILE.site.is_local else None,
+        measured_setup_s=measured_setups(),
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
@@ -218,6 +227,15 @@ TRAINING_RESOURCES = {
     **{name: slurm_resource(name) for name in ("gres", "cpus_per_task", "mem_mb", "mpi", "slurm_extra")},
     **PROFILE.shared,
 }
+
+
+def set_time_limits():
+    """Each training stage's time limit as the plan sizes it (ddpscale.plan.timelimit), called
+    after the rules are defined: Snakemake applies the profile's set-resources last, so a stage
+    entry's runtime would otherwise win over throughput mode's shorter limit."""
+    for rule, minutes in PLAN.job_runtimes(PROFILE.runtimes).items():
+        if minutes is not None:
+            workflow.get_rule(rule).resources["runtime"] = minutes
 
 
 def get_attempt(wildcards, attempt):
