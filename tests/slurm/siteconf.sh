@@ -64,9 +64,10 @@ ReturnToService=2
 KillWait=2
 OverTimeLimit=0
 InactiveLimit=0
-# A node that fails under a batch job ends it as NODE_FAIL instead of requeueing it, so the
-# workflow (and its retries) sees the failure, as with sbatch --no-requeue.
-JobRequeue=0
+# SLURM's default, as a site that says nothing of it has: a batch job whose node fails is
+# requeued unless submitted with --no-requeue, which the profiles ask for (slurm-no-requeue), so
+# the job ends as NODE_FAIL and only Snakemake's retry trains on (test_slurm_accounting.py).
+JobRequeue=1
 # The sites' rules (job_submit.lua here) and partition limits refuse at submission, not later.
 JobSubmitPlugins=lua
 EnforcePartLimits=ALL

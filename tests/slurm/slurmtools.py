@@ -63,9 +63,10 @@ def slurm_cluster(_slurm_session):
 
 
 def slurm_workspace(workspace, **profile_changes):
-    """The workspace with the test cluster's profile as profiles/minicluster."""
+    """The workspace with the test cluster's profile as profiles/minicluster; retries 0 unless
+    given (the profile's are the shipped ones), so a test that makes a job fail sees it fail."""
     profile = load_profile("tests/slurm/profile")
-    for key, value in profile_changes.items():
+    for key, value in {"retries": 0, **profile_changes}.items():
         if key == "site":
             profile["set-resources"]["train"].update(value)
         else:

@@ -1,18 +1,23 @@
 """The executor plugin's status path through accounting (slurm-status-command: sacct), as on the
 sites: the test cluster runs slurmdbd (tests/slurm/accounting.sh). A finished job, a failed
 one (its reason reaches Snakemake's output and `make status`) and a node failure (NODE_FAIL,
-with the node named) are each read back from sacct.
+with the node named, never requeued by SLURM, retried by Snakemake) are each read back from sacct.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 
+import psutil
 import pytest
 
-from conftest import tiny_config
-from slurmtools import SUBMITTED, run_slurm, running_train_job, sacct_job, slurm_workspace
+from conftest import ROOT, load_profile, tiny_config
+from slurmtools import (
+    SUBMITTED, job_fields, run_slurm, running_train_job, sacct_job, slurm_workspace, training_processes,
+)
 from test_status_slurm import status_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -52,37 +57,76 @@ def test_a_failed_jobs_state_and_reason_reach_snakemake_and_make_status(slurm_cl
                      status, re.M), status
 
 
-def test_a_node_failure_is_node_fail_and_the_plugin_names_it(slurm_cluster, workspace):
-    """The node under a running 2-rank job is set DOWN (as slurmctld does to a node that stops
-    answering): SLURM ends the job as NODE_FAIL (JobRequeue=0, so it is not requeued) and the
-    plugin, reading sacct, reports a node failure and excludes the node from later jobs."""
-    slurm_workspace(workspace, retries=0).write_config(tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=200,
-                                                                                 measure="full"))
-    downed = []
+def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_cluster, workspace):
+    """The node under a running 2-rank job is set DOWN once the job has a checkpoint (as slurmctld
+    does to a node that stops answering). The cluster requeues batch jobs (JobRequeue=1, SLURM's
+    default) but the profile says slurm-no-requeue: SLURM ends the job as NODE_FAIL and never
+    restarts it, the plugin reads that from sacct, names the node and excludes it, and the
+    profile's retries submit the run again, which resumes from the checkpoint on another node.
+    At no time do two jobs train the run (one checkpoint, one writer)."""
+    slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    # paced (usermods.paced): epochs of about 11 s of sleep, so the job is seen running after its
+    # first checkpoint whatever else the machine runs, and the retry's 3 epochs cost no CPU
+    config = tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=NODE_FAIL_EPOCHS, measure="full")
+    config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP", "init_args": {"step_s": 0.4}}
+    config["dataset"]["samples"] = 2400
+    workspace.write_config(config)
+    checkpoint = workspace.results / "checkpoints/1x2/r0/last.ckpt"
+    downed, training_jobs = [], []
 
-    def down_its_node():
+    def down_its_node_and_watch():
+        # the SLURM jobs whose processes train the run right now
+        training_jobs.append(jobs_training(workspace.path, "1x2"))
         job_id = running_train_job("1x2")
-        if job_id is None:
+        if downed or job_id is None or not checkpoint.exists():
             return False
         # squeue, not sacct: accounting learns the node a moment after the job starts
         node = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True,
                               text=True).stdout.strip()
-        if not node:
-            return False
-        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
-                        "Reason=ddpscale test: node failure"], check=True)
-        downed.append((job_id, node))
-        return True
+        if node:
+            subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
+                            "Reason=ddpscale test: node failure"], check=True)
+            downed.append((job_id, node))
+        return False
 
     try:
-        code, log = run_slurm(workspace, "scaling", timeout=300, during=down_its_node)
+        code, log = run_slurm(workspace, timeout=420, during=down_its_node_and_watch)
     finally:
         for _, node in downed:   # ReturnToService=2 usually brings it back on its own
             subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
-    assert downed, "the 1x2 job was never seen running"
+    assert downed, "the 1x2 job was never seen running after its first checkpoint"
     job_id, node = downed[0]
-    assert code != 0
+    assert code == 0, log[-4000:]
+    submitted = SUBMITTED.findall(log)
+    assert submitted[0] == job_id and len(submitted) == 2, submitted
     job = sacct_job(job_id)
     print(f"\nsacct after the node went down: {job}")
     assert (job["State"], job["NodeList"]) == ("NODE_FAIL", node)
     assert f"SLURM-job '{job_id}' failed due to a node failure, SLURM status is: 'NODE_FAIL'" in log, log[-3000:]
+    # never requeued: accounting holds one record of the job (a requeue adds one per start), and
+    # the controller counts no restart
+    records = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert records == [f"{job_id}|NODE_FAIL"], records
+    assert job_fields(job_id)["Restarts"] == "0"
+    assert sacct_job(submitted[1])["NodeList"] != node, "the plugin excludes the failed node"
+    assert max(len(jobs) for jobs in training_jobs) == 1, "two jobs trained the run at once"
+    metrics = json.loads(workspace.metrics("1x2").read_text())
+    assert metrics["slurm_job_id"] == submitted[1] and metrics["attempts"] == 2
+    assert metrics["resumed_from_epoch"] >= 1 and len(metrics["epoch_times_s"]) == NODE_FAIL_EPOCHS
+    assert (workspace.results / "report/report.html").exists(), "one snakemake call, to the report"
+
+
+NODE_FAIL_EPOCHS = 4
+
+
+def jobs_training(workdir, topology: str) -> set[str]:
+    """The SLURM job ids of the processes that train `topology` in workdir (launcher and ranks)."""
+    found = set()
+    for proc in training_processes(workdir, topology):
+        try:
+            found.add(proc.environ().get("SLURM_JOB_ID"))
+        except psutil.Error:
+            continue  # ended between the listing and the read
+    return found - {None}

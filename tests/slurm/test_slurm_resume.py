@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Workspace, tiny_config
+from conftest import ROOT, Workspace, load_profile, tiny_config
 from slurmtools import (
     SUBMITTED, job_end_epoch, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
     squeue_state, training_processes,
@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
-    """A job killed by its SLURM time limit (TIMEOUT) is retried and resumes its epochs.
+    """A job killed by its SLURM time limit (TIMEOUT) is retried with the shipped profiles'
+    retries and resumes its epochs: one snakemake call, left alone, ends with the report.
 
     Once the job has a checkpoint, the test shortens that job's limit to one minute, the least
     SLURM keeps (it stores limits in whole minutes): SLURM kills it at its first check after
@@ -36,7 +37,7 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     take 0.2 to 0.9 s by how busy the machine is, and a fast run finished all of them before
     the limit struck, whatever their number, so no count of epochs made the kill land in time.
     """
-    slurm_workspace(workspace, retries=1)
+    slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
     config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS, measure="full")
     config["dataset"]["samples"] = TIMEOUT_SAMPLES
     workspace.write_config(config)
@@ -58,8 +59,9 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
         return True
 
     start = time.monotonic()
-    # target `scaling`: training only, so every submission below is the training job's
-    code, log = run_slurm(workspace, "scaling", timeout=480, during=stop_at_checkpoint)
+    # every target, the report too; it and prepare_data run where snakemake does (localrules),
+    # so every submission below is the training job's
+    code, log = run_slurm(workspace, timeout=480, during=stop_at_checkpoint)
     print(f"\nTIMEOUT + retry scenario: {time.monotonic() - start:.1f} s")
     assert code == 0, log[-4000:]
     assert shortened, "the job finished before its limit could be shortened; lengthen it"
@@ -74,6 +76,7 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     # useful work only: every epoch once, the one cut by the time limit not at all
     assert len(metrics["epoch_times_s"]) == TIMEOUT_EPOCHS
     assert metrics["fit_time_s"] == pytest.approx(sum(metrics["epoch_times_s"]), rel=1e-4)
+    assert (workspace.results / "report/report.html").exists()
 
 
 # The run is stopped at its first checkpoint until the limit kills it, so the epochs only need to

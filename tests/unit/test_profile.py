@@ -124,3 +124,46 @@ def test_every_entry_of_the_profile_is_checked_in_one_pass():
     assert found[0].startswith("p/config.yaml: default-resources sets 'slurm_qos'")
     assert found[1].startswith("p/config.yaml: set-resources train sets 'partition'")
     assert "refuses inside slurm_extra; set it with qos instead" in found[2]
+
+
+@pytest.mark.parametrize("written,argv,expected", [
+    ({}, [], (0, None)),
+    ({"retries": 2, "slurm-no-requeue": True}, [], (2, False)),
+    ({"restart-times": 3, "slurm-requeue": True}, [], (3, True)),
+    ({"retries": 2, "slurm-no-requeue": True}, ["--retries", "0"], (0, False)),  # the command line wins
+    ({"retries": 2}, ["--retries=1", "--slurm-no-requeue"], (1, False)),
+    ({}, ["-T", "4", "--slurm-requeue"], (4, True)),
+    ({"slurm-no-requeue": False}, [], (0, None)),
+])
+def test_retries_and_requeue_are_read_as_snakemake_applies_them(written, argv, expected):
+    assert profile.retry_settings(written, argv) == expected
+
+
+def test_retries_where_slurm_may_requeue_are_refused_and_no_retries_are_said():
+    refused, notes = profile.retry_problems("profiles/x/config.yaml", 2, None)
+    assert notes == [] and len(refused) == 1
+    assert refused[0].startswith("profiles/x/config.yaml: retries is 2, but the site's JobRequeue")
+    assert "two jobs would train into one checkpoint; set slurm-no-requeue: true" in refused[0]
+    assert "--slurm-requeue asks" in profile.retry_problems("p", 1, True)[0][0]
+    refused, notes = profile.retry_problems("profiles/x/config.yaml", 0, None)
+    assert refused == [] and len(notes) == 1
+    assert notes[0].startswith("note: profiles/x/config.yaml sets no retries: a training job that hits its time limit")
+    assert profile.retry_problems("p", 2, False) == ([], [])
+
+
+@pytest.mark.parametrize("name", ["gilbreth", "gilbreth-training", "raven", "slurm", "tests/slurm/profile"])
+def test_every_cluster_profile_retries_and_never_lets_slurm_requeue(name):
+    """The shipped profiles pass the check above, with the spelling the installed plugin reads."""
+    from conftest import load_profile
+    from snakemake_executor_plugin_slurm import ExecutorSettings
+
+    written = load_profile(name)
+    assert profile.retry_settings(written, []) == (2, False)
+    assert profile.retry_problems(name, *profile.retry_settings(written, [])) == ([], [])
+    assert "no_requeue" in ExecutorSettings.__dataclass_fields__  # written slurm-no-requeue in a profile
+
+
+def test_the_profile_file_is_read_as_yaml_and_a_missing_one_is_empty(tmp_path):
+    (tmp_path / "config.yaml").write_text("retries: 2\nslurm-no-requeue: true\n")
+    assert profile.written(str(tmp_path / "config.yaml")) == {"retries": 2, "slurm-no-requeue": True}
+    assert profile.written("the profile") == {}

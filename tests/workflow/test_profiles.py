@@ -19,7 +19,7 @@ from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_sit
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
 
 
-def dry_run(profile, topologies, *extra, account="test_account"):
+def dry_run(profile, topologies, *extra, account="test_account", measure="auto"):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
     # (tests/unit/test_hostdevices.py covers its GPU plans).
@@ -27,7 +27,7 @@ def dry_run(profile, topologies, *extra, account="test_account"):
     if account is not None:  # as a user does before the first run; None: the profile as shipped
         folder = with_account(folder, account)
     cmd = [*SNAKEMAKE, "--profile", folder, "-n", "-p",
-           "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1"]
+           "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1", f"measure={measure}"]
     proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     return proc.returncode, proc.stdout
@@ -167,6 +167,25 @@ def test_profile_slurm_extra_stops_the_dry_run(tmp_path, rule):
     assert "site_slurm_extra" in output and "rule train_" not in output
 
 
+def test_retries_where_slurm_may_requeue_stop_the_dry_run_and_no_retries_are_said(tmp_path):
+    """A copy of a site profile without slurm-no-requeue is refused before any job (two jobs could
+    train into one checkpoint); --retries 0 makes it safe again, and the dry run says in one line
+    that nothing will be resubmitted."""
+    profile = load_profile("raven")
+    del profile["slurm-no-requeue"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(tmp_path), ["1x1"])
+    assert rc != 0
+    assert f"{tmp_path}/config.yaml: retries is 2, but the site's JobRequeue (SLURM's default: 1)" in output
+    assert "rule train_" not in output
+    rc, output = dry_run(str(tmp_path), ["1x1"], "--retries", "0")
+    assert rc == 0, output
+    said = [line for line in output.splitlines() if "sets no retries" in line]
+    assert said == [f"ddpscale: note: {tmp_path}/config.yaml sets no retries: a training job that hits its time "
+                    "limit or loses its node is not resubmitted, and resumes only when you run snakemake again; "
+                    "set retries: 2 and slurm-no-requeue: true (docs/clusters.md, An unattended night)"]
+
+
 # The stage of each test topology with baseline 1x1, and the rule that trains it.
 RULE_OF_TOPOLOGY = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": "train_multi_node",
                "4x1": "train_multi_node"}
@@ -174,9 +193,10 @@ RULE_OF_TOPOLOGY = {"1x1": "train_baseline", "1x4": "train_single_node", "2x4": 
 
 @pytest.mark.parametrize("profile", ["gilbreth-training", "raven", "slurm", "local"])
 def test_each_stage_gets_its_own_set_resources_over_the_shared_ones(profile):
-    """Issue 12: set-resources by stage rule name, on top of what `train` sets for every stage."""
+    """Issue 12: set-resources by stage rule name, on top of what `train` sets for every stage
+    (measure: full, which keeps the profile's time limits: throughput mode sizes its own)."""
     rules = {}
-    rc, output = dry_run(profile, planned_topologies(profile))
+    rc, output = dry_run(profile, planned_topologies(profile), measure="full")
     assert rc == 0, output
     jobs = train_jobs(output, rules)
     assert rules == {name: RULE_OF_TOPOLOGY[name] for name in planned_topologies(profile)}
@@ -197,7 +217,7 @@ def test_a_stage_entry_overrides_shared_resources_and_partition(tmp_path):
     profile["set-resources"]["train_multi_node"] = {"slurm_partition": "big", "runtime": 30}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(profile))
     rules = {}
-    rc, output = dry_run(str(tmp_path), TOPOLOGIES)
+    rc, output = dry_run(str(tmp_path), TOPOLOGIES, measure="full")
     assert rc == 0, output
     jobs = train_jobs(output, rules)
     for topology in ("2x4", "4x1"):
@@ -331,3 +351,13 @@ def test_the_train_command_carries_the_site_interconnect_only_where_the_profile_
         assert rc == 0, output
         for _, shell in train_jobs(output).values():
             assert (" --site-interconnect infiniband " in shell + " ") is expected, shell
+
+
+def test_throughput_mode_jobs_ask_for_the_sized_limit_over_the_stage_entry():
+    """The profile's stage entries set runtime (train_baseline: 240), which Snakemake applies over
+    the rule's own resources; a throughput-mode job still gets the sized limit (10 min of
+    measuring + 15 of set-up), full mode the stage's."""
+    for measure, expected in (("throughput", {"1x1": "25", "1x4": "25"}), ("full", {"1x1": "240", "1x4": "120"})):
+        rc, output = dry_run("gilbreth-training", ["1x1", "1x4"], measure=measure)
+        assert rc == 0, output
+        assert {name: resources["runtime"] for name, (resources, _) in train_jobs(output).items()} == expected

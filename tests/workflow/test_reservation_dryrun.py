@@ -3,6 +3,7 @@ in total, before anything is submitted (the arithmetic: test_reservation.py). No
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -10,8 +11,10 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT, SNAKEMAKE, tiny_config
+from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
 from ddpscale.core.topology import parse_topology
+from ddpscale.plan.reservation import hours
+from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.plan.spiral import write_dataset
 
 pytestmark = pytest.mark.timeout(240)
@@ -29,11 +32,19 @@ def profile_runtime(profile: dict, rule: str) -> int:
     raise AssertionError(f"{PROFILE} sets no runtime for {rule}")
 
 
-def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = False):
+def job_limit(profile: dict, rule: str, config: dict, setup_min: float = DEFAULT_SETUP_MIN) -> int:
+    """The minutes a throughput-mode job asks for: its measuring cap plus the set-up allowance,
+    at most the profile's runtime (ddpscale.plan.timelimit)."""
+    return min(profile_runtime(profile, rule), math.ceil(config["throughput"]["max_minutes"] + setup_min))
+
+
+def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = False, records: dict | None = None,
+            **overrides):
     """`snakemake --profile profiles/gilbreth -n` in a workspace, the account set as a user
-    sets it; `finished`: topologies whose first repeat has a metrics.json already; exclusive:
-    the site gives whole nodes (site_exclusive)."""
-    config = tiny_config(topologies=list(TOPOLOGIES), repeats=1)
+    sets it; `finished`: topologies whose first repeat has a metrics.json already (records: what
+    each holds, else its topology only); exclusive: the site gives whole nodes (site_exclusive);
+    overrides: config keys."""
+    config = tiny_config(topologies=list(TOPOLOGIES), repeats=1, **overrides)
     workspace.write_config(config)
     profile = yaml.safe_load((ROOT / f"profiles/{PROFILE}/config.yaml").read_text())
     profile["default-resources"]["slurm_account"] = "test_account"
@@ -48,7 +59,7 @@ def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = 
                       dataset["seed"], dataset["split"])
     for name in finished:
         workspace.metrics(name).parent.mkdir(parents=True)
-        workspace.metrics(name).write_text(json.dumps({"topology": name}))
+        workspace.metrics(name).write_text(json.dumps((records or {}).get(name, {"topology": name})))
     proc = subprocess.run([*SNAKEMAKE, "--profile", f"profiles/{PROFILE}", "-n", *flags], cwd=workspace.path,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
@@ -58,16 +69,16 @@ def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = 
 
 def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
     profile, config, stderr = dry_run(workspace)
-    # seen by hand: the baseline's own runtime, 240 min on 1 GPU
-    assert "ddpscale: cost: 1x1 r0 (train_baseline): 1 GPU x 240 min = 4.0 GPU-hours reserved" in stderr
+    # seen by hand: throughput mode's 10 min of measuring + 15 of set-up, not the baseline's 240
+    assert "ddpscale: cost: 1x1 r0 (train_baseline): 1 GPU x 25 min = 0.42 GPU-hours reserved" in stderr
     total = expected = 0.0
     max_minutes = config["throughput"]["max_minutes"]
     for name, rule in TOPOLOGIES.items():
-        devices, minutes = parse_topology(name).world_size, profile_runtime(profile, rule)
+        devices, minutes = parse_topology(name).world_size, job_limit(profile, rule, config)
         total += devices * minutes / 60
         expected += devices * min(minutes, max_minutes) / 60
         assert f"{name} r0 ({rule}): {devices} GPU" in stderr and f" x {minutes} min = " in stderr
-    assert f"ddpscale: this benchmark reserves at most {total:.1f} GPU-hours (3 jobs)" in stderr
+    assert f"ddpscale: this benchmark reserves at most {hours(total)} GPU-hours (3 jobs)" in stderr
     # measure: auto is throughput on a cluster profile
     assert f"ddpscale: expected use from the caps: {expected:.2f} GPU-hours" in stderr
     # a dry run writes nothing: what the site resolved is kept for make status once jobs start
@@ -75,10 +86,11 @@ def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
 
 
 def test_a_finished_run_is_left_out_of_the_total(workspace):
-    profile, _, stderr = dry_run(workspace, finished=["2x2"])
+    profile, config, stderr = dry_run(workspace, finished=["2x2"])
     assert "2x2 r0 (train_multi_node): finished (its metrics.json exists)" in stderr
-    rest = 1 * profile_runtime(profile, "train_baseline") / 60 + 2 * profile_runtime(profile, "train_single_node") / 60
-    assert f"reserves at most {rest:.1f} GPU-hours (2 jobs; 1 finished run not counted: 2x2/r0)" in stderr
+    rest = (1 * job_limit(profile, "train_baseline", config) / 60
+            + 2 * job_limit(profile, "train_single_node", config) / 60)
+    assert f"reserves at most {hours(rest)} GPU-hours (2 jobs; 1 finished run not counted: 2x2/r0)" in stderr
 
 
 def test_whole_nodes_are_what_a_run_is_billed_for_with_site_exclusive(workspace):
@@ -104,3 +116,28 @@ def test_the_report_is_told_each_topology_s_job_time_limit(workspace):
     signal = profile["set-resources"]["train"]["site_signal_s"]
     assert limits == {name: {"limit_s": profile_runtime(profile, rule) * 60, "signal_s": signal}
                       for name, rule in TOPOLOGIES.items()}
+
+
+def test_throughput_mode_sizes_each_stage_limit_and_says_where_it_came_from(workspace, tmp_path):
+    """Issue 32 item 5: a throughput-mode job asks for its measuring cap plus a set-up allowance,
+    not the stage's limit of hours, so the scheduler can backfill it; one line per stage says
+    which and why. A finished run's record measures the set-up (held_s beyond its windows):
+    twice the most measured, here 4 min, for the stages without a finished run too. Full mode
+    keeps the profile's limits; the report's projection of a full training is told those."""
+    finished = {"2x2": {"topology": "2x2", "measure": "throughput", "held_s": 300.0, "window_seconds": [30.0, 30.0]}}
+    profile, config, stderr = dry_run(workspace, ["2x2"], "--printshellcmds", records=finished)
+    lines = [line for line in stderr.splitlines() if line.startswith("ddpscale: time limit: ")]
+    assert len(lines) == 3, stderr[-3000:]
+    assert lines[0] == ("ddpscale: time limit: train_baseline: 18 min (throughput mode: max_minutes 10 + 8 min set-up "
+                        "(2 x 4 min measured by 2x2, at least 5); the profile's runtime for train_baseline, 240 min, "
+                        "is kept for measure: full)")
+    assert "1 GPU x 18 min = 0.3 GPU-hours reserved" in stderr
+    report = next(line for line in stderr.splitlines() if "scripts/report.py" in line and "--metrics" in line)
+    words = shlex.split(report)
+    limits = json.loads(words[words.index("--job-limits") + 1])
+    assert limits["1x1"]["limit_s"] == profile_runtime(profile, "train_baseline") * 60
+
+    _, _, stderr = dry_run(Workspace(tmp_path / "full"), measure="full")
+    assert ("ddpscale: time limit: train_baseline: 240 min (measure full: the profile's runtime for train_baseline)"
+            in stderr)
+    assert "1 GPU x 240 min = 4.0 GPU-hours reserved" in stderr

@@ -15,7 +15,7 @@ from snakemake.exceptions import WorkflowError
 from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
 from ddpscale.core.topology import TopologyError  # noqa: E402
-from ddpscale.plan import contractfacts, profile, runplan, runspec  # noqa: E402
+from ddpscale.plan import contractfacts, profile, runplan, runspec, timelimit  # noqa: E402
 from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
@@ -53,6 +53,24 @@ def read_profile():
 
 
 PROFILE = read_profile()
+
+
+def check_retries():
+    """A cluster profile's retries and the plugin's requeue setting (ddpscale.plan.profile):
+    retries while SLURM may requeue are refused, no retries are said. Read from the profile's
+    file and the command line: Snakemake sets them only after the workflow has parsed."""
+    if PROFILE.site.is_local or not workflow.is_main_process:
+        return
+    where = profile_file(sys.argv, os.environ)
+    settings = profile.retry_settings(profile.written(where), sys.argv[1:])
+    refused, notes = profile.retry_problems(where, *settings)
+    if refused:
+        raise WorkflowError("\n".join(refused))
+    for note in notes:
+        print(f"ddpscale: {note}", file=sys.stderr)
+
+
+check_retries()
 # sacct's "CANCELLED by <uid>" must read as failed to the plugin, or a job cancelled with
 # scancel is polled as running forever (ddpscale.plan.pluginstates); where the user started it
 for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process else None]:
@@ -61,6 +79,14 @@ for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process
 
 
 # --- The plan, then the checks that need it ---
+
+
+def measured_setups():
+    """What this experiment's finished runs held their devices for besides measuring, per
+    topology (ddpscale.plan.timelimit): throughput mode sizes the time limits from it."""
+    paths = Path().glob(layout(config).metrics("*", "*"))
+    return timelimit.measured_setups([read_json_dict(path) or {} for path in paths])
+
 
 try:
     PLAN = runplan.build(
@@ -76,6 +102,7 @@ try:
         cores=usable_cores() if PROFILE.site.is_local else None,
         memory_mb=host_memory_mb() if PROFILE.site.is_local else None,
         source=source,
+        measured_setup_s=measured_setups(),
     )
     for key in ("model", "data"):
         # jobs run in this working directory and train.py imports from it first
@@ -207,6 +234,15 @@ TRAINING_RESOURCES = {
     **{name: slurm_resource(name) for name in ("gres", "cpus_per_task", "mem_mb", "mpi", "slurm_extra")},
     **PROFILE.shared,
 }
+
+
+def set_time_limits():
+    """Each training stage's time limit as the plan sizes it (ddpscale.plan.timelimit), called
+    after the rules are defined: Snakemake applies the profile's set-resources last, so a stage
+    entry's runtime would otherwise win over throughput mode's shorter limit."""
+    for rule, minutes in PLAN.job_runtimes(PROFILE.runtimes).items():
+        if minutes is not None:
+            workflow.get_rule(rule).resources["runtime"] = minutes
 
 
 def get_attempt(wildcards, attempt):

@@ -57,3 +57,8 @@ use rule train_baseline as train_multi_node with:
     wildcard_constraints:
         topology=PLAN.stage_pattern("multi_node"),
     priority: 1
+
+
+# In throughput mode a job's time limit is sized from the caps (common.smk): set after the rules,
+# over the profile's stage entries, which Snakemake applies to each rule as it is defined.
+set_time_limits()

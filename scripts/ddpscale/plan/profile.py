@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddpscale.core.topology import STAGE_RULES
 from ddpscale.plan.reservation import stage_runtime
@@ -169,3 +170,63 @@ def read(default, overwrite: dict) -> Profile:
         site=site_from_resources(train), shared=shared_resources(train),
         runtimes={rule: stage_runtime(rule, stages, train_limit, default_limit) for rule in STAGE_RULES.values()},
         notes=tuple(notes))
+
+
+# How Snakemake and the SLURM plugin may spell the retry settings, in a profile and on the
+# command line (snakemake's cli.py: --retries, --restart-times, -T; the plugin's requeue and
+# no_requeue settings as --slurm-requeue, --slurm-no-requeue).
+RETRY_NAMES = ("retries", "restart-times", "restart_times")
+RETRY_FLAGS = ("--retries", "--restart-times", "-T")
+REQUEUE_NAMES = {"slurm-requeue": True, "slurm_requeue": True, "slurm-no-requeue": False, "slurm_no_requeue": False}
+# The fix the messages name (docs/clusters.md, "An unattended night", says why these values).
+RETRY_FIX = "retries: 2 and slurm-no-requeue: true"
+
+
+def written(path: str) -> dict:
+    """The profile's file as YAML; {} where there is none to read (a profile Snakemake found by
+    name elsewhere, or "the profile" of profile_file)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def retry_settings(written: dict, argv: list[str]) -> tuple[int, bool | None]:
+    """(retries, requeue) as Snakemake will apply them: the command line over the profile's file
+    (written: its YAML). requeue: True for --slurm-requeue, False for --slurm-no-requeue, None for
+    neither (the site's JobRequeue decides). Read here because Snakemake sets its execution and
+    executor settings only after the workflow has parsed."""
+    retries = next((written[name] for name in RETRY_NAMES if written.get(name) is not None), 0)
+    requeue = next((value for name, value in REQUEUE_NAMES.items() if written.get(name) is True), None)
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag in RETRY_FLAGS:
+            retries = value if value else (argv[i + 1] if i + 1 < len(argv) else retries)
+        elif flag in ("--slurm-requeue", "--slurm-no-requeue"):
+            requeue = flag == "--slurm-requeue"
+    try:
+        return int(retries), requeue
+    except (TypeError, ValueError):
+        return 0, requeue  # Snakemake itself refuses a retries that is not a number
+
+
+def retry_problems(where: str, retries: int, requeue: bool | None) -> tuple[list[str], list[str]]:
+    """(refusals, notes) for a cluster profile's retries and requeue.
+
+    Retries without --no-requeue are refused: where the site requeues a job that lost its node
+    (SLURM's default JobRequeue=1), SLURM restarts it while Snakemake, told NODE_FAIL, submits it
+    again, and two jobs train into one checkpoint. No retries is said, not refused: it is safe,
+    only a run that hits its time limit or loses its node waits for the next snakemake."""
+    if retries > 0 and requeue is not False:
+        how = "--slurm-requeue asks" if requeue else "the site's JobRequeue (SLURM's default: 1) lets"
+        return [f"{where}: retries is {retries}, but {how} SLURM requeue a job that lost its node while "
+                f"Snakemake also submits it again: two jobs would train into one checkpoint; set "
+                f"slurm-no-requeue: true in the profile (and no slurm-requeue)"], []
+    if retries <= 0:
+        return [], [f"note: {where} sets no retries: a training job that hits its time limit or loses its node "
+                    f"is not resubmitted, and resumes only when you run snakemake again; set {RETRY_FIX} "
+                    f"(docs/clusters.md, An unattended night)"]
+    return [], []

@@ -22,7 +22,7 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
-from ddpscale.plan import reservation, runspec
+from ddpscale.plan import reservation, runspec, timelimit
 from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
 from ddpscale.plan.identity import generated_with_other_settings
@@ -47,6 +47,9 @@ class RunPlan:
     python: str  # the interpreter running Snakemake, also the one inside jobs
     versions: dict  # torch and Lightning as installed
     notes: tuple[str, ...] = ()  # what the user is told while the workflow parses
+    # {topology: the most seconds a finished throughput-mode run held its devices besides
+    # measuring}, read from this experiment's records by the workflow (timelimit.measured_setups)
+    measured_setup_s: dict = field(default_factory=dict)
     _specs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
@@ -143,15 +146,29 @@ class RunPlan:
             f"--manifest {manifest_path_for(self.generator_file)}"
         )
 
+    def time_limits(self, runtimes: dict) -> list[timelimit.Limit]:
+        """Each stage's time limit and why (ddpscale.plan.timelimit); runtimes: the profile's,
+        {train_<stage>: minutes or None}. None locally: the local profile has no time limit."""
+        if self.site.is_local:
+            return []
+        return timelimit.stage_limits(self.measure, self.config["throughput"], self.stage_topologies, runtimes,
+                                      self.measured_setup_s)
+
+    def job_runtimes(self, runtimes: dict) -> dict:
+        """{train_<stage>: the time limit its jobs get}: the profile's, or in throughput mode sized."""
+        return {**runtimes, **{limit.rule: limit.minutes for limit in self.time_limits(runtimes)}}
+
     def training_jobs(self, runtimes: dict, finished=None, repeats=None) -> list[reservation.Job]:
         """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}."""
         chosen = list(self.repeats) if repeats is None else repeats
         return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, finished)
 
     def reservation_lines(self, runtimes: dict) -> list[str]:
-        """What the benchmark reserves, printed by a dry run before anything is submitted."""
-        jobs = self.training_jobs(runtimes, self.finished)
-        return reservation.summary_lines(jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
+        """Each stage's time limit and what the benchmark reserves under it, printed by a dry run
+        before anything is submitted; runtimes: the profile's."""
+        jobs = self.training_jobs(self.job_runtimes(runtimes), self.finished)
+        return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
+            jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
 
     def report_flags(self, runtimes: dict) -> str:
         """The report's settings as explicit flags (its inputs come separately)."""
@@ -188,10 +205,12 @@ class RunPlan:
 
 def build(config: dict, site: Site, *, config_source: str, lightning, python: str, versions: dict,
           gpus=None, cores: int | None = None, memory_mb: int | None = None,
-          source: Callable[[tuple], str] | None = None) -> RunPlan:
+          source: Callable[[tuple], str] | None = None, measured_setup_s: dict | None = None) -> RunPlan:
     """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus), cores and
     memory_mb are this host's, read by the caller only for the local profile. source names the
-    file that set a config key (configsource.key_source), for the first words of a message.
+    file that set a config key (configsource.key_source), for the first words of a message;
+    measured_setup_s what this experiment's finished records measured (timelimit.measured_setups),
+    for throughput mode's limits.
 
     Raises TopologyError for a topology the site cannot run, AcceleratorError for a local
     accelerator this host does not have, each with one line naming the key and the fix.
@@ -222,7 +241,7 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
         config=config, config_source=config_source, site=site, measure=measure,
         topologies=tuple(topologies), repeats=tuple(range(measuremode.repeats(config["repeats"], measure))),
         accelerator=accelerator, gpu_ids=gpu_ids, local_threads=threads, lightning=lightning,
-        python=python, versions=versions, notes=tuple(notes))
+        python=python, versions=versions, notes=tuple(notes), measured_setup_s=dict(measured_setup_s or {}))
 
 
 def set_aside_unreadable(plan: RunPlan) -> list[str]:
