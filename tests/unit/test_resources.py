@@ -141,7 +141,10 @@ def test_launch_prefix_local_quotes_python():
         "env CUDA_VISIBLE_DEVICES= '/my venv/bin/python' scripts/launch_local.py --nodes 2 "
         "--procs-per-node 4 -- '/my venv/bin/python'"
     )
-    assert launch_prefix(parse_topology("1x1"), site, python) == "env CUDA_VISIBLE_DEVICES= '/my venv/bin/python'"
+    assert launch_prefix(parse_topology("1x1"), site, python) == (
+        "env CUDA_VISIBLE_DEVICES= '/my venv/bin/python' scripts/launch_local.py --nodes 1 "
+        "--procs-per-node 1 -- '/my venv/bin/python'"
+    )
 
 
 def test_launch_prefix_local_gpus():
@@ -149,7 +152,8 @@ def test_launch_prefix_local_gpus():
     ids = ["0", "1", "2", "3"]
     assert launch_prefix(parse_topology("2x1"), site, "py", ids) == (
         "py scripts/launch_local.py --nodes 2 --procs-per-node 1 --gpu-ids 0,1 -- py")
-    assert launch_prefix(parse_topology("1x1"), site, "py", ids) == "env CUDA_VISIBLE_DEVICES=0 py"
+    assert launch_prefix(parse_topology("1x1"), site, "py", ids) == (
+        "py scripts/launch_local.py --nodes 1 --procs-per-node 1 --gpu-ids 0 -- py")
     with pytest.raises(ValueError, match="2x4 needs 8 GPUs"):
         launch_prefix(parse_topology("2x4"), site, "py", ids)
     with pytest.raises(ValueError, match="allocation"):

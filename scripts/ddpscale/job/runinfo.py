@@ -12,9 +12,10 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-# The local launcher's modules: its forked ranks have them loaded and a 1x1 run or an srun rank
-# would not, so the code hash (run_identity) differed by topology whenever the launcher gained
-# an import. Imported here, every rank holds the same set.
+# The local launcher's modules: its forked ranks have them loaded and an srun rank would not, so
+# the code hash (run_identity) would differ between a cluster's runs and a local one's, and
+# between topologies whenever the launcher gained an import. Imported here, every rank holds
+# the same set.
 from ddpscale.job import launch as _launcher  # noqa: F401
 from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.core import record as run_record

@@ -51,8 +51,8 @@ def code_files(loaded: Mapping[str, object], root: Path, always: Iterable[Path],
     loaded is sys.modules at a fixed point of train.py (after the user's classes are
     imported): every ddpscale module training uses, and the modules of the user's model and
     data classes. always: files on the training path whether or not this process imported
-    them (the local launcher's modules: its forked ranks have them loaded, a 1x1 run or an
-    srun rank has not), so every topology of one checkout hashes the same set. Files under
+    them (the local launcher's script: its forked ranks run it, an srun rank does not), so every
+    topology of one checkout hashes the same set. Files under
     root (scripts/) are named by their path there, others by module name.
     """
     root = Path(root).resolve()

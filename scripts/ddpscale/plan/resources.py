@@ -291,8 +291,8 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
 
     Local site: gpu_ids are the GPUs this host hands out (ddpscale.plan.hostdevices). Absent, the
     run is CPU-simulated and its ranks see no GPU (CUDA_VISIBLE_DEVICES empty), so CUDA is
-    never initialised; given, a single rank gets the first and the local launcher gives each
-    simulated node its own. A cluster's ranks get their GPUs from the allocation.
+    never initialised; given, the local launcher gives each simulated node its own. A
+    cluster's ranks get their GPUs from the allocation.
     """
     # each NAME=VALUE quoted: a value is text for env, never shell syntax (env_problem)
     variables = [shlex.quote(word) for word in env_words(site.env)]
@@ -303,12 +303,10 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
         variables.append("CUDA_VISIBLE_DEVICES=")
     elif len(gpu_ids) < topo.world_size:
         raise ValueError(f"{topo.name} needs {topo.world_size} GPUs, one per rank; got {len(gpu_ids)}")
-    elif topo.world_size == 1:
-        variables.append(f"CUDA_VISIBLE_DEVICES={shlex.quote(gpu_ids[0])}")
     env = f"env {' '.join(variables)} " if variables else ""
     if site.is_local:
-        if topo.world_size == 1:
-            return f"{env}{shlex.quote(python)}"
+        # One rank too goes through the launcher: it holds the machine's lock while its ranks
+        # run (ddpscale.job.machinelock), and every topology starts the same way.
         gpus = "" if gpu_ids is None else f"--gpu-ids {shlex.quote(','.join(gpu_ids[:topo.world_size]))} "
         return (
             f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
