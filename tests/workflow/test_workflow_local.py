@@ -60,8 +60,8 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
 
     params = sum(p.numel() for p in SpiralMLP(**tiny_config()["model"]["init_args"]).parameters())
     assert json.loads(workspace.metrics("1x1").read_text())["model_parameters"] == params
-    head = html.split('<section id="verdict">')[0]
-    assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in head
+    assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in html
+    head = html.split('id="what-was-measured"')[1].split("</details>")[0]  # its own section
     for shown in ("ddpscale.workloads.models.SpiralMLP", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
                   "spiral (generated): 1200 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
                   "config/config.yaml", "<dt>Epochs</dt><dd>2</dd>",

@@ -22,19 +22,12 @@ from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, une
 from ddpscale.report.cost import time_speedup_note
 from ddpscale.report.projection import cost_sentence, duration, hours, sentence, what
 from ddpscale.report.templating import render
-from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
+from ddpscale.report.fmt import num, pct, times
+from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
 
 
 # Why a throughput run stopped when its interval met the precision asked for: not shown.
 PRECISION_REACHED = steadystate.PRECISION
-
-
-def num(value, places: int) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:,.{places}f}"
-
-
-def pct(value, places: int = 0) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.{places}%}"
 
 
 def with_spread(row, col: str, places: int) -> Markup:
