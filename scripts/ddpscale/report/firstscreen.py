@@ -152,9 +152,9 @@ def decision_rows(data) -> list[dict]:
         proj = projected(data, str(r["topology"]))
         rows.append({
             "topology": str(r["topology"]), "devices": int(r["world_size"]), "finished": finished,
-            "status": str(r["status"]),
+            "status": str(r["status"]), "row": r,
             "speedup": speedup_text(r, base) if finished else "n/a",
-            "short": stopped_short(r), "efficiency": pct(r["efficiency"]) if finished else "n/a",
+            "efficiency": pct(r["efficiency"]) if finished else "n/a",
             "time": duration(proj["projected_s"]) if proj is not None else "n/a",
             "hours": hours(proj["projected_device_hours"]) if proj is not None else "n/a",
             "accuracy": accuracy_word(r, throughput_mode) if finished else "",

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from ddpscale.report import accuracy, boundness, description, firstscreen, plots, summaries
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
-from ddpscale.report.html_tables import TABLES, _table, tta_table
+from ddpscale.report.html_tables import TABLES, _table, legend, reason_badge, tta_table
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
@@ -210,24 +210,12 @@ def _decision(data) -> tuple[Markup, Markup]:
     heads = [h if h != "GPU-hours (projected)" else Markup("{}<br>(projected)").format(hours_label(data.summary))
              for h in DECISION_HEADS]
     for r in firstscreen.decision_rows(data):
-        speedup = Markup("{}").format(r["speedup"])
-        if r["short"]:
-            word, why = firstscreen.STOP_REASONS.get(r["short"], (r["short"], r["short"]))
-            used[word] = why
-            speedup += Markup(' <span class="reason" title="{}">{}</span>').format(why, word)
+        speedup = Markup("{}").format(r["speedup"]) + reason_badge(r["row"], used)
         cls = "" if r["finished"] else "unfinished-row"  # the scaling table's rows are the missing-row ones
         accuracy_cell = r["accuracy"] if r["finished"] else Markup('<span class="failed">{}</span>').format(r["status"])
         rows.append((cls, [r["topology"], str(r["devices"]), speedup, r["efficiency"], r["time"], r["hours"],
                            accuracy_cell]))
     return _table(heads, rows, text_cols=(6,)), legend(used)
-
-
-def legend(reasons: dict[str, str]) -> Markup:
-    """Each reason badge a table uses, named once and explained."""
-    if not reasons:
-        return Markup("")
-    return Markup('<dl class="legend">{}</dl>').format(Markup("").join(
-        Markup('<dt><span class="reason">{}</span></dt><dd>{}</dd>').format(word, why) for word, why in reasons.items()))
 
 
 OVERVIEW_CAPTION = ("Left: speedup of steady-state throughput over the baseline, measured (filled, with its 95% "
