@@ -64,12 +64,18 @@ def speedup_interval(row, base) -> tuple[float, float] | None:
     return float(row["speedup"]) * (1 - share), float(row["speedup"]) * (1 + share)
 
 
-def speedup_text(row, base) -> str:
-    """'6.82x (6.51–7.13)': the figure and its 95% interval, written as every table writes them."""
+def interval_text(row, base) -> str:
+    """'6.51–7.13': a speedup's 95% interval, in the places times() writes the speedup; '' for none."""
     interval = speedup_interval(row, base)
     if interval is None or row.get("topology") == base.get("topology"):
-        return times(row.get("speedup"))
-    return f"{times(row['speedup'])} ({interval[0]:.2f}\u2013{interval[1]:.2f})"
+        return ""
+    return f"{interval[0]:.2f}\u2013{interval[1]:.2f}"
+
+
+def speedup_text(row, base) -> str:
+    """'6.82x (6.51–7.13)': the figure and its 95% interval, written as every table writes them."""
+    interval = interval_text(row, base)
+    return f"{times(row.get('speedup'))} ({interval})" if interval else times(row.get("speedup"))
 
 
 def baseline_row(summary: pd.DataFrame, baseline: str):
@@ -153,7 +159,8 @@ def decision_rows(data) -> list[dict]:
         rows.append({
             "topology": str(r["topology"]), "devices": int(r["world_size"]), "finished": finished,
             "status": str(r["status"]), "row": r,
-            "speedup": speedup_text(r, base) if finished else "n/a",
+            "speedup": times(r["speedup"]) if finished else "n/a",
+            "interval": interval_text(r, base) if finished else "",
             "efficiency": pct(r["efficiency"]) if finished else "n/a",
             "time": duration(proj["projected_s"]) if proj is not None else "n/a",
             "hours": hours(proj["projected_device_hours"]) if proj is not None else "n/a",

@@ -186,7 +186,7 @@ def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict
     for heading, note, table in _tables(data, tta):
         key, names = SECTIONS.get(heading, (heading.lower().replace(" ", "-"), ()))
         out.append({"id": key, "heading": heading, "line": summaries.of_table(heading, data), "body": table,
-                    "figures": _figures(images, names), "note": note})
+                    "figures": _figures(images, names), "note": note, "title": ""})
     shown = {alt for section in out for alt, _, _ in section["figures"]}
     if out:  # a plot whose table did not apply (no probe: no breakdown table) still shows, in the first
         out[0]["figures"] += _figures(images, [n for n in images if n.removesuffix(".png") not in shown])
@@ -194,9 +194,10 @@ def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict
     facts = Markup('<dl id="measured">{}</dl>').format(Markup("").join(
         Markup("<dt>{}</dt><dd>{}</dd>").format(description.LABELS[k], str(v)) for k, v in data.description.items()))
     out.append({"id": "what-was-measured", "heading": "What was measured", "line": summaries.measured(data),
-                "body": facts, "figures": [], "note": ""})
+                "body": facts, "figures": [], "note": "", "title": "The workload and its settings"})
     out.append({"id": "methods", "heading": "How these numbers are computed", "line": summaries.methods(data),
-                "body": Markup("<ul>{}</ul>").format(methods), "figures": [], "note": ""})
+                "body": Markup("<ul>{}</ul>").format(methods), "figures": [], "note": "",
+                "title": "Each figure's definition, and the runs' hosts and versions"})
     return out
 
 
@@ -211,6 +212,8 @@ def _decision(data) -> tuple[Markup, Markup]:
              for h in DECISION_HEADS]
     for r in firstscreen.decision_rows(data):
         speedup = Markup("{}").format(r["speedup"]) + reason_badge(r["row"], used)
+        if r["interval"]:
+            speedup += Markup('<br><span class="spread">{}</span>').format(r["interval"])
         cls = "" if r["finished"] else "unfinished-row"  # the scaling table's rows are the missing-row ones
         accuracy_cell = r["accuracy"] if r["finished"] else Markup('<span class="failed">{}</span>').format(r["status"])
         rows.append((cls, [r["topology"], str(r["devices"]), speedup, r["efficiency"], r["time"], r["hours"],

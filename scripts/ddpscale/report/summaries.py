@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ddpscale.report import breakdown, description, firstscreen
 from ddpscale.report.analysis import hours_label
-from ddpscale.report.fmt import known, num, pct, times
+from ddpscale.report.fmt import known, pct, sig, times
 from ddpscale.report.projection import cost_sentence
 
 
@@ -56,7 +56,7 @@ def prediction(data) -> str | None:
 def allreduce(data) -> str | None:
     sizes = [max(p["allreduce"], key=lambda x: x["bytes"]) for p in breakdown.measured(data.probes).values()
              if p["world_size"] > 1 and p["allreduce"]]
-    return f"Bus bandwidth at the gradient size: {_range([s.get('busbw_gbps') for s in sizes], lambda v: num(v, 2))} GB/s"
+    return f"Bus bandwidth at the gradient size: {_range([s.get('busbw_gbps') for s in sizes], lambda v: sig(v, 3))} GB/s"
 
 
 def devices(data) -> str:
