@@ -380,13 +380,13 @@ def comparison_table(data):
     if cmp is None:
         return None
     heads = ["Topology", "In", "Throughput earlier", "Throughput now", "Change",
-             "Efficiency earlier", "Efficiency now", "Fit time earlier (s)", "Fit time now (s)"]
+             "Efficiency earlier", "Efficiency now", "Fit time earlier", "Fit time now"]
     rows = [("", [escape(str(r["topology"])), escape(r["present"]),
                   num(r["throughput_samples_s_earlier"], 0), num(r["throughput_samples_s_now"], 0),
                   "n/a" if pd.isna(r["throughput_samples_s_change_pct"])
                   else f"{r['throughput_samples_s_change_pct']:+.1f}%",
                   pct(r["efficiency_earlier"]), pct(r["efficiency_now"]),
-                  num(r["fit_time_s_earlier"], 1), num(r["fit_time_s_now"], 1)])
+                  duration(r["fit_time_s_earlier"]), duration(r["fit_time_s_now"])])
             for _, r in cmp.iterrows()]
     note = f"Against {data.compared_with}."
     return "Change since the earlier run", note, _table(heads, rows)
@@ -451,7 +451,7 @@ def tta_table(data):
     tta = data.timetoacc
     if tta is None or tta.empty:
         return None
-    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
+    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy", "Time-to-accuracy speedup",
              "Throughput speedup", "Status"]
     rows = []
     for _, r in tta.iterrows():
@@ -459,7 +459,7 @@ def tta_table(data):
         if not str(r["status"]).startswith("reached"):
             status = Markup('<span class="na">{}</span>').format(status)
         rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
-                          num(r["time_to_accuracy_s"], 1), times(r["tta_speedup"]), times(r["speedup"]), status]))
+                          duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), times(r["speedup"]), status]))
     goal = data.tta_target
     if pd.notna(goal.value):
         compare, sign = _way(goal)
