@@ -53,7 +53,8 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
     assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
-    row_2x1 = html.split('<td class="l">2x1')[1].split("</tr>")[0]  # the scaling table's row
+    scaling = html.split('id="scaling"')[1]  # the decision table above it has a 2x1 row too
+    row_2x1 = scaling.split('<td class="l">2x1')[1].split("</tr>")[0]  # the scaling table's row
     assert f'<span class="spread">gloo on {iface}</span>' in row_2x1
     # what was measured, in the page's head and on every row of scaling.tsv
     from ddpscale.workloads.models import SpiralMLP

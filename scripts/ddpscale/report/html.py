@@ -174,8 +174,17 @@ def _tables(data, tta) -> list:
     return [made for made in (*(make(data) for make in TABLES), tta) if made is not None]
 
 
+# What each plot shows, for a reader who cannot see it (the caption then says how it is made).
+ALTS = {"speedup.png": "Plot: speedup per world size, measured against ideal and predicted",
+        "efficiency.png": "Bar chart: parallel efficiency per topology, with the recommendation's threshold",
+        "throughput.png": "Bar chart: steady-state samples per second per device, per topology",
+        "breakdown.png": "Stacked bars: fractions of one training step per topology",
+        "busbw.png": "Plot: all-reduce bus bandwidth against message size, per topology"}
+
+
 def _figures(images: dict[str, bytes], names) -> list:
-    return [(name.removesuffix(".png"), "data:image/png;base64," + base64.b64encode(images[name]).decode("ascii"),
+    return [(ALTS.get(name, name.removesuffix(".png")),
+             "data:image/png;base64," + base64.b64encode(images[name]).decode("ascii"),
              CAPTIONS.get(name, "")) for name in names if name in images]
 
 
@@ -187,9 +196,9 @@ def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict
         key, names = SECTIONS.get(heading, (heading.lower().replace(" ", "-"), ()))
         out.append({"id": key, "heading": heading, "line": summaries.of_table(heading, data), "body": table,
                     "figures": _figures(images, names), "note": note, "title": ""})
-    shown = {alt for section in out for alt, _, _ in section["figures"]}
+    shown = {n for names in (SECTIONS.get(s["heading"], ("", ()))[1] for s in out) for n in names}
     if out:  # a plot whose table did not apply (no probe: no breakdown table) still shows, in the first
-        out[0]["figures"] += _figures(images, [n for n in images if n.removesuffix(".png") not in shown])
+        out[0]["figures"] += _figures(images, [n for n in images if n not in shown])
     # a list of facts, not a data table: two reports of different workloads never look alike
     facts = Markup('<dl id="measured">{}</dl>').format(Markup("").join(
         Markup("<dt>{}</dt><dd>{}</dd>").format(description.LABELS[k], str(v)) for k, v in data.description.items()))
