@@ -255,6 +255,7 @@ def test_sample_report_plot_labels_do_not_overlap(sample_html):
 
 def test_printed_report_holds_every_section(sample_html, tmp_path):
     sections = browser.rendered_layout(sample_html)["sections"]
+    assert len(sections) >= 8  # scaling detail, cost, projection, breakdown, prediction, all-reduce, devices, methods
     outline = browser.pdf_outline(sample_html, tmp_path / "report.pdf")
     for s in sections:
         assert s["heading"] in outline
