@@ -11,7 +11,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 TEST_STAMP := $(VENV)/.test-installed-$(shell cat requirements.txt requirements-test.txt | sha1sum | cut -c1-12)
 
-.PHONY: run test bench gpu-check status setup lint fmt clean
+.PHONY: run test bench gpu-check status setup lint fmt screenshot clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,11 @@ status: $(STAMP)
 # the Snakefile): the lint tests accept that one only, and check snakefmt's formatting.
 lint: $(STAMP)
 	$(VENV)/bin/python -m pytest -q tests/workflow/test_lint.py
+
+# docs/report.png, the README's picture: the first screen (1280 x 900) of the sample report that
+# tests/workflow/report_sample.py builds from made-up records, captured in headless Chromium.
+screenshot: $(STAMP)
+	$(VENV)/bin/python tests/workflow/report_sample.py results/screenshot --screenshot docs/report.png
 
 # Rewrites workflow/ as snakefmt formats it (width in pyproject.toml); tests/workflow/test_lint.py checks it.
 fmt: $(STAMP)

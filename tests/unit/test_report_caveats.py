@@ -224,7 +224,7 @@ def test_report_shows_every_caveat(tmp_path):
     assert t.loc["1x1", "caveats"] == ""
 
     page = (tmp_path / "out" / "report.html").read_text()
-    verdict_html = page[page.index('<section id="verdict">'):page.index('<section id="tables">')]
+    verdict_html = page[page.index('<section id="verdict">'):page.index('<details class="section"')]
     # 2x2 has the highest throughput; it is not the recommendation
     assert "the fastest is 1x2" in verdict_html
     assert escape("Left out of the recommendation: 2x2 (oversubscribed: 4 ranks on 2 cores).") in verdict_html
@@ -233,7 +233,7 @@ def test_report_shows_every_caveat(tmp_path):
     assert escape("This workload is overhead-bound (compute is 20% of the baseline's step)") in verdict_html
     assert "<code>--configfile config/transformer.yaml</code>" in verdict_html
     assert "torch.compile recompiled more than once in 1x2 (4 times)." in verdict_html
-    tables = page[page.index('<section id="tables">'):page.index('<section id="plots">')]
+    tables = page[page.index('<details class="section"'):page.index('id="what-was-measured"')]
     scaling = tables[:tables.index("<h2>Cost</h2>")]
     assert 'class="caveat-row"' in scaling
     assert "oversubscribed: 4 ranks on 2 cores: excluded" in scaling

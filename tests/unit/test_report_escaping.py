@@ -48,7 +48,7 @@ def test_a_hostile_name_is_text_in_the_whole_page(data):
     # the report's own markup is still markup
     assert '<span class="failed">&#10007; not held (a drop of at least 0.4 &gt; 0.02)</span>' in page
     assert f'{SHOWN}<br><span class="spread">gloo on {SHOWN}</span>' in page  # topology, its network
-    assert "<th class=\"\">&Delta; vs baseline</th>" in page and "All-reduce (&micro;s)" in page
+    assert "<th scope=\"col\" class=\"\">&Delta; vs baseline</th>" in page and "All-reduce (&micro;s)" in page
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
 
 

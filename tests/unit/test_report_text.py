@@ -31,7 +31,7 @@ def test_speedup_is_rounded_the_same_in_verdict_headline_and_table():
 
 def test_time_per_epoch_says_it_is_the_steady_state_epoch():
     _, note, table = html_tables.scaling_table(build())
-    assert "Time / steady epoch (s)" in table and "Time / epoch" not in table
+    assert "Time / steady epoch" in table and "Time / epoch" not in table
     assert "time per steady epoch (the mean epoch, training + validation) leave out the first 1 warm-up" in note
 
 

@@ -60,6 +60,28 @@ PROBE = """<script>
 window.addEventListener("load", () => {
   const box = el => { const r = el.getBoundingClientRect();
     return {top: r.top + window.scrollY, height: r.height, width: r.width}; };
+  // Each folding section, closed as the page opens, then opened and closed again by a click on
+  // its summary, as a reader does: its height each time, and its inner headings (h3).
+  const sections = [...document.querySelectorAll("details.section")].map(d => {
+    const summary = d.querySelector("summary"), closed = box(d).height, wasOpen = d.open;
+    summary.click(); const opened = box(d).height, openAfterClick = d.open;
+    summary.click(); const reclosed = box(d).height;
+    return {id: d.id, heading: (d.querySelector("summary h2") || {}).innerText || "",
+            line: (d.querySelector("summary .line") || {}).innerText || "", wasOpen, openAfterClick,
+            closedAgain: !d.open, closed, opened, reclosed, summaryHeight: box(summary).height,
+            inner: [...d.querySelectorAll(":scope > h3")].map(h => h.textContent.trim())};
+  });
+  // Where the first screen's parts are before anything is opened: the viewport is the first 900 px.
+  const first = {};
+  for (const [name, sel] of Object.entries({answer: "#answer", plot: "#overview svg",
+                                             decision: "#decide table"})) {
+    const el = document.querySelector(sel); first[name] = el ? {...box(el), bottom: box(el).top + box(el).height} : null;
+  }
+  // Every word of the overview plot: its box on the page, to find labels drawn over each other.
+  const plotTexts = [...document.querySelectorAll("#overview svg text")].map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; });
+  if (OPEN_ALL) document.querySelectorAll("details").forEach(d => { d.open = true; });
   const verdict = document.querySelector("#verdict");
   // The heading a table belongs to: its <caption>, else the last heading before it in document order.
   let heading = null; const tables = [];
@@ -77,21 +99,24 @@ window.addEventListener("load", () => {
   out.id = "ddpscale-layout";
   out.textContent = JSON.stringify({
     verdict: verdict ? {exists: true, ...box(verdict), text: verdict.innerText.trim()} : {exists: false},
-    tables, images, scrollHeight: document.documentElement.scrollHeight});
+    tables, images, sections, first, plotTexts, scrollHeight: document.documentElement.scrollHeight});
   document.body.appendChild(out);
 });
 </script>"""
 LAYOUT = re.compile(r'<pre id="ddpscale-layout">(.*?)</pre>', re.S)
 
 
-def rendered_layout(page: Path, width: int = 1280) -> dict:
-    """What Chromium laid out for `page` at this window width (see PROBE for the keys).
+def rendered_layout(page: Path, width: int = 1280, open_all: bool = False) -> dict:
+    """What Chromium laid out for `page` at this window width (see PROBE for the keys); open_all:
+    tables, images and the verdict measured with every <details> open (sections are measured
+    closed, opened and closed again either way).
 
     The probe goes into a temporary copy (same folder, so relative links still resolve);
     the page under test itself carries no script."""
     text = Path(page).read_text()
     at = text.lower().rfind("</body>")
-    probed = text[:at] + PROBE + text[at:] if at >= 0 else text + PROBE
+    probe = PROBE.replace("OPEN_ALL", "true" if open_all else "false")
+    probed = text[:at] + probe + text[at:] if at >= 0 else text + probe
     with tempfile.NamedTemporaryFile("w", suffix=".html", dir=Path(page).parent,
                                      prefix=".probe-", delete=False) as copy:
         copy.write(probed)
@@ -103,6 +128,28 @@ def rendered_layout(page: Path, width: int = 1280) -> dict:
     if result.returncode != 0 or not found:
         raise _fail("wrote no layout (page never fired load, or the dump failed)", result)
     return json.loads(html.unescape(found.group(1)))  # the dump escapes &, <, > in text
+
+
+OUTLINE_TITLE = re.compile(rb"/Title\s*(\((?:[^()\\]|\\.)*\)|<[0-9A-Fa-f\s]*>)")
+
+
+def pdf_outline(page: Path, pdf: Path) -> list[str]:
+    """Print `page` to a PDF as a reader's print dialog would (print stylesheet applied) and return
+    its outline: Chromium makes one entry per heading that was printed, so a heading inside a
+    section that printed folded is missing. Skia writes the outline uncompressed: no PDF library."""
+    pdf = Path(pdf).resolve()
+    pdf.unlink(missing_ok=True)
+    result = _chromium("--no-pdf-header-footer", "--generate-pdf-document-outline", f"--print-to-pdf={pdf}",
+                       Path(page).resolve().as_uri(), width=1280, height=900)
+    if result.returncode != 0 or not pdf.is_file():
+        raise _fail(f"wrote no PDF to {pdf}", result)
+    titles = []
+    for raw in OUTLINE_TITLE.findall(pdf.read_bytes()):
+        if raw.startswith(b"<"):  # UTF-16BE hex with a byte-order mark
+            titles.append(bytes.fromhex(raw[1:-1].decode()).decode("utf-16"))
+        else:
+            titles.append(re.sub(rb"\\(.)", rb"\1", raw[1:-1]).decode("latin-1"))
+    return [t.strip() for t in titles]
 
 
 def page_height(layout: dict, cap: int = MAX_HEIGHT) -> int:

@@ -1,5 +1,8 @@
 """report.html as a reader sees it: opened in headless Chromium (tests/browser.py), checked for
-the verdict first, then the tables, then every plot actually decoded, and screenshotted.
+the verdict first, then the tables, then every plot actually decoded, and screenshotted; and the
+first screen (issue 33): the answer, its plot and the decision table inside 1280 x 900, every
+section folding open and shut, the printed PDF holding every section, no two plot labels on top
+of each other.
 
 The report contract: <section id="verdict"> (a one-sentence recommendation and the accuracy
 verdict), then <section id="tables"> (tables, each under an <h2>/<h3>), then
@@ -22,6 +25,7 @@ import numpy as np
 import pytest
 
 import browser
+import report_sample
 import system_tools
 from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
 
@@ -46,6 +50,12 @@ def report_html(chromium, tmp_path_factory):
         result = workspace.snakemake(timeout=400)
     assert result.returncode == 0, result.stderr[-4000:]
     return workspace.results / "report/report.html"
+
+
+@pytest.fixture(scope="module")
+def sample_html(chromium, tmp_path_factory):
+    """A cluster-like report from made-up records (tests/workflow/report_sample.py): seconds, not minutes."""
+    return report_sample.build(tmp_path_factory.mktemp("sample")) / "report.html"
 
 
 def png_uri(seed: int) -> str:
@@ -108,6 +118,47 @@ def layout_problems(layout: dict) -> list[str]:
     return problems
 
 
+VIEWPORT = (1280, 900)
+
+
+def first_screen_problems(layout: dict) -> list[str]:
+    """The answer, the speedup plot and the decision table must be inside the first 1280 x 900."""
+    problems = []
+    for name, where in layout["first"].items():
+        if where is None:
+            problems.append(f"no {name} on the page")
+        elif where["bottom"] > VIEWPORT[1] or where["height"] <= 0:
+            problems.append(f"the {name} ends at {where['bottom']:.0f} px, below the first {VIEWPORT[1]} px")
+    return problems
+
+
+def section_problems(layout: dict) -> list[str]:
+    """Every section starts closed with its one-line summary showing, opens on a click and closes on another."""
+    problems = [] if layout["sections"] else ["no <details class=section>"]
+    for s in layout["sections"]:
+        name = s["heading"] or s["id"]
+        if s["wasOpen"]:
+            problems.append(f"{name} is open before anyone opened it")
+        if not s["line"] and s["id"] not in ("earlier",):
+            problems.append(f"{name} has no one-line summary")
+        if not (s["openAfterClick"] and s["opened"] > s["closed"] + 20):
+            problems.append(f"{name} did not open on a click ({s['closed']:.0f} -> {s['opened']:.0f} px)")
+        if not (s["closedAgain"] and abs(s["reclosed"] - s["closed"]) < 1):
+            problems.append(f"{name} did not close again ({s['reclosed']:.0f} px, closed {s['closed']:.0f} px)")
+    return problems
+
+
+def overlapping_labels(texts: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs of words in a plot whose boxes overlap (by more than `slack` px each way)."""
+    pairs = []
+    for i, a in enumerate(texts):
+        for b in texts[i + 1:]:
+            if (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack
+                    and min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack):
+                pairs.append((a["text"], b["text"]))
+    return pairs
+
+
 def screenshot_problems(png, width: int) -> list[str]:
     """Whether a capture shows a rendered, colourful page rather than a blank one."""
     pixels = matplotlib.image.imread(png)[..., :3]  # floats in 0..1; drop alpha
@@ -165,8 +216,60 @@ def test_screenshot_check_rejects_a_blank_page(chromium, tmp_path):
 # --- the real report -----------------------------------------------------------------------
 
 def test_report_renders_verdict_tables_and_every_plot(report_html):
-    layout = browser.rendered_layout(report_html)
+    layout = browser.rendered_layout(report_html, open_all=True)
     assert layout_problems(layout) == []
+    assert first_screen_problems(browser.rendered_layout(report_html)) == []
+
+
+# --- the first screen and the folding sections, on a generated page and the sample report -----
+
+def test_checks_reject_a_first_screen_pushed_down_and_a_section_that_will_not_fold(chromium, tmp_path):
+    page = tmp_path / "late.html"
+    page.write_text('<html><body><div style="height:1000px">metadata</div><p id="answer">Use 1x2</p>'
+                    '<figure id="overview"><svg width="400" height="300"><text x="10" y="20">a</text>'
+                    '<text x="12" y="22">b</text></svg></figure><div id="decide"><table><tr><td>1</td></tr>'
+                    '</table></div><details class="section" open><summary><h2>Cost</h2></summary><p>x</p>'
+                    '</details><section class="section"></section></body></html>')
+    layout = browser.rendered_layout(page)
+    assert any("below the first 900 px" in p for p in first_screen_problems(layout))
+    assert any("open before anyone opened it" in p for p in section_problems(layout))
+    assert any("no one-line summary" in p for p in section_problems(layout))
+    assert overlapping_labels(layout["plotTexts"]) == [("a", "b")]
+
+
+def test_sample_report_answers_on_the_first_screen_and_folds_every_section(sample_html):
+    layout = browser.rendered_layout(sample_html)
+    assert first_screen_problems(layout) == []
+    assert section_problems(layout) == []
+    assert [s["id"] for s in layout["sections"]][:2] == ["scaling", "cost"]
+    assert layout["sections"][-1]["id"] == "methods"
+    assert layout_problems(browser.rendered_layout(sample_html, open_all=True)) == []
+
+
+def test_sample_report_plot_labels_do_not_overlap(sample_html):
+    texts = browser.rendered_layout(sample_html)["plotTexts"]
+    assert len(texts) > 20  # ticks, axis titles, legend and a label per point: words, not outlines
+    assert {"1x1", "1x2", "2x4"} <= {t["text"] for t in texts}
+    assert overlapping_labels(texts) == []
+
+
+def test_printed_report_holds_every_section(sample_html, tmp_path):
+    sections = browser.rendered_layout(sample_html)["sections"]
+    assert len(sections) >= 8  # scaling detail, cost, projection, breakdown, prediction, all-reduce, devices, methods
+    outline = browser.pdf_outline(sample_html, tmp_path / "report.pdf")
+    for s in sections:
+        assert s["heading"] in outline
+        for inner in s["inner"]:  # a heading inside the section: printed only where the section printed open
+            assert inner in outline, (s["id"], inner)
+    assert sum(len(s["inner"]) for s in sections) >= len(sections)
+
+
+def test_pdf_check_sees_a_folded_section(chromium, tmp_path):
+    page = tmp_path / "folded.html"
+    page.write_text("<html><body><h1>t</h1><details><summary><h2>Cost</h2></summary><h3>Cost: method</h3>"
+                    "</details></body></html>")
+    outline = browser.pdf_outline(page, tmp_path / "folded.pdf")
+    assert "Cost" in outline and "Cost: method" not in outline
 
 
 def test_report_screenshot(report_html, tmp_path):

@@ -53,15 +53,16 @@ def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):
     assert table.loc[table.topology == "1x1", "speedup"].item() == pytest.approx(1.0)
     html = (report / "report.html").read_text()
     assert "simulated" in html.lower() and html.count("data:image/png;base64,") == 5
-    row_2x1 = html.split('<td class="l">2x1')[1].split("</tr>")[0]  # the scaling table's row
+    scaling = html.split('id="scaling"')[1]  # the decision table above it has a 2x1 row too
+    row_2x1 = scaling.split('<td class="l">2x1')[1].split("</tr>")[0]  # the scaling table's row
     assert f'<span class="spread">gloo on {iface}</span>' in row_2x1
     # what was measured, in the page's head and on every row of scaling.tsv
     from ddpscale.workloads.models import SpiralMLP
 
     params = sum(p.numel() for p in SpiralMLP(**tiny_config()["model"]["init_args"]).parameters())
     assert json.loads(workspace.metrics("1x1").read_text())["model_parameters"] == params
-    head = html.split('<section id="verdict">')[0]
-    assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in head
+    assert f"<h1>ddpscale: spiralmlp: SpiralMLP ({params:,} parameters) on SpiralDataModule</h1>" in html
+    head = html.split('id="what-was-measured"')[1].split("</details>")[0]  # its own section
     for shown in ("ddpscale.workloads.models.SpiralMLP", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
                   "spiral (generated): 1200 samples, noise 0.2, seed 1234, split 0.7/0.15/0.15",
                   "config/config.yaml", "<dt>Epochs</dt><dd>2</dd>",

@@ -1,7 +1,9 @@
 """Build the single self-contained report.html.
 
-Everything is inline (CSS, PNGs as data URIs) so the file can be mailed or
-opened on an air-gapped cluster. The markup is templates/report.html.j2, rendered with
+Everything is inline (CSS, the overview as SVG, PNGs as data URIs) so the file can be mailed or
+opened on an air-gapped cluster. The first screen answers (firstscreen: the answer, its caveats
+as badges, the overview plot, the decision table); each section after it folds away behind a
+one-line summary (summaries), its methods at its end. The markup is templates/report.html.j2, rendered with
 autoescaping (templating.py): host and model names are not ours to trust, so every value is
 text unless it is Markup built here from escaped parts.
 """
@@ -12,10 +14,10 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, description
+from ddpscale.report import accuracy, boundness, description, firstscreen, plots, summaries
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
-from ddpscale.report.html_tables import TABLES, tta_table
+from ddpscale.report.html_tables import TABLES, _table, legend, reason_badge, tta_table
 from ddpscale.report.templating import render
 from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
 
@@ -157,22 +159,95 @@ def _verdict(data) -> dict:
     }
 
 
+# The section each table opens, and the plots that belong with it (a plot the runs did not make
+# is left out). Ids are the page's anchors: the overview links to #methods.
+SECTIONS = {"Scaling": ("scaling", ("speedup.png", "efficiency.png", "throughput.png")),
+            "Cost": ("cost", ()), "The full training, projected": ("projection", ()),
+            "Where the time goes": ("breakdown", ("breakdown.png",)),
+            "Predicted vs measured": ("prediction", ()),
+            "All-reduce at the gradient size": ("allreduce", ("busbw.png",)), "Devices": ("devices", ()),
+            "Change since the earlier run": ("earlier", ()), "Time to accuracy": ("timetoacc", ())}
+
+
 def _tables(data, tta) -> list:
     """(heading, note, table) of every table that applies, the time-to-accuracy table (tta) last."""
     return [made for made in (*(make(data) for make in TABLES), tta) if made is not None]
 
 
-def _figures(images: dict[str, bytes]) -> list:
-    return [(name.removesuffix(".png"), "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
-             CAPTIONS.get(name, "")) for name, png in images.items()]
+# What each plot shows, for a reader who cannot see it (the caption then says how it is made).
+ALTS = {"speedup.png": "Plot: speedup per world size, measured against ideal and predicted",
+        "efficiency.png": "Bar chart: parallel efficiency per topology, with the recommendation's threshold",
+        "throughput.png": "Bar chart: steady-state samples per second per device, per topology",
+        "breakdown.png": "Stacked bars: fractions of one training step per topology",
+        "busbw.png": "Plot: all-reduce bus bandwidth against message size, per topology"}
+
+
+def _figures(images: dict[str, bytes], names) -> list:
+    return [(ALTS.get(name, name.removesuffix(".png")),
+             "data:image/png;base64," + base64.b64encode(images[name]).decode("ascii"),
+             CAPTIONS.get(name, "")) for name in names if name in images]
+
+
+def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict]:
+    """Every section after the first screen, in reading order: the tables with their plots, then
+    what was measured and the methods. A plot no table claims still gets shown, in the first."""
+    out = []
+    for heading, note, table in _tables(data, tta):
+        key, names = SECTIONS.get(heading, (heading.lower().replace(" ", "-"), ()))
+        out.append({"id": key, "heading": heading, "line": summaries.of_table(heading, data), "body": table,
+                    "figures": _figures(images, names), "note": note, "title": ""})
+    shown = {n for names in (SECTIONS.get(s["heading"], ("", ()))[1] for s in out) for n in names}
+    if out:  # a plot whose table did not apply (no probe: no breakdown table) still shows, in the first
+        out[0]["figures"] += _figures(images, [n for n in images if n not in shown])
+    # a list of facts, not a data table: two reports of different workloads never look alike
+    facts = Markup('<dl id="measured">{}</dl>').format(Markup("").join(
+        Markup("<dt>{}</dt><dd>{}</dd>").format(description.LABELS[k], str(v)) for k, v in data.description.items()))
+    out.append({"id": "what-was-measured", "heading": "What was measured", "line": summaries.measured(data),
+                "body": facts, "figures": [], "note": "", "title": "The workload and its settings"})
+    out.append({"id": "methods", "heading": "How these numbers are computed", "line": summaries.methods(data),
+                "body": Markup("<ul>{}</ul>").format(methods), "figures": [], "note": "",
+                "title": "Each figure's definition, and the runs' hosts and versions"})
+    return out
+
+
+DECISION_HEADS = ["Topology", "Devices", Markup("Speedup<br>(95% interval)"), "Efficiency",
+                  Markup("Full training<br>(projected)"), "GPU-hours (projected)", "Accuracy"]
+
+
+def _decision(data) -> tuple[Markup, Markup]:
+    """The decision table and the legend of the reason badges it uses (each reason named once)."""
+    rows, used = [], {}
+    heads = [h if h != "GPU-hours (projected)" else Markup("{}<br>(projected)").format(hours_label(data.summary))
+             for h in DECISION_HEADS]
+    for r in firstscreen.decision_rows(data):
+        speedup = Markup("{}").format(r["speedup"]) + reason_badge(r["row"], used)
+        if r["interval"]:
+            speedup += Markup('<br><span class="spread">{}</span>').format(r["interval"])
+        cls = "" if r["finished"] else "unfinished-row"  # the scaling table's rows are the missing-row ones
+        accuracy_cell = r["accuracy"] if r["finished"] else Markup('<span class="failed">{}</span>').format(r["status"])
+        rows.append((cls, [r["topology"], str(r["devices"]), speedup, r["efficiency"], r["time"], r["hours"],
+                           accuracy_cell]))
+    return _table(heads, rows, text_cols=(6,)), legend(used)
+
+
+OVERVIEW_CAPTION = ("Left: speedup of steady-state throughput over the baseline, measured (filled, with its 95% "
+                    "interval), ideal (dashed) and predicted from the baseline step plus the measured all-reduce "
+                    "(hollow squares). Right: parallel efficiency = speedup / device ratio, with its interval; the "
+                    "dotted line is the threshold the recommendation uses.")
 
 
 def build_report(data, images: dict[str, bytes]) -> str:
-    """The whole page: what was measured, the verdict, then the tables, the plots and the methods."""
-    # a list of facts under the title, not a data table: two reports of different workloads
-    # never look alike
-    facts = [(description.LABELS[k], str(v)) for k, v in data.description.items()]
+    """The whole page: the first screen (answer, caveat badges, overview plot, decision table), then
+    each section folded behind its one-line summary, what was measured and the methods last."""
     tta = tta_table(data)  # its table, and its definition in the methods where it is shown
-    return str(render("report.html.j2", title=description.headline(data.description), measured=facts,
-                      **_verdict(data), tables=_tables(data, tta), figures=_figures(images),
-                      methods=_methods(data, tta is not None))) + "\n"
+    verdict = _verdict(data)
+    decision, decision_legend = _decision(data)
+    overview = plots.overview_figure(data) if len(data.finished) else None
+    return str(render("report.html.j2", title=description.headline(data.description),
+                      answer=firstscreen.answer(data), recommendation=verdict["recommendation"],
+                      headline=verdict["headline"], badges=firstscreen.badges(verdict["notes"], verdict["banner"]),
+                      failed=verdict["failed"], unfinished=verdict["unfinished"],
+                      overview=Markup(plots.inline_svg(overview, "Speedup and parallel efficiency per topology"))
+                      if overview is not None else "", overview_caption=OVERVIEW_CAPTION,
+                      decision=decision, decision_legend=decision_legend,
+                      sections=_sections(data, images, tta, _methods(data, tta is not None)))) + "\n"

@@ -22,37 +22,24 @@ from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, une
 from ddpscale.report.cost import time_speedup_note
 from ddpscale.report.projection import cost_sentence, duration, hours, sentence, what
 from ddpscale.report.templating import render
-from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription, times
+from ddpscale.report.firstscreen import STOP_REASONS, stopped_short
+from ddpscale.report.fmt import duration, hours, known, num, pct, plus_minus, times
+from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
 
 
 # Why a throughput run stopped when its interval met the precision asked for: not shown.
 PRECISION_REACHED = steadystate.PRECISION
 
 
-def num(value, places: int) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:,.{places}f}"
-
-
-def pct(value, places: int = 0) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.{places}%}"
-
-
-def with_spread(row, col: str, places: int) -> Markup:
-    """Median, then its spread over repeats."""
-    return escape(num(row[col], places)) + spread(row, col, places)
-
-
-def spread(row, col: str, places: int, between: str = "") -> Markup:
-    """[min-max] and the 95% interval of the mean when there are enough repeats; `between`
-    names what the spread between repeats is (in throughput mode: placement noise)."""
-    text = Markup("")
-    if row.get("repeats", 0) and row["repeats"] > 1:
-        text += Markup('<br><span class="spread">{}{}&ndash;{}</span>').format(
-            between, num(row[col + "_min"], places), num(row[col + "_max"], places))
-        if pd.notna(row.get(col + "_ci_low")):
-            # the figure above is a median; this interval is of the mean, and says so
-            text += Markup('<br><span class="spread">mean&rsquo;s 95% CI {}&ndash;{}</span>').format(
-                num(row[col + "_ci_low"], places), num(row[col + "_ci_high"], places))
+def repeats_cell(row, col: str, write) -> Markup | str:
+    """The spread over repeats, in its own column: min-max and, with 3 or more repeats, the 95%
+    interval of the mean (the figure beside it is a median; this interval is of the mean, and says so)."""
+    if not (row.get("repeats", 0) and row["repeats"] > 1) or not known(row.get(col + "_min")):
+        return ""
+    text = Markup("{}&ndash;{}").format(write(row[col + "_min"]), write(row[col + "_max"]))
+    if known(row.get(col + "_ci_low")):
+        text += Markup('<br><span class="spread">mean&rsquo;s 95% CI {}&ndash;{}</span>').format(
+            write(row[col + "_ci_low"]), write(row[col + "_ci_high"]))
     return text
 
 
@@ -61,7 +48,7 @@ def within_run(row) -> str:
     The interval is of each run's mean window throughput (the cell's figure is the median over
     repeats), which throughput_note says."""
     half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
-    interval = (f"\u00b1{half / mean:.1%}" if half is not None and pd.notna(half) and mean
+    interval = (plus_minus(half / mean) if known(half) and mean
                 else "interval n/a (under 2 steady windows)")
     reason = row.get("stop_reason")
     if isinstance(reason, str) and reason and reason != PRECISION_REACHED:
@@ -69,18 +56,38 @@ def within_run(row) -> str:
     return f"{interval} within run"
 
 
-def throughput_cell(row, throughput_mode: bool) -> Markup:
-    """Full mode: the median and its spread. Throughput mode: also the 95% interval within the
-    run (or why it stopped short of the precision), and the spread labelled placement noise."""
-    if not throughput_mode:
-        return with_spread(row, "throughput_samples_s", 0)
+def reason_badge(row, used: dict | None = None) -> Markup:
+    """The short word of why a run stopped before its interval closed ('step cap'), its meaning in
+    the title and, once per table, in the legend under it (`used` collects them)."""
+    reason = stopped_short(row)
+    if reason is None:
+        return Markup("")
+    word, why = STOP_REASONS.get(reason, (reason, reason))
+    if used is not None:
+        used[word] = why
+    return Markup(' <span class="reason" title="{}">{}</span>').format(why, word)
+
+
+def legend(reasons: dict[str, str]) -> Markup:
+    """Each reason badge a table uses, named once and explained."""
+    if not reasons:
+        return Markup("")
+    return Markup('<dl class="legend">{}</dl>').format(Markup("").join(
+        Markup('<dt><span class="reason">{}</span></dt><dd>{}</dd>').format(word, why) for word, why in reasons.items()))
+
+
+def throughput_cell(row, throughput_mode: bool, used: dict | None = None) -> Markup:
+    """One figure and its interval: in throughput mode the median and the 95% interval within the
+    run ('74,765 ±4.7%'), with a reason badge where it stopped short; in full mode the median (its
+    spread over repeats has a column of its own)."""
     if pd.isna(row.get("throughput_samples_s")):
         return escape("n/a")
-    reason = row.get("stop_reason")
-    short = isinstance(reason, str) and reason not in ("", PRECISION_REACHED)
-    return (escape(num(row["throughput_samples_s"], 0))
-            + Markup('<br><span class="{}">{}</span>').format("caveat" if short else "spread", within_run(row))
-            + spread(row, "throughput_samples_s", 0, "placement noise "))
+    figure = escape(num(row["throughput_samples_s"], 0))
+    if not throughput_mode:
+        return figure
+    half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
+    interval = plus_minus(half / mean) if known(half) and mean else "±n/a"
+    return figure + Markup(" {}").format(interval) + reason_badge(row, used)
 
 
 def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) -> Markup | str:
@@ -111,12 +118,13 @@ def throughput_note() -> Markup:
     """The scaling table's note in throughput mode: which spread is which, and what is n/a."""
     return Markup("Median over repeats. Throughput mode: each run timed windows of training steps and "
                   "stopped once its throughput was known, so no whole epoch was timed (time per steady epoch "
-                  "n/a; the full training is projected in its own table) and accuracy is not compared. Below "
-                  "each throughput: <i>within run</i>, the 95% interval of the mean window throughput (in "
-                  "yellow, with why, where the run stopped at a cap before reaching the precision asked for); "
-                  "then <i>placement noise</i>, the spread between repeats, each a separate allocation "
-                  "(min&ndash;max and, with 3 or more repeats, the 95% interval of the mean). Fit time is what "
-                  "each run trained before it stopped. Grey rows did not finish.")
+                  "n/a; the full training is projected in its own table) and accuracy is not compared. Beside "
+                  "each throughput: &plusmn; <i>within run</i>, the 95% interval of the mean window throughput "
+                  "(with a badge saying why, where the run stopped at a cap before reaching the precision asked "
+                  "for; the legend under the table explains each); in its own column <i>placement noise</i>, "
+                  "the spread between repeats, each a separate allocation (min&ndash;max and, with 3 or more "
+                  "repeats, the 95% interval of the mean). Fit time is what each run trained before it "
+                  "stopped. Grey rows did not finish.")
 
 
 def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> Markup:
@@ -130,10 +138,12 @@ def scaling_table(data):
     metric, tol, way = comparison.metric, comparison.tolerance, comparison.direction
     windows = comparison.throughput_mode
     heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
-             "Throughput (samples/s)", "Fit time (s)", "Time / steady epoch (s)",
+             Markup("Throughput (samples/s)<br>&plusmn; within run") if windows else "Throughput (samples/s)",
+             "Placement noise (samples/s)" if windows else "Throughput over repeats", "Fit time",
+             "Fit time over repeats", "Time / steady epoch",
              Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
              Markup("&Delta; vs baseline"), "Accuracy"]
-    rows = []
+    rows, used = [], {}
     for _, r in s.iterrows():
         held = r.get("accuracy_held")
         over = oversubscription(r)
@@ -155,21 +165,22 @@ def scaling_table(data):
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
             str(int(r["repeats"])), times(r["speedup"]), pct(r["efficiency"]),
-            throughput_cell(r, windows), with_spread(r, "fit_time_s", 1), num(r["time_per_epoch_s"], 2),
+            throughput_cell(r, windows, used), repeats_cell(r, "throughput_samples_s", lambda v: num(v, 0)),
+            duration(r["fit_time_s"]), repeats_cell(r, "fit_time_s", duration), duration(r["time_per_epoch_s"]),
             accuracy.THROUGHPUT_MODE if windows else num(r.get(metric), 4),
             "n/a" if pd.isna(r.get("accuracy_delta")) else f"{r['accuracy_delta']:+.4f}",
             held_cell(r, tol, way, windows)]))
-    text_cols = (2, 11)
+    text_cols = (2, 13)
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
-    note = Markup("Median over repeats; below it the range (min&ndash;max) and, with 3 or more "
-                  "repeats, the 95% interval of the mean. Throughput and time per steady epoch (the "
+    note = Markup("Median over repeats; in the columns <i>over repeats</i> the range (min&ndash;max) and, "
+                  "with 3 or more repeats, the 95% interval of the mean. Throughput and time per steady epoch (the "
                   "mean epoch, training + validation) leave out the first {} warm-up epoch(s). Rows "
                   "in red failed the accuracy check and are excluded from the recommendation; grey "
                   "rows did not finish.").format(warm) if not windows else throughput_note()
     if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
         note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
                  "measured contention, not scaling, and are excluded from the recommendation.")
-    return "Scaling", note, _table(heads, rows, text_cols)
+    return "Scaling", note, _table(heads, rows, text_cols) + legend(used)
 
 
 def cost_table(data):
@@ -188,8 +199,8 @@ def cost_table(data):
              f"Extra {label} for the baseline's samples", "Time speedup", f"Training {label}", f"Held {label}"]
     rows = [("", [str(r["topology"]), str(int(r["world_size"])), times(r['speedup']),
                   per_thousand(r["gpu_seconds_per_sample"] * 1e3), num(r["extra_pct"], 0),
-                  num(r["extra_gpu_hours"], 5), "" if pd.isna(r["time_speedup"]) else f"{num(r['time_speedup'], 2)}x",
-                  num(r["gpu_hours"], 5), num(r["held_gpu_hours"], 5)])
+                  hours(r["extra_gpu_hours"]), "" if pd.isna(r["time_speedup"]) else times(r["time_speedup"]),
+                  hours(r["gpu_hours"]), hours(r["held_gpu_hours"])])
             for _, r in cost.iterrows()]
     note = (f"Cost per sample: {seconds} = devices / steady-state throughput. The extra over the baseline is "
             "what the speedup costs for the same samples, 1 / efficiency - 1: zero at perfect efficiency; "
@@ -369,13 +380,13 @@ def comparison_table(data):
     if cmp is None:
         return None
     heads = ["Topology", "In", "Throughput earlier", "Throughput now", "Change",
-             "Efficiency earlier", "Efficiency now", "Fit time earlier (s)", "Fit time now (s)"]
+             "Efficiency earlier", "Efficiency now", "Fit time earlier", "Fit time now"]
     rows = [("", [escape(str(r["topology"])), escape(r["present"]),
                   num(r["throughput_samples_s_earlier"], 0), num(r["throughput_samples_s_now"], 0),
                   "n/a" if pd.isna(r["throughput_samples_s_change_pct"])
                   else f"{r['throughput_samples_s_change_pct']:+.1f}%",
                   pct(r["efficiency_earlier"]), pct(r["efficiency_now"]),
-                  num(r["fit_time_s_earlier"], 1), num(r["fit_time_s_now"], 1)])
+                  duration(r["fit_time_s_earlier"]), duration(r["fit_time_s_now"])])
             for _, r in cmp.iterrows()]
     note = f"Against {data.compared_with}."
     return "Change since the earlier run", note, _table(heads, rows)
@@ -440,7 +451,7 @@ def tta_table(data):
     tta = data.timetoacc
     if tta is None or tta.empty:
         return None
-    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy (s)", "Time-to-accuracy speedup",
+    heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy", "Time-to-accuracy speedup",
              "Throughput speedup", "Status"]
     rows = []
     for _, r in tta.iterrows():
@@ -448,7 +459,7 @@ def tta_table(data):
         if not str(r["status"]).startswith("reached"):
             status = Markup('<span class="na">{}</span>').format(status)
         rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
-                          num(r["time_to_accuracy_s"], 1), times(r["tta_speedup"]), times(r["speedup"]), status]))
+                          duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), times(r["speedup"]), status]))
     goal = data.tta_target
     if pd.notna(goal.value):
         compare, sign = _way(goal)

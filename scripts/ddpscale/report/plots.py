@@ -1,20 +1,34 @@
-"""The report's figures, one function each, as PNG: speedup, efficiency and throughput per
-device (scaling), the step breakdown and the all-reduce bus bandwidth (where the time goes),
-and the list of every figure (figures()).
+"""The report's figures, one function each: speedup, efficiency and throughput per device
+(scaling), the step breakdown and the all-reduce bus bandwidth (where the time goes), the first
+screen's overview (speedup and efficiency side by side), and the list of every figure
+(figures()). Each is written as PNG for the page and as SVG beside it, for papers (svgs()).
+
+Colours are Okabe and Ito's colour-blind-safe palette; measured points are filled markers with
+error bars from their 95% intervals, predicted ones hollow on a dotted line, so neither colour
+nor shape alone tells them apart.
 
 Figures are built on matplotlib.figure.Figure with an explicit Agg canvas instead of pyplot:
 no global backend switch, no display needed, and no figure left open in a long-lived process.
 """
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 
+import matplotlib
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ddpscale.report.analysis import baseline_world_size, device_word
 from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
+from ddpscale.report.firstscreen import baseline_row, speedup_interval
+
+# Okabe & Ito (2008), "Color Universal Design": told apart with every common colour-vision deficiency.
+OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
+             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7"}
+MEASURED, PREDICTED, IDEAL = OKABE_ITO["blue"], OKABE_ITO["vermillion"], "#777777"
 
 
 FIGSIZE = (6.0, 4.0)
@@ -44,6 +58,30 @@ def save(fig: Figure, path: str | Path) -> None:
     fig.savefig(path, format="png", dpi=DPI)
 
 
+def svg(fig: Figure) -> str:
+    """The figure as SVG text with its words as <text> (not outlines), so a reader can select and
+    search them, a screen reader can read them, and a test can measure each label's box; no
+    date in it, so an unchanged figure writes the same file."""
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    return buf.getvalue().decode("utf-8")
+
+
+def inline_svg(fig: Figure, label: str) -> str:
+    """An <svg> to put into the page: the XML prologue dropped, a role and a label for screen readers."""
+    text = svg(fig)
+    text = text[text.index("<svg"):]
+    # HTML needs no namespaces and no metadata; without them the page names no URL at all
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)
+    text = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
+    return re.sub(r"<svg\b", f'<svg role="img" aria-label="{_attr(label)}"', text, count=1)
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
 # At one world size the topologies (1x2, 2x1) sit side by side, this far apart in x (a fraction
 # of the smallest gap between world sizes), and each node count has its own marker: drawn at
 # the same point their labels printed over each other ("1x2" on "2x1" read as "2x2").
@@ -65,11 +103,18 @@ def _dodged(frame: pd.DataFrame, xs: list[float]) -> pd.Series:
 
 def speedup_figure(data):
     """Measured throughput speedup against the ideal line and the prediction."""
-    summary = data.finished
     fig, ax = new_axes()
+    draw_speedup(ax, data)
+    return fig
+
+
+def draw_speedup(ax, data, labels: bool = True):
+    """The speedup plot on ax; labels=False leaves the points' labels to the caller (label_points
+    measures the final layout, so a figure that lays out after drawing labels after that)."""
+    summary = data.finished
     base_ws = baseline_world_size(summary, data.comparison.baseline)
     xs = sorted(set(summary["world_size"].astype(float)) | {float(base_ws)})
-    ax.plot(xs, [x / base_ws for x in xs], "--", color="grey", label="ideal (linear)")
+    ax.plot(xs, [x / base_ws for x in xs], "--", color=IDEAL, label="ideal (linear)")
     at = dict(zip(summary["topology"], _dodged(summary, xs)))
     pred = data.prediction
     if len(pred):
@@ -78,11 +123,14 @@ def speedup_figure(data):
         pred = pred.assign(x=[at.get(t, w) for t, w in zip(pred["topology"], pred["world_size"])])
         pred = pred.sort_values("x")
         ax.plot(pred["x"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
-                "s:", color="tab:purple", markersize=6, label="predicted (baseline + all-reduce)")
+                "s:", color=PREDICTED, markerfacecolor="white", markersize=6,
+                label="predicted (baseline + all-reduce)")
+    base = baseline_row(summary, data.comparison.baseline)
     for k, (count, group) in enumerate(summary.groupby("num_nodes")):
-        ax.plot([at[t] for t in group["topology"]], group["speedup"],
-                NODE_MARKERS[k % len(NODE_MARKERS)], color="tab:blue", markersize=7,
-                label=f"measured, {int(count)} node{'s' if count != 1 else ''}")
+        low, high = _error_bars(group, base)
+        ax.errorbar([at[t] for t in group["topology"]], group["speedup"], yerr=[low, high],
+                    fmt=NODE_MARKERS[k % len(NODE_MARKERS)], color=MEASURED, markersize=7, capsize=3,
+                    label=f"measured, {int(count)} node{'s' if count != 1 else ''}")
     right = max(xs)
     ax.set_xlim(0, right + max(1.0, 0.1 * right))
     ax.set_ylim(bottom=0)
@@ -91,18 +139,30 @@ def speedup_figure(data):
     ax.set_xticks(xs)
     ax.legend(loc="upper left", fontsize=9)
     ax.set_title(title(summary, "Speedup: measured vs ideal and predicted"), fontsize=11)
-    _label_points(ax, summary, at, right)
-    return fig
+    if labels:
+        ax.figure.tight_layout()
+        label_points(ax, summary, at, right)
+    return summary, at, right
+
+
+def _error_bars(rows: pd.DataFrame, base) -> tuple[list[float], list[float]]:
+    """Below and above each speedup, from its 95% interval (0 where it has none)."""
+    low, high = [], []
+    for _, r in rows.iterrows():
+        interval = speedup_interval(r, base)
+        low.append(0.0 if interval is None else r["speedup"] - interval[0])
+        high.append(0.0 if interval is None else interval[1] - r["speedup"])
+    return low, high
 
 
 LABEL_GAP_PT = 13  # a 9-point label is about 10.5 points tall
 
 
-def _label_points(ax, summary: pd.DataFrame, at: dict, right: float) -> None:
+def label_points(ax, summary: pd.DataFrame, at: dict, right: float) -> None:
     """One label per point, at its height beside its world size's points (left of them at the
     largest world size, so none runs past the right edge), each moved down only as far as it
     must to clear the label above it, or up where the stack would leave the axes."""
-    ax.figure.tight_layout()  # the offsets are in points: measure them on the final layout
+    # the offsets are in points: the caller has laid the figure out already
     to_pt = 72.0 / ax.figure.dpi
     bottom = ax.get_window_extent().y0 * to_pt
     for world_size, group in summary.groupby("world_size"):
@@ -135,17 +195,57 @@ def _bar(summary: pd.DataFrame, values, color: str):
 
 def efficiency_figure(data):
     """Parallel efficiency per topology; 1.0 means perfect linear scaling."""
+    fig, ax = new_axes()
+    draw_efficiency(ax, data)
+    # right of the axes: inside, any corner can hide a bar (the first bar stands at lower left)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
+    return fig
+
+
+def draw_efficiency(ax, data) -> None:
+    """Bars with 95% intervals, the ideal and the recommendation's threshold; each bar's figure
+    inside it, where no error bar or line can cross it."""
     summary = data.finished
-    fig, ax, bars = _bar(summary, summary["efficiency"], "tab:green")
-    ax.axhline(1.0, color="grey", linestyle="--", label="ideal (1.0)")
-    ax.axhline(data.threshold, color="tab:red", linestyle=":", label=f"threshold ({data.threshold:.0%})")
-    ax.bar_label(bars, labels=[f"{v:.0%}" for v in summary["efficiency"]], fontsize=9, padding=2)
+    labels = summary["topology"].astype(str).tolist()
+    base = baseline_row(summary, data.comparison.baseline)
+    low, high = _error_bars(summary, base)
+    ratio = summary["efficiency"] / summary["speedup"]  # 1 / device ratio: the interval scales with it
+    bars = ax.bar(labels, summary["efficiency"], color=OKABE_ITO["green"],
+                  yerr=[[lo * k for lo, k in zip(low, ratio)], [hi * k for hi, k in zip(high, ratio)]],
+                  error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1})
+    ax.set_xlabel("topology (nodes x devices per node)")
+    ax.axhline(1.0, color=IDEAL, linestyle="--", label="ideal (1.0)")
+    ax.axhline(data.threshold, color=PREDICTED, linestyle=":", label=f"threshold ({data.threshold:.0%})")
+    ax.bar_label(bars, labels=[f"{v:.0%}" for v in summary["efficiency"]], fontsize=9, label_type="center",
+                 color="white", fontweight="bold")
     top = max(1.0, float(summary["efficiency"].max()))
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("parallel efficiency (speedup / device ratio)")
-    # right of the axes: inside, any corner can hide a bar (the first bar stands at lower left)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
     ax.set_title(title(summary, "Parallel efficiency"), fontsize=11)
+
+
+def overview_figure(data):
+    """The first screen's picture: speedup (left) and efficiency (right), one legend below both."""
+    fig = Figure(figsize=(9.0, 3.9), dpi=DPI)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.15, 1]})
+    for ax in (left, right):
+        ax.grid(True, alpha=0.4)
+        ax.set_axisbelow(True)
+    placed = draw_speedup(left, data, labels=False)
+    draw_efficiency(right, data)
+    for ax, short in ((left, "Speedup"), (right, "Efficiency")):
+        ax.set_title(title(data.summary, short), fontsize=10)
+        ax.xaxis.label.set_size(9)
+        ax.yaxis.label.set_size(9)
+    left.set_ylabel("speedup (x)")
+    right.set_ylabel("parallel efficiency")
+    handles = [*left.get_legend_handles_labels()[0], *right.get_legend_handles_labels()[0][1:]]
+    names = [*left.get_legend_handles_labels()[1], *right.get_legend_handles_labels()[1][1:]]
+    left.get_legend().remove()
+    fig.legend(handles, names, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    label_points(left, *placed)
     return fig
 
 
@@ -153,16 +253,20 @@ def plot_efficiency(data, path: str | Path) -> None:
     save(efficiency_figure(data), path)
 
 
-def plot_throughput(data, path: str | Path) -> None:
+def throughput_figure(data):
     """Steady-state throughput per device: flat bars mean every device stays as busy."""
     summary = data.finished
     per_device = summary["throughput_samples_s"] / summary["world_size"]
-    fig, ax, bars = _bar(summary, per_device, "tab:orange")
+    fig, ax, bars = _bar(summary, per_device, OKABE_ITO["orange"])
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in per_device], fontsize=9, padding=2)
     ax.set_ylim(0, float(per_device.max()) * 1.15)
     ax.set_ylabel("samples/s per device (steady state)")
     ax.set_title(title(summary, "Throughput per device"), fontsize=11)
-    save(fig, path)
+    return fig
+
+
+def plot_throughput(data, path: str | Path) -> None:
+    save(throughput_figure(data), path)
 
 
 def figures() -> dict:
@@ -172,11 +276,24 @@ def figures() -> dict:
             "busbw.png": plot_busbw}
 
 
-COLORS = {"data": "tab:olive", "compute": "tab:blue", "comm": "tab:red", "loop_sync": "tab:orange",
-          "overhead": "tab:gray"}
+def svgs(data) -> dict[str, str]:
+    """File name -> SVG text of every figure and the overview, to write beside the report."""
+    made = {"overview": overview_figure, "speedup": speedup_figure, "efficiency": efficiency_figure,
+            "throughput": throughput_figure, "breakdown": breakdown_figure, "busbw": busbw_figure}
+    out = {}
+    for name, figure in made.items():
+        fig = figure(data)
+        if name != "overview":
+            fig.tight_layout()  # as save() lays out the PNG
+        out[f"{name}.svg"] = svg(fig)
+    return out
 
 
-def plot_breakdown(data, path: str | Path) -> None:
+COLORS = {"data": OKABE_ITO["yellow"], "compute": OKABE_ITO["blue"], "comm": OKABE_ITO["vermillion"],
+          "loop_sync": OKABE_ITO["orange"], "overhead": "#999999"}
+
+
+def breakdown_figure(data):
     """Fractions of a training step per topology, measured by the probe and the training run."""
     fig, ax = new_axes()
     steps = data.steps.dropna(subset=["step_s"]) if len(data.steps) else data.steps  # n/a probes: no bars
@@ -199,10 +316,14 @@ def plot_breakdown(data, path: str | Path) -> None:
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5, borderaxespad=0)
     ax.set_ylabel("fraction of a training step")
     ax.set_title(title(data.summary, "Where a training step's time goes"), fontsize=11)
-    save(fig, path)
+    return fig
 
 
-def plot_busbw(data, path: str | Path) -> None:
+def plot_breakdown(data, path: str | Path) -> None:
+    save(breakdown_figure(data), path)
+
+
+def busbw_figure(data):
     """All-reduce bus bandwidth against message size, one line per multi-device topology."""
     fig, ax = new_axes()
     drawn = 0
@@ -226,4 +347,8 @@ def plot_busbw(data, path: str | Path) -> None:
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s, nccl-tests definition)")
     ax.set_title(title(data.summary, "All-reduce bus bandwidth"), fontsize=11)
-    save(fig, path)
+    return fig
+
+
+def plot_busbw(data, path: str | Path) -> None:
+    save(busbw_figure(data), path)

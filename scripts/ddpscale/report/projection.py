@@ -34,6 +34,7 @@ import pandas as pd
 from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import held_devices, known, measure_mode
+from ddpscale.report.fmt import duration, hours  # noqa: F401  (the projection's words; fmt owns them)
 
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
@@ -331,28 +332,6 @@ def full_cost(table: pd.DataFrame) -> tuple[float, str | None]:
         return math.nan, f"{', '.join(map(str, missing['topology']))} could not be projected"
     held = table["projected_held_device_hours"]
     return float((held if held.notna().all() else table["projected_device_hours"]).sum()), None
-
-
-def duration(seconds) -> str:
-    """Readable: '3.2 s', '45 s', '12 min', '3.1 h'; 'n/a' when not known."""
-    if seconds is None or pd.isna(seconds):
-        return "n/a"
-    if seconds < 10:  # a CPU check: enough places to compare projected and measured
-        return f"{seconds:.1f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def hours(value) -> str:
-    """Device-hours to 3 significant digits (a CPU check takes 0.000123, a model 1,230)."""
-    if value is None or pd.isna(value):
-        return "n/a"
-    if value <= 0:
-        return "0"
-    return f"{value:,.{max(0, 2 - math.floor(math.log10(value)))}f}"
 
 
 def what(row) -> str:

@@ -13,6 +13,7 @@ from ddpscale.core.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, interconnect
 from ddpscale.report.analysis import device_word
 from ddpscale.report.comparison import Comparison
+from ddpscale.report.fmt import times  # noqa: F401  (html and tests read it here)
 
 STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
@@ -117,12 +118,6 @@ def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
     others = summary[summary["topology"] != comparison.baseline]
     others = others[others["throughput_samples_s"].notna() & ~accuracy.unlogged(others)]
     return comparison.compared and not others.empty and bool(accuracy.untested(others).all())
-
-
-def times(speedup) -> str:
-    """A speedup as every part of the report writes it: the verdict, the headline and the tables
-    must not round one number two ways (0.4x above a table saying 0.39x)."""
-    return "n/a" if speedup is None or pd.isna(speedup) else f"{speedup:.2f}x"
 
 
 def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
