@@ -217,7 +217,8 @@ def test_launch_prefix_with_gpu_ids():
         "py scripts/launch_local.py --nodes 2 --procs-per-node 2 --gpu-ids 0,1,2,3 -- py")
     assert launch_prefix(parse_topology("1x2"), site, "py", ids) == (
         "py scripts/launch_local.py --nodes 1 --procs-per-node 2 --gpu-ids 0,1 -- py")
-    assert launch_prefix(parse_topology("1x1"), site, "py", ["GPU-x", "GPU-y"]) == "env CUDA_VISIBLE_DEVICES=GPU-x py"
+    assert launch_prefix(parse_topology("1x1"), site, "py", ["GPU-x", "GPU-y"]) == (
+        "py scripts/launch_local.py --nodes 1 --procs-per-node 1 --gpu-ids GPU-x -- py")
     assert launch_prefix(parse_topology("2x1"), site, "py") == (
         "env CUDA_VISIBLE_DEVICES= py scripts/launch_local.py --nodes 2 --procs-per-node 1 -- py")
 

@@ -75,9 +75,10 @@ def test_unloadable_checkpoint_is_set_aside_and_the_run_starts_fresh(tmp_path, d
     last.write_bytes(b"PK\x03\x04 not really a checkpoint" * 50)
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("cannot be loaded") == 1, "one line, from rank 0 only"
-    assert "set aside as last.ckpt.unloadable, starting this run fresh" in result.stdout
-    assert (tmp_path / "ckpt/last.ckpt.unloadable").read_bytes().startswith(b"PK\x03\x04 not really")
+    assert result.stdout.count("is damaged") == 1, "one line, from rank 0 only"
+    assert "last.ckpt is damaged (" in result.stdout and "set aside as last.ckpt.damaged" in result.stdout
+    assert "no whole checkpoint left; starting this run fresh" in result.stdout
+    assert (tmp_path / "ckpt/last.ckpt.damaged").read_bytes().startswith(b"PK\x03\x04 not really")
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["attempts"] == 1 and metrics["resumed_from_epoch"] is None
     assert metrics["world_size"] == devices

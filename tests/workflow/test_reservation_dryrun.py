@@ -16,6 +16,7 @@ from ddpscale.core.topology import parse_topology
 from ddpscale.plan.reservation import hours
 from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.plan.spiral import write_dataset
+from test_analysis import make_run
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,7 +60,10 @@ def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = 
                       dataset["seed"], dataset["split"])
     for name in finished:
         workspace.metrics(name).parent.mkdir(parents=True)
-        workspace.metrics(name).write_text(json.dumps((records or {}).get(name, {"topology": name})))
+        # a whole record: one the reader refuses is set aside, and its run counted again
+        record = (records or {}).get(name) or make_run(name, model_class=config["model"]["class_path"],
+                                                       data_class=config["data"]["class_path"])
+        workspace.metrics(name).write_text(json.dumps(record))
     proc = subprocess.run([*SNAKEMAKE, "--profile", f"profiles/{PROFILE}", "-n", *flags], cwd=workspace.path,
                           capture_output=True, text=True, timeout=180,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
@@ -124,7 +128,9 @@ def test_throughput_mode_sizes_each_stage_limit_and_says_where_it_came_from(work
     which and why. A finished run's record measures the set-up (held_s beyond its windows):
     twice the most measured, here 4 min, for the stages without a finished run too. Full mode
     keeps the profile's limits; the report's projection of a full training is told those."""
-    finished = {"2x2": {"topology": "2x2", "measure": "throughput", "held_s": 300.0, "window_seconds": [30.0, 30.0]}}
+    finished = {"2x2": make_run("2x2", measure="throughput", held_s=300.0, window_seconds=[30.0, 30.0],
+                                model_class="ddpscale.workloads.models.SpiralMLP",
+                                data_class="ddpscale.workloads.spiral_datamodule.SpiralDataModule")}
     profile, config, stderr = dry_run(workspace, ["2x2"], "--printshellcmds", records=finished)
     lines = [line for line in stderr.splitlines() if line.startswith("ddpscale: time limit: ")]
     assert len(lines) == 3, stderr[-3000:]
