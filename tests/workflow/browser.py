@@ -81,6 +81,19 @@ window.addEventListener("load", () => {
   const plotTexts = [...document.querySelectorAll("#overview svg text")].map(t => {
     const r = t.getBoundingClientRect();
     return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; });
+  // Every link from a figure to an anchor of the page, followed as a reader clicks it: whether
+  // its target exists and whether the folded section around it opened (the report has no
+  // script; the browser opens a <details> around a link's target). Folded again after.
+  const links = [...document.querySelectorAll("figure a[href^='#']")].map(a => {
+    const href = a.getAttribute("href"), target = document.getElementById(href.slice(1));
+    const fold = target && target.closest("details"), wasOpen = fold ? fold.open : null;
+    a.click();
+    const opened = fold ? fold.open : null;
+    if (fold) fold.open = false;
+    return {href, figure: (a.closest("figure").querySelector("img,svg") || {}).getAttribute?.("alt") || a.closest("figure").id,
+            exists: !!target, folded: !!fold, wasOpen, opened};
+  });
+  window.scrollTo(0, 0);
   if (OPEN_ALL) document.querySelectorAll("details").forEach(d => { d.open = true; });
   const verdict = document.querySelector("#verdict");
   // The heading a table belongs to: its <caption>, else the last heading before it in document order.
@@ -99,7 +112,7 @@ window.addEventListener("load", () => {
   out.id = "ddpscale-layout";
   out.textContent = JSON.stringify({
     verdict: verdict ? {exists: true, ...box(verdict), text: verdict.innerText.trim()} : {exists: false},
-    tables, images, sections, first, plotTexts, scrollHeight: document.documentElement.scrollHeight});
+    tables, images, sections, first, plotTexts, links, scrollHeight: document.documentElement.scrollHeight});
   document.body.appendChild(out);
 });
 </script>"""

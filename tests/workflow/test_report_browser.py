@@ -148,6 +148,19 @@ def section_problems(layout: dict) -> list[str]:
     return problems
 
 
+def link_problems(layout: dict) -> list[str]:
+    """A figure's link to how it is computed must reach an anchor of the page, and following it
+    must open the folded section that anchor is in."""
+    problems = []
+    for link in layout["links"]:
+        name = f"{link['figure']!r} -> {link['href']}"
+        if not link["exists"]:
+            problems.append(f"{name}: no such anchor")
+        elif link["folded"] and not (link["opened"] and not link["wasOpen"]):
+            problems.append(f"{name}: following it left its section folded")
+    return problems
+
+
 def overlapping_labels(texts: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
     """Pairs of words in a plot whose boxes overlap (by more than `slack` px each way)."""
     pairs = []
@@ -244,6 +257,23 @@ def test_sample_report_answers_on_the_first_screen_and_folds_every_section(sampl
     assert [s["id"] for s in layout["sections"]][:2] == ["scaling", "cost"]
     assert layout["sections"][-1]["id"] == "methods"
     assert layout_problems(browser.rendered_layout(sample_html, open_all=True)) == []
+
+
+def test_link_check_sees_a_missing_anchor(chromium, tmp_path):
+    page = tmp_path / "links.html"
+    page.write_text('<html><body><figure id="a"><figcaption><a href="#nowhere">How</a></figcaption></figure>'
+                    '<figure id="b"><figcaption><a href="#m">How</a></figcaption></figure><details '
+                    'class="section"><summary><h2>M</h2></summary><h3 id="m">m</h3></details></body></html>')
+    assert link_problems(browser.rendered_layout(page)) == ["'a' -> #nowhere: no such anchor"]
+
+
+def test_every_plot_links_to_its_methods_and_the_link_opens_them(sample_html):
+    layout = browser.rendered_layout(sample_html)
+    assert link_problems(layout) == []
+    # the overview and every plot of the sections, each to the methods, folded until followed
+    links = layout["links"]
+    assert len(links) == 1 + len(layout["images"]) and {link["href"] for link in links} == {"#methods-contents"}
+    assert all(link["folded"] and link["opened"] for link in links)
 
 
 def test_sample_report_plot_labels_do_not_overlap(sample_html):
