@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -80,6 +81,18 @@ def slurm_workspace(workspace, **profile_changes):
     workspace.write_config = lambda config: write_config(
         {**config, "accelerator": "cpu"} if config.get("accelerator", "auto") == "auto" else config)
     return workspace
+
+
+def paced(workspace, config: dict, step_s: float = 0.4) -> Path:
+    """The config trains the spiral MLP paced by `step_s` of sleep a step (usermods.paced), while
+    the returned file exists: a run lasts minutes of wall time but not of CPU until the test
+    removes it, and the rest (a retry, a rerun) then trains at full speed."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP",
+                       "init_args": {"step_s": step_s, "while_exists": "pace"}}
+    pace = workspace.path / "pace"
+    pace.touch()
+    return pace
 
 
 # what `during` returns to interrupt snakemake once it is done

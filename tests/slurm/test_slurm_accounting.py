@@ -6,17 +6,17 @@ with the node named, never requeued by SLURM, retried by Snakemake) are each rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import shutil
 import subprocess
 
 import psutil
 import pytest
 
-from conftest import ROOT, load_profile, tiny_config
+from conftest import load_profile, tiny_config
 from slurmtools import (
-    SUBMITTED, job_fields, run_slurm, running_train_job, sacct_job, slurm_workspace, training_processes,
+    SUBMITTED, job_fields, paced, run_slurm, running_train_job, sacct_job, slurm_workspace, training_processes,
 )
 from test_status_slurm import status_of
 
@@ -65,12 +65,11 @@ def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_
     profile's retries submit the run again, which resumes from the checkpoint on another node.
     At no time do two jobs train the run (one checkpoint, one writer)."""
     slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
-    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
-    # paced (usermods.paced): epochs of about 11 s of sleep, so the job is seen running after its
-    # first checkpoint whatever else the machine runs, and the retry's 3 epochs cost no CPU
+    # paced (slurmtools.paced): epochs of about 11 s of sleep, so the job is seen running after its
+    # first checkpoint whatever else the machine runs; its retry trains unpaced
     config = tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=NODE_FAIL_EPOCHS, measure="full")
-    config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP", "init_args": {"step_s": 0.4}}
     config["dataset"]["samples"] = 2400
+    pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/1x2/r0/last.ckpt"
     downed, training_jobs = [], []
@@ -88,13 +87,19 @@ def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_
             subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
                             "Reason=ddpscale test: node failure"], check=True)
             downed.append((job_id, node))
+            pace.unlink()
         return False
 
     try:
         code, log = run_slurm(workspace, timeout=420, during=down_its_node_and_watch)
     finally:
-        for _, node in downed:   # ReturnToService=2 usually brings it back on its own
+        for job_id, node in downed:   # ReturnToService=2 usually brings it back on its own
             subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
+            # A real node that fails takes its processes with it; this one is the host, and the
+            # lost job's own snakemake (the plugin's job step) outlives it here.
+            for proc in job_processes(job_id):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
     assert downed, "the 1x2 job was never seen running after its first checkpoint"
     job_id, node = downed[0]
     assert code == 0, log[-4000:]
@@ -119,6 +124,18 @@ def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_
 
 
 NODE_FAIL_EPOCHS = 4
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every process on this host that runs inside SLURM job `job_id` (by its environment)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("SLURM_JOB_ID") == job_id:
+                found.append(proc)
+        except psutil.Error:
+            continue  # ended, or a kernel thread
+    return found
 
 
 def jobs_training(workdir, topology: str) -> set[str]:

@@ -9,7 +9,6 @@ import json
 import math
 import re
 import signal
-import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Workspace, load_profile, tiny_config
+from conftest import Workspace, load_profile, tiny_config
 from slurmtools import (
-    SUBMITTED, job_end_epoch, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
+    SUBMITTED, job_end_epoch, paced, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
     squeue_state, training_processes,
 )
 
@@ -34,12 +33,15 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     SLURM keeps (it stores limits in whole minutes): SLURM kills it at its first check after
     the job is a minute old, between 60 and 90 s in (state TIMEOUT), and the retry gets the
     profile's full limit. Until then the training process is stopped (SIGSTOP): epochs here
-    take 0.2 to 0.9 s by how busy the machine is, and a fast run finished all of them before
+    took 0.2 to 0.9 s by how busy the machine was, and a fast run finished all of them before
     the limit struck, whatever their number, so no count of epochs made the kill land in time.
+    The run is paced (about 11 s an epoch of sleep) until it is stopped, so it is stopped in its
+    second epoch, and the retry trains the rest unpaced.
     """
     slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
     config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS, measure="full")
-    config["dataset"]["samples"] = TIMEOUT_SAMPLES
+    config["dataset"]["samples"] = 2400
+    pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/1x1/r0/last.ckpt"
     shortened = []
@@ -56,6 +58,7 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
             rank.send_signal(signal.SIGSTOP)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"], check=True)
         shortened.append(job_id)
+        pace.unlink()
         return True
 
     start = time.monotonic()
@@ -79,10 +82,9 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     assert (workspace.results / "report/report.html").exists()
 
 
-# The run is stopped at its first checkpoint until the limit kills it, so the epochs only need to
-# be more than one; the retry trains the rest (0.2 to 0.9 s each here) well inside its limit.
-TIMEOUT_EPOCHS = 120
-TIMEOUT_SAMPLES = 20000
+# The run is stopped in its second epoch until the limit kills it, so the epochs only need to be
+# more than two; the retry trains the rest, unpaced, well inside its limit.
+TIMEOUT_EPOCHS = 4
 
 
 def test_local_run_killed_mid_epoch_resumes(workspace):
@@ -119,10 +121,11 @@ LIMIT_AHEAD_S = 35
 
 
 # The scenarios: (topology, signal_s). Their runs train the spiral MLP paced to about 11 s an
-# epoch of sleep (usermods.paced), so the kill lands well before the run ends (the 23 epochs
+# epoch of sleep (slurmtools.paced), so the kill lands well before the run ends (the 23 epochs
 # after the first last about 250 s, the limit comes 35-125 s after the first) whatever else the
 # machine runs, and the three wait out their limits at once instead of one after another (they
 # took 18 minutes of the suite in turn, most of it training on the cores the other tests use).
+# Once the first job has ended the pacing stops, and the retry trains the rest in seconds.
 TIME_LIMITS = {"warning-signal": ("1x2", 60), "no-signal": ("1x2", 0), "warning-signal-1-rank": ("1x1", 60)}
 PACED_EPOCHS = 24
 
@@ -150,10 +153,9 @@ def time_limit_resumes(workspace, name: str, topology: str, signal_s: int) -> st
     """One scenario of the test above; returns what it prints."""
     # the first job's limit is cut short below; its retry gets 15 minutes for the rest
     slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s, "runtime": 15})
-    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=PACED_EPOCHS, measure="full")
-    config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP", "init_args": {"step_s": 0.4}}
     config["dataset"]["samples"] = 2400
+    pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / f"checkpoints/{topology}/r0/last.ckpt"
     first, saved, left = [], [], []
@@ -165,6 +167,7 @@ def time_limit_resumes(workspace, name: str, topology: str, signal_s: int) -> st
             # what the first job left for its retry, read before the retry's first save
             # (its start-up and one epoch later); the attempt it records below checks that it was
             left.append(checkpoint_left(checkpoint))
+            pace.unlink()
             return True
         if first or not checkpoint.exists():
             return False
@@ -231,11 +234,13 @@ def checkpoint_left(checkpoint) -> tuple[int, dict | None, int] | None:
 def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm_cluster, workspace):
     """Issue 11 item 5 on SLURM: SIGKILL rank 1 (on the second node) of a 2x1 run. srun's
     --kill-on-bad-exit ends the step at once, well within the collective timeout; the job
-    fails and says which task died, the other topology finishes, and a rerun resumes."""
+    fails and says which task died, the other topology finishes, and a rerun resumes. Paced
+    until the kill, so rank 1 is surely still training after the first checkpoint."""
     slurm_workspace(workspace, retries=0)
     config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60,
                          measure="full")
-    config["dataset"]["samples"] = 60000
+    config["dataset"]["samples"] = 2400
+    pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/2x1/r0/last.ckpt"
     killed, ended = [], []
@@ -247,6 +252,7 @@ def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm
             if victim is not None and job is not None:
                 victim.send_signal(signal.SIGKILL)
                 killed.append((job, time.monotonic()))
+                pace.unlink()
         elif killed and not ended and squeue_state(killed[0][0]) not in ("RUNNING", "COMPLETING"):
             ended.append(time.monotonic())
         return False
