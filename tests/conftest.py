@@ -36,8 +36,8 @@ def clean_distributed_env(monkeypatch) -> None:
             monkeypatch.delenv(name, raising=False)
 
 
-# The suite's two workers train at once on purpose (its time budget): each gets a machine lock
-# of its own (ddpscale.job.machinelock), or one worker's runs would wait for the other's.
+# The suite's workers train at once on purpose (its time budget): each gets a machine lock of
+# its own (ddpscale.job.machinelock), or one worker's runs would wait for another's.
 _LOCK_DIR = tempfile.mkdtemp(prefix="ddpscale-lock-")
 atexit.register(shutil.rmtree, _LOCK_DIR, True)
 
@@ -50,8 +50,8 @@ def _clean_distributed_env(monkeypatch):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test of the throwaway
-    SLURM cluster runs on one worker, one after another, while the other worker runs the rest:
+    """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), every test of the throwaway
+    SLURM cluster runs on one worker, one after another, while the other workers run the rest:
     they share the cluster's daemons and nodes, some read the whole queue, and test_netns.py
     takes the cluster down. Without xdist the mark does nothing."""
     for item in items:
