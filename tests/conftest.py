@@ -53,10 +53,21 @@ def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), every test of the throwaway
     SLURM cluster runs on one worker, one after another, while the other workers run the rest:
     they share the cluster's daemons and nodes, some read the whole queue, and test_netns.py
-    takes the cluster down. Without xdist the mark does nothing."""
+    takes the cluster down. Without xdist the mark does nothing.
+
+    The longest first: the SLURM tests, then the slow ones, then the quick ones, which fill the
+    workers' last minutes instead of a long test starting late on one worker while the others
+    wait (in file order the slow workflow tests came last). Within each, file order."""
     for item in items:
         if item.get_closest_marker("slurm") or item.get_closest_marker("network"):
             item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
+    items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    if item.get_closest_marker("slurm") or item.get_closest_marker("network"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
 
 
 def load_profile(name: str) -> dict:

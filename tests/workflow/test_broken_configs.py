@@ -18,7 +18,8 @@ import pytest
 
 from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# on one xdist worker: each worker would run the module's fixture (real training) again
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("broken-configs"), pytest.mark.timeout(600)]
 
 CORPUS = ROOT / "tests/fixtures/broken_configs"
 

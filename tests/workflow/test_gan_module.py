@@ -12,7 +12,8 @@ import pytest
 
 from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# on one xdist worker: each worker would run the module's fixture (real training) again
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gan-module"), pytest.mark.timeout(300)]
 
 GAN = '''
 import pytorch_lightning as pl

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# on one xdist worker: each worker would run the module's fixture (real training) again
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hf-module"), pytest.mark.timeout(300)]
 
 HF_MODULE = '''
 import random

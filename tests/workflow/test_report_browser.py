@@ -29,7 +29,8 @@ import report_sample
 import system_tools
 from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # may include installing chromium
+# on one xdist worker: each worker would run the module's fixture (real training) again
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report-browser"), pytest.mark.timeout(900)]  # may include installing chromium
 ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is git-ignored
 
 
