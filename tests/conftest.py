@@ -59,15 +59,13 @@ def pytest_collection_modifyitems(items):
     workers' last minutes instead of a long test starting late on one worker while the others
     wait (in file order the slow workflow tests came last). Within each, file order."""
     for item in items:
-        if item.get_closest_marker("slurm") or item.get_closest_marker("network"):
+        if _on_the_cluster(item):
             item.add_marker(pytest.mark.xdist_group("slurm-cluster"))
-    items.sort(key=_start_order)
+    items.sort(key=lambda item: 0 if _on_the_cluster(item) else 1 if item.get_closest_marker("slow") else 2)
 
 
-def _start_order(item) -> int:
-    if item.get_closest_marker("slurm") or item.get_closest_marker("network"):
-        return 0
-    return 1 if item.get_closest_marker("slow") else 2
+def _on_the_cluster(item) -> bool:
+    return bool(item.get_closest_marker("slurm") or item.get_closest_marker("network"))
 
 
 def load_profile(name: str) -> dict:

@@ -83,10 +83,17 @@ def slurm_workspace(workspace, **profile_changes):
     return workspace
 
 
+# the dataset of a paced run: with `step_s` 0.4 and tiny_config's batch, about 11 s of sleep an
+# epoch on one rank
+PACED_SAMPLES = 2400
+
+
 def paced(workspace, config: dict, step_s: float = 0.4) -> Path:
-    """The config trains the spiral MLP paced by `step_s` of sleep a step (usermods.paced), while
-    the returned file exists: a run lasts minutes of wall time but not of CPU until the test
-    removes it, and the rest (a retry, a rerun) then trains at full speed."""
+    """The config trains the spiral MLP of PACED_SAMPLES samples paced by `step_s` of sleep a
+    step (usermods.paced), while the returned file exists: a run lasts minutes of wall time but
+    not of CPU until the test removes it, and the rest (a retry, a rerun) then trains at full
+    speed."""
+    config["dataset"]["samples"] = PACED_SAMPLES
     shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
     config["model"] = {"class_path": "usermods.paced.PacedSpiralMLP",
                        "init_args": {"step_s": step_s, "while_exists": "pace"}}

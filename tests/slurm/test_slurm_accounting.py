@@ -68,7 +68,6 @@ def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_
     # paced (slurmtools.paced): epochs of about 11 s of sleep, so the job is seen running after its
     # first checkpoint whatever else the machine runs; its retry trains unpaced
     config = tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=NODE_FAIL_EPOCHS, measure="full")
-    config["dataset"]["samples"] = 2400
     pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/1x2/r0/last.ckpt"

@@ -40,7 +40,6 @@ def test_timed_out_run_is_retried_and_resumes(slurm_cluster, workspace):
     """
     slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
     config = tiny_config(topologies=["1x1"], max_epochs=TIMEOUT_EPOCHS, measure="full")
-    config["dataset"]["samples"] = 2400
     pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/1x1/r0/last.ckpt"
@@ -154,7 +153,6 @@ def time_limit_resumes(workspace, name: str, topology: str, signal_s: int) -> st
     # the first job's limit is cut short below; its retry gets 15 minutes for the rest
     slurm_workspace(workspace, retries=1, site={"site_signal_s": signal_s, "runtime": 15})
     config = tiny_config(topologies=["1x1", "1x2"], max_epochs=PACED_EPOCHS, measure="full")
-    config["dataset"]["samples"] = 2400
     pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / f"checkpoints/{topology}/r0/last.ckpt"
@@ -239,7 +237,6 @@ def test_killed_rank_of_a_two_node_run_fails_its_job_and_the_rerun_resumes(slurm
     slurm_workspace(workspace, retries=0)
     config = tiny_config(topologies=["1x1", "2x1"], max_epochs=8, collective_timeout_s=60,
                          measure="full")
-    config["dataset"]["samples"] = 2400
     pace = paced(workspace, config)
     workspace.write_config(config)
     checkpoint = workspace.results / "checkpoints/2x1/r0/last.ckpt"

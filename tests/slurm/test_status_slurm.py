@@ -25,7 +25,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 # 1x1 trains unpaced; 1x2 is paced (slurmtools.paced: about 5 s of sleep an epoch per rank), so
 # after its first epoch 9 more keep it running for the seconds the sample takes, at no CPU.
 EPOCHS = 10
-SAMPLES = 2400
 
 
 def status_of(path) -> str:
@@ -47,7 +46,6 @@ def held_job(path, topology: str) -> str | None:
 def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, workspace):
     slurm_workspace(workspace, retries=0, site={"site_slurm_extra": "--hold"})
     config = tiny_config(topologies=["1x1", "1x2", "2x1"], max_epochs=EPOCHS, measure="full")
-    config["dataset"]["samples"] = SAMPLES
     pace = paced(workspace, config)
     pace.unlink()  # until 1x2 is released
     workspace.write_config(config)
