@@ -29,8 +29,9 @@ import report_sample
 import system_tools
 from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
 
-# on one xdist worker: each worker would run the module's fixture (real training) again
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report-browser"), pytest.mark.timeout(900)]  # may include installing chromium
+# on one xdist worker: each worker would run the module's fixture (real training) again; the
+# timeout may include installing chromium
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report-browser"), pytest.mark.timeout(900)]
 ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is git-ignored
 
 
