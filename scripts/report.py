@@ -11,8 +11,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.core.io import atomic_write, terminal_safe  # noqa: E402
-from ddpscale.report import (analysis, breakdown, description, earlier, plots, projection, records,  # noqa: E402
-                             reportdata, verdict)
+from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
+                             projection, records, reportdata, verdict)
 from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
@@ -117,7 +117,9 @@ def main(argv=None) -> int:
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
     page = report_html.build_report(data, images)
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
-    say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies); {data.recommendation}")
+    say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies)")
+    say(f"ddpscale report: answer: {firstscreen.answer(data)}")
+    say(f"ddpscale report: {data.recommendation}")
     say(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
     for note in data.notes:
         say(f"ddpscale report: note: {note}")

@@ -31,8 +31,8 @@ def make_run(topology="1x1", **overrides):
         "samples_per_epoch": 3200, "samples_uncounted": None, "early_stop": None,
         "held_s": 40.0, "held_devices": nodes * per_node, "probe_s": 0.0,
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
-        # full mode: the windows were timed but too few to be steady
-        "measure": "full", "stop_reason": "full training", "throughput_half_width": None,
+        # full mode: its windows measured the throughput to within 1 sample/s (95% interval)
+        "measure": "full", "stop_reason": "full training", "throughput_half_width": 1.0,
         "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "max_steps": None,
         "max_minutes": None, "window_seconds": [],
         "window_samples": [], "window_throughput_samples_s": None, "warmup_excess_s": 0.0, "steps_measured": 0,
@@ -87,9 +87,11 @@ def test_speedup_efficiency_hours_and_order():
             make_run("1x4", throughput_samples_s=360.0, fit_time_s=120.0)]
     s = summarize(runs)
     assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
-        "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound"] + list(
+        "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound",
+        "accuracy_detectable"] + list(
         analysis.SPREAD_COLUMNS) + list(
-        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS)
+        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + list(
+        analysis.INTERVAL_COLUMNS)
     assert s["measure"].eq("full").all() and s["stop_reason"].eq("full training").all()
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
@@ -267,7 +269,11 @@ def test_rounded_keeps_small_hours():
     r = analysis.rounded(s, "test_acc")
     # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
     assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
-    assert r["speedup"].iloc[1] == 1.235
+    # a speedup is written as the tables write it: two places at most, fewer where its interval is wide
+    assert r["speedup"].iloc[1] == 1.23
+    s.loc[1, ["speedup_low", "speedup_high"]] = [0.6, 5.9]
+    assert analysis.rounded(s, "test_acc").loc[1, ["speedup", "speedup_low", "speedup_high"]].tolist() == [
+        1.2, 0.6, 5.9]
 
 
 def test_spread_min_max_and_interval_from_three_repeats():

@@ -2,6 +2,7 @@
 answer itself cost, and how the report shows throughput mode: the interval within a run, why
 it stopped, accuracy not compared, and a refusal to mix modes. Hand-made metrics records."""
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -184,8 +185,13 @@ def test_the_sentences_read_like_the_issue():
         "full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20 GPU-hours; "
         "on 2x4 (50 epochs at global batch 256): 3.1 h, 25 GPU-hours")  # two significant digits, as the issue's
     spent = projection.Spent(answer_device_hours=0.75, full_device_hours=44.8, full_why_na=None)
-    assert projection.cost_sentence(spent, "GPU-hours") == \
-        "This answer cost 0.75 GPU-hours (held); training every topology in full would take 45 GPU-hours (held)."
+    assert projection.cost_sentence(spent, "GPU-hours") == (
+        "This answer cost 0.75 GPU-hours (held), 2% of what training every topology in full would take "
+        "(45 GPU-hours, held).")
+    dearer = projection.Spent(answer_device_hours=0.017, full_device_hours=0.0051, full_why_na=None)
+    assert projection.cost_sentence(dearer, "device-hours") == (
+        "This answer cost 0.017 device-hours (held), 3.3x what training every topology in full would take "
+        "(0.0051 device-hours, held): measure: full would have answered for less, with accuracy compared.")
     assert [projection.duration(s) for s in (3.24, 45, 720, 11160, None)] == ["3.2 s", "45 s", "12 min", "3.1 h", "n/a"]
 
 
@@ -220,12 +226,15 @@ def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
                           stop_reason="step cap reached") for k, t in enumerate((190.0, 200.0, 195.0)))]
     data = build(runs)
     _, note, table = html_tables.scaling_table(data)
-    # one figure and its interval per cell, a reason badge where it stopped short, named in the legend
-    assert '<td class="">100 \u00b11.0%</td>' in table  # 1 of 100 samples/s
-    assert '<td class="">195 \u00b14.1% <span class="reason" title="stopped at throughput.max_steps' in table
+    # one figure and its interval per cell, a reason badge where it stopped short, named in the legend:
+    # 1 of 100 samples/s within the run is 99-101 on the log scale, its bounds rounded outward
+    assert '<td class="">100 (99\u2013102)</td>' in table
+    # three repeats spread wider than each run's own 4.1%: the median's interval over repeats
+    # (190, 200, 195: t(2) x sd(log) / sqrt(3) x sqrt(pi/2) = 8.0%)
+    assert '<td class="">195 (180\u2013212) <span class="reason" title="stopped at throughput.max_steps' in table
     assert table.count(">step cap</span>") == 2  # the cell's badge, and the legend's
     assert '<td class="">190&ndash;200<br><span class="spread">mean&rsquo;s 95% CI' in table  # its own column
-    assert "<i>within run</i>" in note and "<i>placement noise</i>" in note
+    assert "the run's own" in note and "<i>placement noise</i>" in note
     s = data.summary.set_index("topology")
     assert s.loc["1x2", "stop_reason"] == "step cap reached" and s.loc["1x2", "throughput_half_width"] == 8.0
     assert (s["measure"] == "throughput").all()
@@ -262,7 +271,8 @@ def test_the_script_writes_the_projection_and_says_the_answers_cost(tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / "out/projection.tsv", sep="\t").set_index("topology")
     assert table.loc["1x2", "projected_s"] == pytest.approx(10 * (180.0 + 6.0) + 5.0)
-    assert "This answer cost 0.033 device-hours (held); training every topology in full" in proc.stdout
+    assert re.search(r"This answer cost 0.033 device-hours \(held\), \S+ (of )?what training every topology in full",
+                     proc.stdout), proc.stdout
     scaling = pd.read_csv(tmp_path / "out/scaling.tsv", sep="\t")
     assert {"measure", "throughput_half_width", "stop_reason"} <= set(scaling.columns)
     assert "The full training, projected" in (tmp_path / "out/report.html").read_text()

@@ -1,11 +1,12 @@
 """The report's first screen (answer, decision rows, badges) and fmt, the one owner of how a
 figure is written (issue 33)."""
+import math
 import re
 
 import pandas as pd
 import pytest
 
-from ddpscale.report import firstscreen, fmt, html_tables
+from ddpscale.report import analysis, decision, firstscreen, fmt, html_tables
 from ddpscale.report import html as report_html
 from test_projection import build, windows_run
 
@@ -26,29 +27,40 @@ def test_percentages_carry_no_false_precision():
     assert fmt.pct(0.8431) == "84%" and fmt.plus_minus(0.047) == "\u00b14.7%"
 
 
-def test_a_speedup_interval_adds_both_sides_relative_widths_in_quadrature():
+def test_intervals_of_ratios_add_both_sides_on_the_log_scale_and_never_reach_zero():
     base = pd.Series({"topology": "1x1", "speedup": 1.0, "throughput_samples_s": 100.0, "throughput_half_width": 3.0})
     row = pd.Series({"topology": "1x2", "speedup": 2.0, "throughput_samples_s": 200.0, "throughput_half_width": 8.0})
-    low, high = firstscreen.speedup_interval(row, base)
-    assert (low, high) == pytest.approx((2.0 * (1 - 0.05), 2.0 * (1 + 0.05)))  # hypot(3%, 4%) = 5%
-    assert firstscreen.speedup_text(row, base) == "2.00x (1.90\u20132.10)"
-    assert firstscreen.speedup_interval(row.drop("throughput_half_width"), base) is None  # no interval: none shown
+    table = analysis.add_intervals(pd.DataFrame([base, row]).assign(efficiency=[1.0, 1.0]), "1x1").set_index(
+        "topology")
+    # 3% and 4% relative half-widths are atanh(0.03) and atanh(0.04) on the log scale, in quadrature
+    width = math.hypot(math.atanh(0.03), math.atanh(0.04))
+    assert table.loc["1x2", ["speedup_low", "speedup_high"]].tolist() == pytest.approx(
+        [2.0 * math.exp(-width), 2.0 * math.exp(width)])
+    # the baseline's own interval is its throughput's, around 1
+    assert table.loc["1x1", ["speedup_low", "speedup_high"]].tolist() == pytest.approx(
+        [math.exp(-math.atanh(0.03)), math.exp(math.atanh(0.03))])
+    # a half-width larger than the figure (the issue's 765 on 484) leaves no interval rather than one
+    # below zero; a wide one stays above zero
+    wide = analysis.add_intervals(pd.DataFrame([base.to_dict() | {"throughput_half_width": 765.0 / 484 * 100},
+                                                row.to_dict() | {"throughput_half_width": 180.0}])
+                                  .assign(efficiency=[1.0, 1.0]), "1x1").set_index("topology")
+    assert wide["speedup_low"].isna().all() and (wide["interval_from"] == analysis.TOO_SHORT).iloc[0]
+    assert wide.loc["1x2", "throughput_low"] > 0 and wide.loc["1x2", "throughput_high"] < math.inf
+    assert decision.speedup_text(table.loc["1x2"]) == "2.00x (1.90\u20132.11)"
+    assert decision.speedup_text(row.to_dict() | {"speedup_low": float("nan")}) == "2.00x"  # no interval: none shown
 
 
-def test_the_answer_names_the_topology_its_speedup_efficiency_and_full_training():
+def test_the_answer_names_the_topology_its_speedup_efficiency_and_full_training_with_intervals():
     data = build([windows_run("1x1"), windows_run("1x2", throughput_samples_s=190.0)])
     said = firstscreen.answer(data)
-    assert said.startswith("Use 1x2: 1.90x faster than 1x1 at 95% efficiency; full training ")
-    assert re.search(r"full training [\d.]+ (s|min|h) / [\d.,]+ device-hours$", said), said
+    assert said.startswith("Use 1x2: 1.90x (1.87\u20131.93) faster than 1x1 at 95% (93\u201397%) efficiency; "
+                           "full training "), said
+    assert re.search(r"full training [\d.]+ (s|min|h) \([\d.]+\u2013[\d.]+ (s|min|h)\) / [\d.,]+ "
+                     r"\([\d.,]+\u2013[\d.,]+\) device-hours$", said), said
     # the same figures, written the same way, in the decision table
     row = [r for r in firstscreen.decision_rows(data) if r["topology"] == "1x2"][0]
-    assert row["speedup"] == "1.90x" and row["interval"] and row["efficiency"] == "95%"
+    assert row["speedup"] == "1.90x (1.87\u20131.93)" and row["efficiency"] == "95% (93\u201397%)"
     assert row["time"] in said and f"{row['hours']} device-hours" in said
-
-
-def test_below_the_threshold_the_answer_stays_on_the_baseline():
-    data = build([windows_run("1x1"), windows_run("1x2", throughput_samples_s=110.0)])
-    assert firstscreen.answer(data).startswith("Stay on 1x1: no topology stays above 80% efficiency")
 
 
 @pytest.mark.parametrize("note, label", [
@@ -65,11 +77,9 @@ def test_a_throughput_cell_holds_one_figure_and_its_interval():
                                               stop_reason="step cap reached") for k, t in enumerate((190.0, 200.0)))]
     _, _, table = html_tables.scaling_table(build(runs))
     cells = re.findall(r'<td class="">([^<]*(?:<span class="reason"[^>]*>[^<]*</span>)?)</td>', str(table))
-    shown = [c for c in cells if "\u00b1" in c]
-    assert len(shown) == 2  # one per topology
-    for cell in shown:
-        text = re.sub(r"<[^>]+>", "", cell)
-        assert re.fullmatch(r"[\d,]+ \u00b1\d+\.\d%( step cap)?", text), text
+    shown = [re.sub(r"<[^>]+>", "", c) for c in cells if re.match(r"[\d,]+ \([\d,]+\u2013[\d,]+\)( |$)", c)]
+    assert len(shown) == 2, cells  # one per topology
+    assert shown[-1].endswith(" step cap")
     assert "precision reached" not in str(table)  # only a short stop is named, once, in the legend
 
 

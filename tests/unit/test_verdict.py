@@ -32,8 +32,8 @@ def three_seeds(runs):
 
 def test_recommends_fastest_and_largest_above_threshold():
     text = verdict.recommendation(*compared_table(three_seeds(RUNS)), 0.8)
-    assert text == ("The fastest is 2x4 (8 GPUs, 5.60x, 70% efficient); the largest that stays "
-                    "above 80% efficiency is 1x4 (4 GPUs, 85%)")
+    assert text == ("The fastest is 2x4 (8 GPUs, 5.60x (5.54\u20135.66), 70% (69\u201371%) efficient); the largest "
+                    "that stays above 80% efficiency is 1x4 (4 GPUs, 85% (84\u201386%))")
     # one seed each: accuracy is not tested, and the sentence says what it went by
     assert verdict.recommendation(*compared_table(RUNS), 0.8).startswith(
         "By speed alone (accuracy not tested: one seed each), the fastest is 2x4")

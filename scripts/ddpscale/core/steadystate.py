@@ -48,6 +48,7 @@ LOOK_GROWTH = 1.25  # the next look at the windows comes once there are a quarte
 TREND_T = 2.0  # a change over the kept windows this many standard errors from 0 is a trend
 DRIFT_OF_PRECISION = 1.5  # a change (plus one standard error) beyond this x precision is one too
 CUTS = 20  # the warm-up cut is tried in twentieths of the windows, up to half of them
+MIN_INTERVAL_WINDOWS = 10  # steady windows below which no interval is honest: too short to tell
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ new process has its own warm-up); the steps of earlier attempts are not reused.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -184,7 +185,8 @@ class WindowedThroughput(pl.Callback):
                   else steadystate.FULL_TRAINING)
         return {
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
-            "throughput_half_width": d.half_width if d.steady_windows >= 2 else None,
+            # None where the windows are too few for an honest interval (too short to tell)
+            "throughput_half_width": d.half_width if math.isfinite(d.half_width) else None,
             "window_steps": self.rule.window_steps,
             "windows_warmup": d.warmup_windows,
             "windows_steady": d.steady_windows,

@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from ddpscale.core.stats import difference_bounds
+from ddpscale.core.stats import difference_bounds, resolution, welch
 
 # Words in a metric's name that make lower better under mode auto (val_loss, test/error,
 # perplexity, val_mse, ...); any other name is taken as an accuracy-like score.
@@ -37,6 +37,11 @@ def direction(metric: str, mode: str = "auto") -> str:
     words = [w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w]
     lower = any(w in LOWER_IS_BETTER or w.endswith(("loss", "error")) for w in words)
     return "min" if lower else "max"
+
+
+def change_word(direction_: str) -> str:
+    """'a drop of' where higher is better, 'a rise of' where lower is."""
+    return "a rise of" if direction_ == "min" else "a drop of"
 
 
 def better(direction_: str) -> str:
@@ -97,6 +102,26 @@ def verdict(values: list[float], baseline: list[float], tolerance: float, direct
     if best > tolerance + FLOAT_SLACK:
         return False, DROPPED, best
     return None, INCONCLUSIVE, worst
+
+
+def detectable(values: list[float], baseline: list[float], tolerance: float) -> float:
+    """The test's power, stated as a change: the smallest change the wrong way beyond which it says
+    NOT held 4 times in 5 (80% power), with these seeds and the seed noise they show: tolerance +
+    resolution (stats.resolution). NaN where the test did not run (fewer than MIN_SEEDS a side)."""
+    if min(len(values), len(baseline)) < MIN_SEEDS:
+        return float("nan")
+    _, se, dof = welch(values, baseline)
+    return tolerance + (resolution(se, dof) if se > 0 else 0.0)
+
+
+def seeds_for(shift: float, sd: float, most: int = 1000) -> int:
+    """Seeds a side needs before the test tells a change `shift` beyond the tolerance from one at
+    it (80% power, one-sided 5%), at a seed-to-seed standard deviation `sd` on both sides: the
+    smallest n with resolution(sd x sqrt(2/n), 2n - 2) <= shift (config/README.md's table)."""
+    for n in range(MIN_SEEDS, most + 1):
+        if resolution(sd * (2 / n) ** 0.5, 2 * n - 2) <= shift:
+            return n
+    return most
 
 
 def not_compared(metric: str, logged: list[str], baseline: str, baseline_has_it: bool, anyone_has_it: bool) -> str | None:

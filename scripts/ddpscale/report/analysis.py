@@ -5,6 +5,8 @@ login node without torch or a GPU, so nothing here imports the training stack.
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ddpscale.report import accuracy, interconnect
@@ -13,6 +15,7 @@ from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
 from ddpscale.core.stats import mean_interval
+from ddpscale.report.fmt import supported
 
 SUMMARY_COLUMNS = (
     "topology", "num_nodes", "devices_per_node", "world_size", "repeats",
@@ -58,6 +61,18 @@ SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_sam
 # run (median over repeats) and why the runs stopped ("precision reached", "step cap
 # reached", ...; the repeats' reasons joined).
 MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason")
+
+# The 95% intervals a decision is made by, on the log scale, where a throughput stays positive and
+# a ratio's uncertainty is the sum of its sides' (ratio_intervals): throughput_spread is the
+# half-width of log throughput (NaN: no interval), interval_from what it came from (INTERVAL_FROM).
+INTERVAL_COLUMNS = ("throughput_spread", "interval_from", "throughput_low", "throughput_high",
+                    "speedup_low", "speedup_high", "efficiency_low", "efficiency_high")
+WITHIN_RUN = "within run"
+OVER_REPEATS = "over repeats"
+TOO_SHORT = "too short to tell"
+# The median of repeats varies more than their mean: by 1/0.637 in variance for normal data
+# (the median's asymptotic efficiency, 2/pi), so its interval is the mean's this much wider.
+MEDIAN_WIDENING = math.sqrt(math.pi / 2)
 
 
 def run_facts(runs: pd.DataFrame) -> pd.DataFrame:
@@ -114,12 +129,74 @@ def spread(values: pd.Series) -> dict:
     return out
 
 
+def log_spread_over_repeats(values: pd.Series) -> float:
+    """The half-width of the 95% interval of the median of a throughput over repeats, on the log
+    scale: the mean of the logs' interval (Student's t), widened as a median's is
+    (MEDIAN_WIDENING); NaN below 3 repeats (too few to trust) or with a non-positive value."""
+    values = [float(v) for v in pd.to_numeric(values, errors="coerce").dropna()]
+    if len(values) < 3 or min(values) <= 0:
+        return float("nan")
+    _, half = mean_interval([math.log(v) for v in values])
+    return half * MEDIAN_WIDENING
+
+
 def _spreads(grouped) -> pd.DataFrame:
     rows = {}
     for topology, group in grouped:
         rows[topology] = {f"{col}_{stat}": value for col in ("fit_time_s", "throughput_samples_s")
                           for stat, value in spread(group[col]).items()}
+        rows[topology]["repeats_spread"] = log_spread_over_repeats(group["throughput_samples_s"])
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def log_half_width(relative: float) -> float:
+    """The half-width of log throughput from a run's own interval, whose relative half-width r is of
+    a mean of seconds per sample (core.steadystate): that interval, c(1 - r) to c(1 + r), is
+    log((1 + r) / (1 - r)) wide on the log scale, so half of it, atanh(r) (r for a narrow one;
+    taking r itself covered 91% of simulated ratios at r = 0.6, this 94%). NaN where it reaches
+    zero (r >= 1): no upper bound, too short to tell."""
+    return math.atanh(relative) if 0 <= relative < 1 else math.nan
+
+
+def throughput_spread(row) -> tuple[float, str]:
+    """(the half-width of a topology's log throughput at 95%, where it came from): the wider of the
+    median run's own interval (log_half_width) and the spread over 3 or more repeats; (NaN, why)
+    where neither exists."""
+    mean, half = row.get("throughput_samples_s"), row.get("throughput_half_width")
+    within = (log_half_width(float(half) / float(mean)) if pd.notna(half) and pd.notna(mean) and mean > 0
+              else math.nan)
+    repeats = row.get("repeats_spread", math.nan)
+    if pd.notna(repeats) and not within >= repeats:
+        return float(repeats), OVER_REPEATS
+    if pd.notna(within):
+        return within, WITHIN_RUN
+    return math.nan, TOO_SHORT
+
+
+def ratio_spread(a: float, b: float) -> float:
+    """The log half-width of a ratio of two independent throughputs: their half-widths in quadrature."""
+    return math.hypot(a, b)
+
+
+def add_intervals(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """INTERVAL_COLUMNS: each topology's throughput, and its speedup and efficiency over the
+    baseline with both sides' uncertainty, as 95% intervals that stay above zero. The baseline's
+    own speedup interval is its throughput's, around 1."""
+    out = table.copy()
+    spreads = [throughput_spread(r) for _, r in out.iterrows()]
+    out["throughput_spread"] = [s for s, _ in spreads]
+    out["interval_from"] = [w for _, w in spreads]
+    base = out.loc[out["topology"] == baseline].iloc[0]
+    widths = [s if t == baseline else ratio_spread(s, base["throughput_spread"])
+              for t, s in zip(out["topology"], out["throughput_spread"])]
+    for col, value in (("throughput", out["throughput_samples_s"]), ("speedup", out["speedup"]),
+                       ("efficiency", out["efficiency"])):
+        out[f"{col}_low"] = [v * math.exp(-w) for v, w in zip(value, widths)]
+        out[f"{col}_high"] = [v * math.exp(w) for v, w in zip(value, widths)]
+    # a throughput's own interval is its own, whatever the baseline's
+    out["throughput_low"] = out["throughput_samples_s"] * [math.exp(-s) for s in out["throughput_spread"]]
+    out["throughput_high"] = out["throughput_samples_s"] * [math.exp(s) for s in out["throughput_spread"]]
+    return out
 
 
 def _join_unique(values: pd.Series) -> str:
@@ -218,6 +295,7 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     # billed for what the job held: whole nodes with site_exclusive, else its ranks
     table["held_gpu_hours"] = table["held_s"] * table["held_devices"] / 3600.0
     table["gpu_seconds_per_sample"] = table["world_size"] / table["throughput_samples_s"]
+    table = add_intervals(table, baseline)
 
     table["measure"] = measure
     if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
@@ -234,10 +312,15 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     table["accuracy_test"] = [t[1] for t in tests]
     # the change the wrong way and, where tested, the far end of its one-sided 95% interval
     table["accuracy_bound"] = [t[2] for t in tests]
+    # the test's power: the smallest change the wrong way it would call not held (80% power)
+    table["accuracy_detectable"] = [
+        accuracy.detectable(seeds.get(t, []), seeds.get(baseline, []), comparison.tolerance)
+        if t != baseline else float("nan") for t in table["topology"]]
     table = table.sort_values(["world_size", "num_nodes"], kind="stable")
     table = table[list(SUMMARY_COLUMNS) + [accuracy_metric, "accuracy_delta", "accuracy_held", "accuracy_test",
-                                           "accuracy_bound"] + list(SPREAD_COLUMNS)
-                  + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)].reset_index(drop=True)
+                                           "accuracy_bound", "accuracy_detectable"] + list(SPREAD_COLUMNS)
+                  + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)
+                  + list(INTERVAL_COLUMNS)].reset_index(drop=True)
     return table
 
 
@@ -260,15 +343,26 @@ def hours_label(summary: pd.DataFrame) -> str:
 
 # Decimal places per column for scaling.tsv; hours get more because CPU
 # smoke runs last seconds and would otherwise round to 0.
-_ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "throughput_samples_s": 2,
-             "speedup": 3, "efficiency": 3, "time_speedup": 3, "gpu_hours": 6, "held_gpu_hours": 6,
-             "gpu_seconds_per_sample": 9, "throughput_half_width": 2,
-             "accuracy_delta": 4, "accuracy_bound": 4, **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
+_ROUNDING = {"fit_time_s": 3, "time_per_epoch_s": 3, "gpu_hours": 6, "held_gpu_hours": 6,
+             "time_speedup": 3, "gpu_seconds_per_sample": 9, "throughput_half_width": 2, "throughput_spread": 4,
+             "accuracy_delta": 4, "accuracy_bound": 4, "accuracy_detectable": 4,
+             **{col: 3 if col.startswith("fit") else 2 for col in SPREAD_COLUMNS}}
+# The figures with an interval, rounded with their bounds to the places the interval supports
+# (fmt.supported) and otherwise to the places the tables show (efficiency in percent), so the TSV
+# holds the digits the page shows: (interval columns' stem, places, scale shown in).
+_WITH_INTERVAL = {"throughput_samples_s": ("throughput", 0, 1), "speedup": ("speedup", 2, 1),
+                  "efficiency": ("efficiency", 0, 100)}
 
 
 def rounded(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     out = summary.copy()
     for col, places in _ROUNDING.items():
         out[col] = out[col].round(places)
+    for col, (name, places, scale) in _WITH_INTERVAL.items():
+        shown = [supported(v * scale, lo * scale, hi * scale, places)
+                 for v, lo, hi in zip(out[col], out[f"{name}_low"], out[f"{name}_high"])]
+        digits = [max(0, p + round(math.log10(scale))) for *_, p in shown]
+        for k, key in enumerate((col, f"{name}_low", f"{name}_high")):
+            out[key] = [round(s[k] / scale, d) for s, d in zip(shown, digits)]
     out[metric] = out[metric].round(4)
     return out

@@ -1,5 +1,6 @@
-"""The report's first screen, as data: the answer in one sentence, the decision table's rows, the
-speedup interval both they and the plot show, and the caveats as short labelled badges.
+"""The report's first screen, as data: the answer in one sentence (as far as the intervals support
+it: report.decision), the decision table's rows, each figure with its interval, and the caveats as
+short labelled badges.
 
 A reader opens report.html to decide which topology to ask for; these say that in the units they
 ask in (speedup, efficiency, hours and GPU-hours of the full training), and leave the evidence to
@@ -12,9 +13,9 @@ import math
 import pandas as pd
 
 from ddpscale.core import steadystate
-from ddpscale.report import accuracy
-from ddpscale.report.analysis import hours_label
-from ddpscale.report.fmt import duration, hours, known, pct, plus_minus, times
+from ddpscale.report import accuracy, decision
+from ddpscale.report.analysis import device_word, hours_label
+from ddpscale.report.fmt import duration_estimate, hours, hours_estimate, known, sig
 from ddpscale.report.verdict import STATUS_OK, usable
 
 # Why a run stopped before its interval met the precision asked for, named once in the legend
@@ -37,78 +38,40 @@ def stopped_short(row) -> str | None:
     return None
 
 
-def relative_half_width(row) -> float | None:
-    """The 95% interval's half width of a topology's throughput as a share of it: within the run in
-    throughput mode (the stopping rule's interval), else the mean's interval over 3 or more repeats."""
-    mean = row.get("throughput_samples_s")
-    if not known(mean) or mean <= 0:
-        return None
-    half = row.get("throughput_half_width")
-    if known(half):
-        return float(half) / float(mean)
-    low, high = row.get("throughput_samples_s_ci_low"), row.get("throughput_samples_s_ci_high")
-    if known(low) and known(high):
-        return (float(high) - float(low)) / 2 / float(mean)
-    return None
-
-
-def speedup_interval(row, base) -> tuple[float, float] | None:
-    """95% interval of a speedup (a ratio of two independent throughputs) by the delta method: the
-    relative half widths add in quadrature. None where either side has no interval."""
-    if not known(row.get("speedup")):
-        return None
-    mine, theirs = relative_half_width(row), relative_half_width(base)
-    if mine is None or theirs is None:
-        return None
-    share = math.hypot(mine, theirs)
-    return float(row["speedup"]) * (1 - share), float(row["speedup"]) * (1 + share)
-
-
-def interval_text(row, base) -> str:
-    """'6.51–7.13': a speedup's 95% interval, in the places times() writes the speedup; '' for none."""
-    interval = speedup_interval(row, base)
-    if interval is None or row.get("topology") == base.get("topology"):
-        return ""
-    return f"{interval[0]:.2f}\u2013{interval[1]:.2f}"
-
-
-def speedup_text(row, base) -> str:
-    """'6.82x (6.51–7.13)': the figure and its 95% interval, written as every table writes them."""
-    interval = interval_text(row, base)
-    return f"{times(row.get('speedup'))} ({interval})" if interval else times(row.get("speedup"))
-
-
 def baseline_row(summary: pd.DataFrame, baseline: str):
     rows = summary[summary["topology"] == baseline]
     return rows.iloc[0] if len(rows) else pd.Series(dtype=object)
 
 
-def accuracy_word(row, throughput_mode: bool) -> str:
-    """The accuracy verdict in a word or two: held, NOT held, not compared, ..."""
+def accuracy_word(row, throughput_mode: bool, change: str = "a drop of") -> str:
+    """The accuracy verdict in a word or two: held (with the test's power), NOT held, not
+    compared, ..."""
     if throughput_mode:
         return "not compared"
     test, held = row.get("accuracy_test"), row.get("accuracy_held")
     if test == accuracy.REFERENCE:
         return "baseline"
     if known(held):
-        return "held" if bool(held) else "NOT held"
+        catches = row.get("accuracy_detectable")
+        power = f" (would catch {change} {catches:.3g}+)" if bool(held) and known(catches) else ""
+        return ("held" + power) if bool(held) else "NOT held"
     if test == accuracy.INCONCLUSIVE:
         return "inconclusive"
-    if isinstance(test, str) and test.endswith("not tested"):
-        return "not tested"
+    if isinstance(test, str) and test.endswith("not tested"):  # 'one seed': the answer says not tested, once
+        return test.split(":")[0]
     return "not logged"
 
 
+def decided(data) -> decision.Decision:
+    """The choice among the usable topologies and whether the intervals support it."""
+    return decision.decide(usable(data.summary, data.comparison), data.comparison.baseline, data.threshold)
+
+
 def choice(data):
-    """The row the answer names: the largest topology above the efficiency threshold, else the
-    fastest usable one; None where none finished usably."""
-    ok = usable(data.summary, data.comparison)
-    if ok.empty:
-        return None
-    efficient = ok[ok["efficiency"] >= data.threshold - 1e-9]
-    if len(efficient):
-        return efficient.sort_values(["world_size", "throughput_samples_s"]).iloc[-1]
-    return ok.loc[ok["throughput_samples_s"].idxmax()]
+    """The row the answer names where the data tell, else the cheapest topology they are
+    consistent with; None where none finished usably."""
+    said = decided(data)
+    return said.choice if said.told else said.consistent
 
 
 def projected(data, topology: str):
@@ -121,50 +84,130 @@ def projected(data, topology: str):
 
 
 def full_training(data, topology: str) -> str | None:
-    """'full training 3.1 h / 25 GPU-hours', or None where it was not projected."""
+    """'full training 3.1 h (2.8–3.5 h) / 25 (22–28) GPU-hours', or None where it was not projected."""
     row = projected(data, topology)
     if row is None or not known(row.get("projected_s")):
         return None
-    return (f"full training {duration(row['projected_s'])} / {hours(row['projected_device_hours'])} "
-            f"{hours_label(data.summary)}")
+    return (f"full training {time_text(row)} / {hours_text(row)} {hours_label(data.summary)}")
+
+
+def time_text(row) -> str:
+    return duration_estimate(row.get("projected_s"), row.get("projected_s_low"), row.get("projected_s_high"))
+
+
+def hours_text(row) -> str:
+    return hours_estimate(row.get("projected_device_hours"), row.get("projected_device_hours_low"),
+                          row.get("projected_device_hours_high"))
 
 
 def answer(data) -> str:
-    """One sentence: which topology to use and why, in the reader's units."""
-    baseline = data.comparison.baseline
-    top = choice(data)
+    """One sentence: which topology to use and why, in the reader's units, or that the data cannot
+    tell yet, which topology they are consistent with and what would tell."""
+    baseline, threshold = data.comparison.baseline, data.threshold
+    said = decided(data)
+    top = said.choice
     if top is None:
         return "No topology to recommend: " + data.recommendation[:1].lower() + data.recommendation[1:]
+    if not said.told:
+        text = "Cannot tell yet: " + "; ".join(d.text for d in said.doubts)
+        if said.consistent is not None:
+            text += (f". The data are consistent with {said.consistent['topology']}, the cheapest "
+                     f"({_devices(data, said.consistent)})")
+        more = tell(data, said)
+        return text + (f"; to tell, {more}" if more else "")
+    if len(data.finished) == 1:
+        return f"Only {baseline} finished: there is nothing to compare it with"
     if top["topology"] == baseline:
-        fastest = data.finished.sort_values("throughput_samples_s").iloc[-1]
-        text = (f"Stay on {baseline}: no topology stays above {data.threshold:.0%} efficiency "
-                f"(the fastest, {fastest['topology']}, is {times(fastest['speedup'])} at {pct(fastest['efficiency'])})")
+        fastest = said.fastest
+        text = (f"Stay on {baseline}: no topology stays above {threshold:.0%} efficiency "
+                f"(the fastest, {fastest['topology']}, is {decision.speedup_text(fastest)} at "
+                f"{decision.efficiency_text(fastest)})")
     else:
-        text = (f"Use {top['topology']}: {times(top['speedup'])} faster than {baseline} at "
-                f"{pct(top['efficiency'])} efficiency")
-        if top["efficiency"] < data.threshold - 1e-9:
-            text += f" (the fastest; none stays above {data.threshold:.0%})"
+        text = (f"Use {top['topology']}: {decision.speedup_text(top)} faster than {baseline} at "
+                f"{decision.efficiency_text(top)} efficiency")
+        if top["efficiency"] < threshold - decision.SLACK:
+            text += f" (the fastest; none stays above {threshold:.0%})"
     more = full_training(data, str(top["topology"]))
     return text + (f"; {more}" if more else "")
 
 
+def _devices(data, row) -> str:
+    n = int(row["world_size"])
+    return f"{n} {device_word(data.summary, n)}"
+
+
+def tell(data, said: decision.Decision) -> str | None:
+    """What would tell, with what it costs: more repeats where the spread between repeats sets
+    the intervals, else a longer measurement; or that no measurement worth its cost would."""
+    cure = decision.remedy(said, data.summary)
+    if cure is None:
+        return None
+    names = verdict_names(cure.topologies)
+    label = hours_label(data.summary)
+    rows = data.summary[data.summary["topology"].isin(cure.topologies)]
+    if math.isnan(cure.factor):
+        return (f"measure {names} longer: a run needs at least {steadystate.MIN_INTERVAL_WINDOWS} steady windows "
+                f"of throughput.window_steps steps for an interval ({_longer(data, None)})")
+    if cure.factor > decision.MAX_FACTOR:
+        return (f"it would take over {decision.MAX_FACTOR:.0f} times the measurement of {names}: "
+                "for any purpose they are alike here, and the cheaper will do")
+    repeats = int(data.summary["repeats"].max())
+    if cure.repeats:
+        more = max(1, math.ceil(repeats * cure.factor) - repeats)
+        cost = more * float(rows["held_gpu_hours"].sum())
+        return (f"about {more} more repeat{'s' if more > 1 else ''} of {names} (repeats: {repeats + more}; "
+                f"about {hours(cost)} {label})")
+    cost = (cure.factor - 1) * float((rows["gpu_hours"] * rows["repeats"]).sum())
+    return (f"measure {names} about {_factor(cure.factor)} longer ({_longer(data, cure.factor)}; "
+            f"about {hours(cost)} {label} more)")
+
+
+def _factor(factor: float) -> str:
+    return f"{factor:.1f}x" if factor < 10 else f"{factor:.0f}x"
+
+
+def _longer(data, factor: float | None) -> str:
+    """The setting that buys `factor` times the data (None: as much as an interval needs)."""
+    runs = data.runs
+    if data.comparison.throughput_mode:
+        reasons = set(data.summary["stop_reason"].dropna())
+        if factor is not None and reasons <= {steadystate.PRECISION}:
+            precision = min(float(p) for p in runs["target_precision"])
+            return f"throughput.precision: {sig(precision / math.sqrt(factor), 2)}"
+        caps = [float(v) for v in runs["max_steps"] if known(v)]
+        if factor is not None and caps:
+            return f"throughput.max_steps: {math.ceil(max(caps) * factor)}"
+        return "throughput.max_steps or max_minutes"
+    epochs, warm = int(runs["configured_epochs"].max()), int(runs["warmup_epochs"].max())
+    if factor is None:
+        return f"more than {epochs} max_epochs, or a smaller throughput.window_steps"
+    return f"max_epochs: {warm + math.ceil(max(1, epochs - warm) * factor)}"
+
+
+def verdict_names(names) -> str:
+    names = [str(n) for n in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def decision_rows(data) -> list[dict]:
-    """One row per topology for the decision table: the figures the answer weighs."""
+    """One row per topology for the decision table: the figures the answer weighs, each with its
+    interval."""
     summary, throughput_mode = data.summary, data.comparison.throughput_mode
-    base = baseline_row(summary, data.comparison.baseline)
     rows = []
     for _, r in summary.iterrows():
         finished = r["status"] == STATUS_OK or known(r["throughput_samples_s"])
         proj = projected(data, str(r["topology"]))
+        short = finished and not known(r.get("speedup_low"))
         rows.append({
             "topology": str(r["topology"]), "devices": int(r["world_size"]), "finished": finished,
             "status": str(r["status"]), "row": r,
-            "speedup": times(r["speedup"]) if finished else "n/a",
-            "interval": interval_text(r, base) if finished else "",
-            "efficiency": pct(r["efficiency"]) if finished else "n/a",
-            "time": duration(proj["projected_s"]) if proj is not None else "n/a",
-            "hours": hours(proj["projected_device_hours"]) if proj is not None else "n/a",
-            "accuracy": accuracy_word(r, throughput_mode) if finished else "",
+            "speedup": decision.speedup_text(r) if finished else "n/a",
+            "interval": str(r.get("interval_from")) if short else "",
+            "efficiency": decision.efficiency_text(r) if finished else "n/a",
+            "time": time_text(proj) if proj is not None else "n/a",
+            "hours": hours_text(proj) if proj is not None else "n/a",
+            "accuracy": accuracy_word(r, throughput_mode, accuracy.change_word(data.comparison.direction))
+            if finished else "",
         })
     return rows
 
@@ -178,7 +221,7 @@ BADGES = (
     ("Left out of the recommendation:", "left out"),
     ("Nodes simulated on one host", "no network crossed"),
     ("accuracy not compared", "accuracy not compared"),
-    ("Accuracy not tested", "accuracy not tested"),
+    ("Accuracy not tested", "too few seeds"),
     ("Accuracy inconclusive", "accuracy inconclusive"),
     ("The projections of", "larger batch untested"),
     ("torch.compile recompiled", "recompiles"),

@@ -74,3 +74,85 @@ def plus_minus(share) -> str:
 def span(low, high, places: int) -> str:
     """'61,432–78,596'."""
     return f"{num(low, places)}\u2013{num(high, places)}" if known(low) and known(high) else NA
+
+
+# --- a figure with its 95% interval, written to the digits the interval supports ---
+# A speedup measured to ±2.6 has no second decimal: every figure with an interval is rounded to
+# two significant digits of its interval's half-width (never to more places than it has without
+# one), its bounds outward to the same place, the same way in every table, summary and TSV.
+
+def places(low, high, default: int) -> int:
+    """Decimal places (negative: tens, hundreds) that a figure with this interval supports: those
+    of two significant digits of the half-width, at most `default`; `default` without an interval."""
+    if not (known(low) and known(high)) or not high > low or math.isinf(high):
+        return default
+    return min(default, 1 - math.floor(math.log10((high - low) / 2)))
+
+
+def supported(value, low, high, default: int) -> tuple[float, float, float, int]:
+    """(value, low, high, places): the figure rounded to the places its interval supports, the
+    bounds rounded outward to the same place (NaN stays NaN)."""
+    p = places(low, high, default)
+    step = 10.0 ** -p
+
+    def out(v, way):
+        if not known(v):
+            return math.nan
+        # a hair of slack so a bound already on the grid is not moved a step by binary noise
+        return round(way(v / step - math.copysign(1e-9, 1 if way is math.ceil else -1)) * step, max(p, 0))
+
+    # half up, not Python's half to even: 85 and 95 both move up to the tens
+    shown = round(math.floor(value / step + 0.5) * step, max(p, 0)) if known(value) else math.nan
+    return shown, out(low, math.floor), out(high, math.ceil), p
+
+
+def _plain(value, p: int, thousands: bool = True) -> str:
+    return f"{value:,.{max(p, 0)}f}" if thousands else f"{value:.{max(p, 0)}f}"
+
+
+def estimate(value, low, high, default: int, unit: str = "", scale: float = 1.0, bounds: bool = True) -> str:
+    """'1.9x (0.6–5.8)', '95% (31–290%)', '484 (100–2,400)': the figure and its 95% interval in
+    the digits it supports (scale: 100 for a share shown in percent; bounds=False: the figure
+    alone, in those digits); the figure alone where there is no interval; 'n/a' for no figure."""
+    if not known(value):
+        return NA
+    v, lo, hi, p = supported(value * scale, low * scale if known(low) else low,
+                             high * scale if known(high) else high, default)
+    text = _plain(v, p) + unit
+    if bounds and known(lo) and known(hi):  # '95% (31–290%)', but '1.9x (0.6–5.9)'
+        text += f" ({_plain(lo, p)}\u2013{_plain(hi, p)}{unit if unit == '%' else ''})"
+    return text
+
+
+def _unit(seconds) -> tuple[float, str, int]:
+    """(divisor, unit, places) duration() writes a time of this size in."""
+    if seconds < 10:
+        return 1.0, " s", 1
+    if seconds < 120:
+        return 1.0, " s", 0
+    if seconds < 7200:
+        return 60.0, " min", 0
+    return 3600.0, " h", 1
+
+
+def duration_estimate(seconds, low, high) -> str:
+    """'3.1 h (2.8–3.5 h)': a projected time and its interval in the unit of its size, in the
+    digits the interval supports."""
+    if not known(seconds):
+        return NA
+    div, unit, default = _unit(seconds)
+    scaled = [v / div if known(v) else math.nan for v in (low, high)]
+    v, lo, hi, p = supported(seconds / div, *scaled, default)
+    text = f"{_plain(v, p)}{unit}"
+    return text + (f" ({_plain(lo, p)}\u2013{_plain(hi, p)}{unit})" if known(lo) and known(hi) else "")
+
+
+def hours_estimate(value, low, high) -> str:
+    """'25 (22–28)': device-hours with their interval, at two significant digits where the interval
+    is narrower (hours())."""
+    if not known(value) or value <= 0:
+        return hours(value)
+    default = 1 - math.floor(math.log10(abs(value)))
+    v, lo, hi, p = supported(value, low, high, default)
+    text = _plain(v, p)
+    return text + (f" ({_plain(lo, p)}\u2013{_plain(hi, p)})" if known(lo) and known(hi) else "")

@@ -14,18 +14,20 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
-from ddpscale.report import accuracy, boundness, description, firstscreen, plots, summaries
+from ddpscale.report import accuracy, boundness, decision, description, firstscreen, plots, summaries
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
 from ddpscale.report.html_tables import TABLES, _table, legend, reason_badge, tta_table
 from ddpscale.report.templating import render
-from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers, times
+from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 
 
 def headline(summary: pd.DataFrame, comparison: Comparison) -> str:
+    """The largest run's figures with their intervals, and accuracy in a clause (with the test's
+    power where it held; not repeated where the recommendation already says it was not tested)."""
     metric, baseline = comparison.metric, comparison.baseline
     top = summary.iloc[-1]  # sorted by world size, then nodes: the biggest run
     n = int(top["world_size"])
@@ -35,7 +37,7 @@ def headline(summary: pd.DataFrame, comparison: Comparison) -> str:
                 f"ran; add more topologies to measure scaling")
     else:
         text = (f"{top['topology']} ({devices}) reached "
-                f"{times(top['speedup'])} speedup, {top['efficiency']:.0%} efficiency "
+                f"{decision.speedup_text(top)} speedup, {decision.efficiency_text(top)} efficiency "
                 f"over {baseline}")
     held = summary["accuracy_held"]
     others = summary[summary["topology"] != baseline]
@@ -48,16 +50,27 @@ def headline(summary: pd.DataFrame, comparison: Comparison) -> str:
     elif failed:
         acc = f"accuracy ({metric}) NOT held in {', '.join(failed)}"
     elif untested and len(untested) + len(missing) == len(others):
-        acc = f"accuracy not tested ({accuracy.seeds_word(int(others['repeats'].min()))} each)"
+        # the recommendation says it, once: by speed alone, accuracy not tested
+        return text + (f"; accuracy not logged in {', '.join(missing)}" if missing else "")
     elif unclear or untested:
         acc = "accuracy held where tested" + "".join(
             f"; {what} in {', '.join(names)}" for what, names in (("inconclusive", unclear), ("not tested", untested))
             if names)
     else:
-        acc = "accuracy held in all topologies" + (" where logged" if missing else "")
+        acc = "accuracy held in all topologies" + (" where logged" if missing else "") + power(others, comparison)
     if missing and len(missing) < len(summary):
         acc += f" (not logged in {', '.join(missing)})"
     return f"{text}; {acc}"
+
+
+def power(rows: pd.DataFrame, comparison: Comparison) -> str:
+    """' (3 seeds each: a drop of 0.045 or more would have shown, 80% power)', from the weakest test."""
+    catches = pd.to_numeric(rows.get("accuracy_detectable", pd.Series(dtype=float)), errors="coerce").dropna()
+    if catches.empty:
+        return ""
+    seeds = accuracy.seeds_word(int(rows["repeats"].min()))
+    return (f" ({seeds} each: {accuracy.change_word(comparison.direction)} {catches.max():.3g} or more would have "
+            "shown, 80% power)")
 
 
 def _unique(runs: pd.DataFrame, col: str) -> list:
@@ -210,7 +223,7 @@ def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict
     return out
 
 
-DECISION_HEADS = ["Topology", "Devices", Markup("Speedup<br>(95% interval)"), "Efficiency",
+DECISION_HEADS = ["Topology", "Devices", Markup("Speedup<br>(95% interval)"), Markup("Efficiency<br>(95% interval)"),
                   Markup("Full training<br>(projected)"), "GPU-hours (projected)", "Accuracy"]
 
 
@@ -221,8 +234,8 @@ def _decision(data) -> tuple[Markup, Markup]:
              for h in DECISION_HEADS]
     for r in firstscreen.decision_rows(data):
         speedup = Markup("{}").format(r["speedup"]) + reason_badge(r["row"], used)
-        if r["interval"]:
-            speedup += Markup('<br><span class="spread">{}</span>').format(r["interval"])
+        if r["interval"]:  # no interval: why ('too short to tell')
+            speedup += Markup('<br><span class="caveat">{}</span>').format(r["interval"])
         cls = "" if r["finished"] else "unfinished-row"  # the scaling table's rows are the missing-row ones
         accuracy_cell = r["accuracy"] if r["finished"] else Markup('<span class="failed">{}</span>').format(r["status"])
         rows.append((cls, [r["topology"], str(r["devices"]), speedup, r["efficiency"], r["time"], r["hours"],

@@ -20,10 +20,11 @@ from ddpscale.report import accuracy, timetoacc
 from ddpscale.report.analysis import hours_label, run_facts
 from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
 from ddpscale.report.cost import time_speedup_note
-from ddpscale.report.projection import cost_sentence, duration, hours, sentence, what
+from ddpscale.report.projection import cost_sentence, projected_hours, projected_time, sentence, what
 from ddpscale.report.templating import render
 from ddpscale.report.firstscreen import STOP_REASONS, stopped_short
-from ddpscale.report.fmt import duration, hours, known, num, pct, plus_minus, times
+from ddpscale.report.decision import efficiency_text, speedup_text
+from ddpscale.report.fmt import duration, estimate, hours, known, num, pct, plus_minus, times
 from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
 
 
@@ -77,17 +78,15 @@ def legend(reasons: dict[str, str]) -> Markup:
 
 
 def throughput_cell(row, throughput_mode: bool, used: dict | None = None) -> Markup:
-    """One figure and its interval: in throughput mode the median and the 95% interval within the
-    run ('74,765 ±4.7%'), with a reason badge where it stopped short; in full mode the median (its
-    spread over repeats has a column of its own)."""
+    """One figure and its 95% interval ('74,770 (71,300–78,400)', in the digits the interval
+    supports), or why it has none ('too short to tell'); in throughput mode with a reason badge
+    where the run stopped short of its precision."""
     if pd.isna(row.get("throughput_samples_s")):
         return escape("n/a")
-    figure = escape(num(row["throughput_samples_s"], 0))
-    if not throughput_mode:
-        return figure
-    half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
-    interval = plus_minus(half / mean) if known(half) and mean else "±n/a"
-    return figure + Markup(" {}").format(interval) + reason_badge(row, used)
+    text = estimate(row["throughput_samples_s"], row.get("throughput_low"), row.get("throughput_high"), 0)
+    if not known(row.get("throughput_low")) and isinstance(row.get("interval_from"), str):
+        text += f" ({row['interval_from']})"
+    return escape(text) + (reason_badge(row, used) if throughput_mode else Markup(""))
 
 
 def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) -> Markup | str:
@@ -108,23 +107,36 @@ def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) ->
             return Markup('<span class="na">{}</span>').format(test)
         return Markup('<span class="na">not logged</span>')
     if bool(value):
-        return Markup('<span class="held">&#10003; held (a {} of at most {} &le; {})</span>').format(
-            change, f"{max(bound, 0.0):.3g}", f"{tolerance:g}")
+        catches = row.get("accuracy_detectable")
+        power = (Markup("; {} {} or more would have shown, 80% power").format(accuracy.change_word(way),
+                                                                             f"{catches:.3g}")
+                 if known(catches) else "")
+        return Markup('<span class="held">&#10003; held (a {} of at most {} &le; {}{})</span>').format(
+            change, f"{max(bound, 0.0):.3g}", f"{tolerance:g}", power)
     return Markup('<span class="failed">&#10007; not held (a {} of at least {} &gt; {})</span>').format(
         change, f"{bound:.3g}", f"{tolerance:g}")
+
+
+# What every interval in the scaling and decision tables is, said once under each.
+INTERVALS = Markup(
+    "Beside each throughput its 95% interval: the wider of the run's own (the mean window throughput's "
+    "within the run, allowing for windows that move together) and, with 3 or more repeats, the median's over "
+    "repeats; <i>too short to tell</i> where a run had too few steady windows for any. Speedup and efficiency "
+    "carry both their own and the baseline's uncertainty, on the log scale, so no bound falls below zero; the "
+    "baseline's own interval is its throughput's, around 1. Each figure is written to the digits its interval "
+    "supports.")
 
 
 def throughput_note() -> Markup:
     """The scaling table's note in throughput mode: which spread is which, and what is n/a."""
     return Markup("Median over repeats. Throughput mode: each run timed windows of training steps and "
                   "stopped once its throughput was known, so no whole epoch was timed (time per steady epoch "
-                  "n/a; the full training is projected in its own table) and accuracy is not compared. Beside "
-                  "each throughput: &plusmn; <i>within run</i>, the 95% interval of the mean window throughput "
-                  "(with a badge saying why, where the run stopped at a cap before reaching the precision asked "
-                  "for; the legend under the table explains each); in its own column <i>placement noise</i>, "
-                  "the spread between repeats, each a separate allocation (min&ndash;max and, with 3 or more "
-                  "repeats, the 95% interval of the mean). Fit time is what each run trained before it "
-                  "stopped. Grey rows did not finish.")
+                  "n/a; the full training is projected in its own table) and accuracy is not compared. ") + INTERVALS \
+        + Markup(" A badge says why where a run stopped at a cap before reaching the precision "
+                 "asked for (the legend under the table explains each). In its own column <i>placement noise</i>, "
+                 "the spread between repeats, each a separate allocation (min&ndash;max and, with 3 or more "
+                 "repeats, the 95% interval of the mean). Fit time is what each run trained before it "
+                 "stopped. Grey rows did not finish.")
 
 
 def _table(heads: list, rows: list[tuple[str, list]], text_cols: tuple = ()) -> Markup:
@@ -137,8 +149,8 @@ def scaling_table(data):
     s, comparison = data.summary, data.comparison
     metric, tol, way = comparison.metric, comparison.tolerance, comparison.direction
     windows = comparison.throughput_mode
-    heads = ["Topology", "Devices", "Status", "Repeats", "Speedup", "Efficiency",
-             Markup("Throughput (samples/s)<br>&plusmn; within run") if windows else "Throughput (samples/s)",
+    heads = ["Topology", "Devices", "Status", "Repeats", Markup("Speedup<br>(95% interval)"),
+             Markup("Efficiency<br>(95% interval)"), Markup("Throughput (samples/s)<br>(95% interval)"),
              "Placement noise (samples/s)" if windows else "Throughput over repeats", "Fit time",
              "Fit time over repeats", "Time / steady epoch",
              Markup('{}<br><span class="spread">{}</span>').format(metric, accuracy.better(way)),
@@ -164,7 +176,7 @@ def scaling_table(data):
             name += Markup('<br><span class="spread">{}</span>').format(r["transport"])
         rows.append((cls, [
             name, str(int(r["world_size"])), status,
-            str(int(r["repeats"])), times(r["speedup"]), pct(r["efficiency"]),
+            str(int(r["repeats"])), speedup_text(r), efficiency_text(r),
             throughput_cell(r, windows, used), repeats_cell(r, "throughput_samples_s", lambda v: num(v, 0)),
             duration(r["fit_time_s"]), repeats_cell(r, "fit_time_s", duration), duration(r["time_per_epoch_s"]),
             accuracy.THROUGHPUT_MODE if windows else num(r.get(metric), 4),
@@ -174,9 +186,9 @@ def scaling_table(data):
     warm = ", ".join(dict.fromkeys(str(w) for w in data.runs["warmup_epochs"]))
     note = Markup("Median over repeats; in the columns <i>over repeats</i> the range (min&ndash;max) and, "
                   "with 3 or more repeats, the 95% interval of the mean. Throughput and time per steady epoch (the "
-                  "mean epoch, training + validation) leave out the first {} warm-up epoch(s). Rows "
+                  "mean epoch, training + validation) leave out the first {} warm-up epoch(s). {} Rows "
                   "in red failed the accuracy check and are excluded from the recommendation; grey "
-                  "rows did not finish.").format(warm) if not windows else throughput_note()
+                  "rows did not finish.").format(warm, INTERVALS) if not windows else throughput_note()
     if any(flag(r, "oversubscribed") for _, r in s.iterrows()):
         note += (" Yellow rows were oversubscribed (more ranks on a host than usable cores): they "
                  "measured contention, not scaling, and are excluded from the recommendation.")
@@ -407,8 +419,8 @@ def projection_table(data):
     heads += ["Not projected because"] if why else []
     rows = []
     for _, r in table.iterrows():
-        cells = [str(r["topology"]), str(int(r["world_size"])), what(r), duration(r["projected_s"]),
-                 hours(r["projected_device_hours"]), hours(r["projected_held_device_hours"])]
+        cells = [str(r["topology"]), str(int(r["world_size"])), what(r), projected_time(r),
+                 projected_hours(r), hours(r["projected_held_device_hours"])]
         if limited:
             cells += [f"{r['jobs']:.0f} ({duration(r['job_limit_s'])})" if pd.notna(r["jobs"]) else "n/a"]
         if full:
@@ -428,8 +440,9 @@ def projection_table(data):
             + ("; a training longer than its job time limit runs as that many jobs, each after the first "
                "paying the start-up, the warm-up and the cold first validation and save again (and half an "
                "epoch lost on average where the site sends no warning before the limit)" if limited else "")
-            + "; median over repeats. "
-            f"This answer's cost is the time every run held its devices x devices, summed.")
+            + "; median over repeats. Each projection's 95% interval is that of the throughput it was made "
+            "from (the steps' seconds scale with 1 / throughput; the rest was measured). "
+            "This answer's cost is the time every run held its devices x devices, summed.")
     if full:
         steps = ", ".join(dict.fromkeys(num(v, 0) for v in table["from_steps"] if pd.notna(v))) or "n/a"
         note += (f" Each full run is projected from its first part only, the {steps} training steps where "
@@ -442,9 +455,9 @@ def projection_table(data):
                                                         text_cols=(2, len(heads) - 1))
 
 
-def _way(goal: timetoacc.Target) -> tuple[str, str]:
-    """(comparison, sign of the tolerance) for the target's wording."""
-    return (Markup("&ge;"), Markup("&minus;")) if goal.direction != "min" else (Markup("&le;"), "+")
+def _way(goal: timetoacc.Target) -> str:
+    """The comparison a value must make with the target."""
+    return Markup("&ge;") if goal.direction != "min" else Markup("&le;")
 
 
 def tta_table(data):
@@ -462,20 +475,16 @@ def tta_table(data):
                           duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), times(r["speedup"]), status]))
     goal = data.tta_target
     if pd.notna(goal.value):
-        compare, sign = _way(goal)
-        if goal.fixed:
-            source = Markup("fixed in advance: config <code>accuracy.target</code>")
-        else:
-            source = Markup("the baseline {}'s final value {} {}; it moves with that run's seed, which "
-                            "<code>accuracy.target</code> fixes").format(data.comparison.baseline, sign,
-                                                                        f"{data.comparison.tolerance:g}")
+        compare = _way(goal)
         note = Markup("Target: {} {} {} ({}). Time to accuracy = the training time (training + validation of "
                       "the epochs so far) until the first epoch that reaches it; over repeats the median, "
                       "and from {} repeats MLPerf's score (the fastest and slowest dropped, the rest averaged; "
                       "one run that never reached it counts as the slowest, two make it not reached). The "
                       "speedup is the baseline's time / this one. A larger global batch can need more epochs, "
                       "so it can fall short of the throughput speedup.").format(
-            goal.metric, compare, f"{goal.value:.4g}", source, timetoacc.OLYMPIC_FROM)
+            goal.metric, compare, f"{goal.value:.4g}", goal.source, timetoacc.OLYMPIC_FROM)
+    elif goal.direction is not None:  # a metric, but no target fixed before these runs
+        note = Markup("No target: {}.").format(goal.why_none)
     else:
         note = "No target: the baseline recorded no epoch metric (see its status)."
     return "Time to accuracy", note, _table(heads, rows, text_cols=(6,))

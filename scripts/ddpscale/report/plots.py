@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from ddpscale.report.analysis import baseline_world_size, device_word
 from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
-from ddpscale.report.firstscreen import baseline_row, speedup_interval
+from ddpscale.report.fmt import known
 
 # Okabe & Ito (2008), "Color Universal Design": told apart with every common colour-vision deficiency.
 OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
@@ -125,9 +125,8 @@ def draw_speedup(ax, data, labels: bool = True):
         ax.plot(pred["x"], pred["predicted_efficiency"] * pred["world_size"] / base_ws,
                 "s:", color=PREDICTED, markerfacecolor="white", markersize=6,
                 label="predicted (baseline + all-reduce)")
-    base = baseline_row(summary, data.comparison.baseline)
     for k, (count, group) in enumerate(summary.groupby("num_nodes")):
-        low, high = _error_bars(group, base)
+        low, high = _error_bars(group, "speedup")
         ax.errorbar([at[t] for t in group["topology"]], group["speedup"], yerr=[low, high],
                     fmt=NODE_MARKERS[k % len(NODE_MARKERS)], color=MEASURED, markersize=7, capsize=3,
                     label=f"measured, {int(count)} node{'s' if count != 1 else ''}")
@@ -145,13 +144,14 @@ def draw_speedup(ax, data, labels: bool = True):
     return summary, at, right
 
 
-def _error_bars(rows: pd.DataFrame, base) -> tuple[list[float], list[float]]:
-    """Below and above each speedup, from its 95% interval (0 where it has none)."""
+def _error_bars(rows: pd.DataFrame, figure: str) -> tuple[list[float], list[float]]:
+    """Below and above each figure (speedup or efficiency), from its 95% interval as the tables
+    show it (analysis.add_intervals: the baseline's is its own throughput's; 0 where there is none)."""
     low, high = [], []
     for _, r in rows.iterrows():
-        interval = speedup_interval(r, base)
-        low.append(0.0 if interval is None else r["speedup"] - interval[0])
-        high.append(0.0 if interval is None else interval[1] - r["speedup"])
+        has = known(r.get(f"{figure}_low")) and known(r.get(f"{figure}_high"))
+        low.append(r[figure] - r[f"{figure}_low"] if has else 0.0)
+        high.append(r[f"{figure}_high"] - r[figure] if has else 0.0)
     return low, high
 
 
@@ -207,18 +207,15 @@ def draw_efficiency(ax, data) -> None:
     inside it, where no error bar or line can cross it."""
     summary = data.finished
     labels = summary["topology"].astype(str).tolist()
-    base = baseline_row(summary, data.comparison.baseline)
-    low, high = _error_bars(summary, base)
-    ratio = summary["efficiency"] / summary["speedup"]  # 1 / device ratio: the interval scales with it
-    bars = ax.bar(labels, summary["efficiency"], color=OKABE_ITO["green"],
-                  yerr=[[lo * k for lo, k in zip(low, ratio)], [hi * k for hi, k in zip(high, ratio)]],
+    bars = ax.bar(labels, summary["efficiency"], color=OKABE_ITO["green"], yerr=_error_bars(summary, "efficiency"),
                   error_kw={"ecolor": "black", "capsize": 3, "elinewidth": 1})
     ax.set_xlabel("topology (nodes x devices per node)")
     ax.axhline(1.0, color=IDEAL, linestyle="--", label="ideal (1.0)")
     ax.axhline(data.threshold, color=PREDICTED, linestyle=":", label=f"threshold ({data.threshold:.0%})")
     ax.bar_label(bars, labels=[f"{v:.0%}" for v in summary["efficiency"]], fontsize=9, label_type="center",
                  color="white", fontweight="bold")
-    top = max(1.0, float(summary["efficiency"].max()))
+    highs = summary["efficiency_high"] if "efficiency_high" in summary else summary["efficiency"]
+    top = max(1.0, float(summary["efficiency"].max()), float(highs.fillna(0).max()))
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("parallel efficiency (speedup / device ratio)")
     ax.set_title(title(summary, "Parallel efficiency"), fontsize=11)

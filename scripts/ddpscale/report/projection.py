@@ -33,8 +33,9 @@ import pandas as pd
 
 from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
+from ddpscale.report.analysis import log_half_width, log_spread_over_repeats
 from ddpscale.report.records import held_devices, known, measure_mode
-from ddpscale.report.fmt import duration, hours  # noqa: F401  (the projection's words; fmt owns them)
+from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estimate, supported
 
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
@@ -42,7 +43,11 @@ INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s
 
 PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_batch", "from_steps", "projected_s",
                       "projected_device_hours", "projected_held_device_hours", "jobs", "job_limit_s", "measured_s",
-                      "error", "why_na")
+                      "error", "why_na", "projected_s_low", "projected_s_high", "projected_device_hours_low",
+                      "projected_device_hours_high")
+# projected_s_low/high: its 95% interval from the throughput it was projected from (the steps'
+# seconds scale with 1 / throughput; the seconds outside them are measured, not projected), with
+# the spread between repeats where that is wider (analysis.log_spread_over_repeats).
 
 
 def _number(value) -> float | None:
@@ -129,6 +134,7 @@ def first_part(record) -> dict | None:
     spe = _number(record["samples_per_epoch"])  # null where a train loader has no length
     epochs = max(1, math.ceil(steps * per_step * world / spe) if spe else 1)
     part = {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
+            "throughput_half_width": decision.half_width if decision.steady_windows else None,
             "warmup_excess_s": steadystate.warmup_excess_s(list(seconds[:used]), list(samples[:used]), decision),
             "epoch_overheads_s": list(record["epoch_overheads_s"][:epochs]), "steps": steps}
     # the part's validations and saves; the run's next ones stand for those throughput mode
@@ -146,13 +152,14 @@ def project_run(record, part: dict | None = None) -> tuple[float, str | None]:
     """(projected seconds of the configured training, None) or (NaN, why it cannot be projected).
     A full run is projected from its first part only (first_part, computed here unless the
     caller has it), as throughput mode would have measured it."""
-    projected, _, why = _project(record, part)
+    projected, _, why, _ = _project(record, part)
     return projected, why
 
 
-def _project(record, part: dict | None) -> tuple[float, float, str | None]:
-    """project_run's figure, and what of it a new process pays again (the warm-up and the
-    first validation's, save's and epoch's one-off excess), for a training split into jobs."""
+def _project(record, part: dict | None) -> tuple[float, float, str | None, float]:
+    """project_run's figure, what of it a new process pays again (the warm-up and the first
+    validation's, save's and epoch's one-off excess), for a training split into jobs, why it is
+    n/a, and the seconds of its training steps (what the throughput's interval scales)."""
     record = dict(record)
     if record["measure"] != THROUGHPUT:
         part = part if part is not None else first_part(record)
@@ -161,14 +168,21 @@ def _project(record, part: dict | None) -> tuple[float, float, str | None]:
     values = {key: _number(record[key]) for key in INPUTS}
     missing = [key for key, value in values.items() if value is None]
     if missing:
-        return math.nan, math.nan, f"not recorded: {', '.join(missing)}"
+        return math.nan, math.nan, f"not recorded: {', '.join(missing)}", math.nan
     if values["window_throughput_samples_s"] <= 0:
-        return math.nan, math.nan, "no steady window throughput measured"
+        return math.nan, math.nan, "no steady window throughput measured", math.nan
     overhead, once, why = overheads(record, values["configured_epochs"])
     if why:
-        return math.nan, math.nan, why
+        return math.nan, math.nan, why, math.nan
     steps_s = values["configured_epochs"] * values["samples_per_epoch"] / values["window_throughput_samples_s"]
-    return steps_s + overhead + values["warmup_excess_s"], once + values["warmup_excess_s"], None
+    return steps_s + overhead + values["warmup_excess_s"], once + values["warmup_excess_s"], None, steps_s
+
+
+def _relative_half_width(record, part: dict | None) -> float:
+    """The relative half-width of the window throughput a run is projected from (NaN: none)."""
+    source = part if part is not None else record
+    half, figure = _number(source.get("throughput_half_width")), _number(source.get("window_throughput_samples_s"))
+    return half / figure if half is not None and figure else math.nan
 
 
 def outside_training_s(record) -> float:
@@ -197,7 +211,7 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, record in runs.iterrows():
         part = first_part(record) if full else None
-        projected, again, why = _project(record, part)
+        projected, again, why, steps_s = _project(record, part)
         outside = outside_training_s(record)
         epochs = _number(record["configured_epochs"])
         # a full run its module stopped early (EarlyStopping) measured fewer epochs than
@@ -213,9 +227,27 @@ def per_run(runs: pd.DataFrame) -> pd.DataFrame:
                      # what each job after the first pays again: start-up and set-up, the warm-up,
                      # the cold first validation, save and epoch
                      "restart_s": outside + again,
-                     "epoch_s": projected / epochs if epochs else math.nan})
+                     "epoch_s": projected / epochs if epochs else math.nan,
+                     "steps_s": steps_s, "spread": _relative_half_width(record, part),
+                     "throughput": _number((part or record).get("window_throughput_samples_s"))})
     return pd.DataFrame(rows, columns=["topology", "world_size", "projected_s", "why_na", "compared_s", "measured_s",
-                                       "from_steps", "outside_s", "restart_s", "epoch_s"])
+                                       "from_steps", "outside_s", "restart_s", "epoch_s", "steps_s", "spread",
+                                       "throughput"])
+
+
+def _interval(group: pd.DataFrame, projected: float) -> tuple[float, float]:
+    """(low, high) of a topology's projected seconds: the steps' seconds scaled by the wider of
+    its runs' own interval (median over repeats) and the spread between 3 or more repeats, on
+    the log scale; NaN where neither is known."""
+    within = log_half_width(group["spread"].median()) if group["spread"].notna().all() else math.nan
+    repeats = log_spread_over_repeats(group["throughput"])
+    width = max(w for w in (within, repeats) if not math.isnan(w)) if not (
+        math.isnan(within) and math.isnan(repeats)) else math.nan
+    if math.isnan(width) or math.isnan(projected) or group["steps_s"].isna().any():
+        return math.nan, math.nan
+    steps = float(group["steps_s"].median())
+    rest = projected - steps
+    return rest + steps * math.exp(-width), rest + steps * math.exp(width)
 
 
 def parse_limits(text: str) -> dict:
@@ -287,6 +319,7 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
         held, split, split_why = jobs(projected + outside, restart, float(epoch_s.median()) if len(epoch_s) else math.nan,
                                       (limits or {}).get(topology))
         billed = float(held_devices(runs[runs["topology"] == topology]).iloc[0])
+        low, high = _interval(group, projected)
         rows.append({"topology": topology, "world_size": world, "repeats": len(group),
                      # what is projected: so many epochs at this global batch (weak scaling grows it)
                      "epochs": _number(record["configured_epochs"]),
@@ -298,7 +331,9 @@ def projection(runs: pd.DataFrame, limits: dict | None = None) -> pd.DataFrame:
                      "jobs": split if split else math.nan,
                      "job_limit_s": (limits or {}).get(topology, {}).get("limit_s", math.nan),
                      "measured_s": measured, "error": compared / measured - 1.0 if measured else math.nan,
-                     "why_na": why or split_why})
+                     "why_na": why or split_why, "projected_s_low": low, "projected_s_high": high,
+                     "projected_device_hours_low": low * world / 3600.0,
+                     "projected_device_hours_high": high * world / 3600.0})
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
     return table.sort_values(["world_size"], kind="stable").reset_index(drop=True)
 
@@ -347,12 +382,23 @@ def in_jobs(row) -> str:
     return f" in {n:.0f} jobs of the {duration(limit)} time limit" if known(n) and n > 1 and known(limit) else ""
 
 
+def projected_time(row) -> str:
+    """'3.1 h (2.8–3.5 h)': a projected training's time with its interval, as every table writes it."""
+    return duration_estimate(row.get("projected_s"), row.get("projected_s_low"), row.get("projected_s_high"))
+
+
+def projected_hours(row) -> str:
+    """'25 (22–28)': its device-hours with their interval."""
+    return hours_estimate(row.get("projected_device_hours"), row.get("projected_device_hours_low"),
+                          row.get("projected_device_hours_high"))
+
+
 def sentence(table: pd.DataFrame, label: str) -> str:
-    """'full training on 1x4 (50 epochs at global batch 256): 5.0 h, 20 GPU-hours; on 2x4 (...): ...'
-    (n/a rows left out)."""
+    """'full training on 1x4 (50 epochs at global batch 256): 5.0 h (4.6–5.5 h), 20 (18–22) GPU-hours; on 2x4
+    (...): ...' (n/a rows left out)."""
     known_rows = table[table["projected_s"].notna()]
-    parts = [f"{r['topology']} ({what(r)}): {duration(r['projected_s'])}, "
-             f"{hours(r['projected_device_hours'])} {label}{in_jobs(r)}" for _, r in known_rows.iterrows()]
+    parts = [f"{r['topology']} ({what(r)}): {projected_time(r)}, "
+             f"{projected_hours(r)} {label}{in_jobs(r)}" for _, r in known_rows.iterrows()]
     return "full training on " + "; on ".join(parts) if parts else ""
 
 
@@ -384,19 +430,34 @@ def weak_scaling_note(table: pd.DataFrame | None, summary: pd.DataFrame, baselin
 
 
 def cost_sentence(cost: Spent, label: str) -> str:
-    """'This answer cost X GPU-hours (held); training every topology in full would take Y GPU-hours.'"""
+    """'This answer cost X GPU-hours (held), 28% of what training every topology in full would take
+    (Y GPU-hours, held).' In throughput mode the answer is weighed against the training it saves:
+    where it cost more, it says how many times more."""
     text = f"This answer cost {hours(cost.answer_device_hours)} {label} (held)"
     if cost.full_device_hours is not None:
         full = cost.full_device_hours
-        text += (f"; training every topology in full would take {hours(full)} {label} (held)" if not pd.isna(full)
-                 else f"; what training every topology in full would take is not known ({cost.full_why_na})")
+        if pd.isna(full):
+            text += f"; what training every topology in full would take is not known ({cost.full_why_na})"
+        else:
+            share = cost.answer_device_hours / full if full > 0 else math.inf
+            against = f"{share:.1f}x" if share >= 1 else f"{share:.0%} of"
+            text += f", {against} what training every topology in full would take ({hours(full)} {label}, held)"
+            if share >= 1:
+                text += ": measure: full would have answered for less, with accuracy compared"
     return text + "."
 
 
 def rounded(table: pd.DataFrame) -> pd.DataFrame:
-    """For projection.tsv: seconds to 0.1 s, device-hours to 6 places (a CPU check lasts seconds)."""
+    """For projection.tsv: seconds to 0.1 s and device-hours to 6 places (a CPU check lasts
+    seconds), a projection with an interval to the digits its interval supports (fmt.supported),
+    as the tables write it."""
     out = table.copy()
-    out["projected_s"], out["measured_s"] = out["projected_s"].round(1), out["measured_s"].round(1)
-    out["projected_device_hours"], out["error"] = out["projected_device_hours"].round(6), out["error"].round(4)
+    out["measured_s"], out["error"] = out["measured_s"].round(1), out["error"].round(4)
     out["projected_held_device_hours"] = out["projected_held_device_hours"].round(6)
+    for figure, places in (("projected_s", 1), ("projected_device_hours", 6)):
+        shown = [supported(v, lo, hi, places)[:3] for v, lo, hi in
+                 zip(out[figure], out[f"{figure}_low"], out[f"{figure}_high"])]
+        out[figure] = [v for v, _, _ in shown]
+        out[f"{figure}_low"] = [lo for _, lo, _ in shown]
+        out[f"{figure}_high"] = [hi for _, _, hi in shown]
     return out

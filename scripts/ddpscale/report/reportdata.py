@@ -54,8 +54,10 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     summary = verdict.add_caveats(summary)
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
+    # each topology's final epoch metric, in scaling.tsv, so a later campaign can fix its target from it
+    summary = summary.merge(timetoacc.finals(runs), on="topology", how="left")
     projected = projection.projection(runs, job_limits)
-    goal = timetoacc.target(runs, baseline, tolerance, mode, target)
+    goal = timetoacc.target(runs, baseline, tolerance, mode, target, earlier, compared_with or "")
     return ReportData(
         comparison=comparison, summary=summary, runs=runs, probes=probes,
         steps=steps, prediction=breakdown.predict(done, probes, baseline),

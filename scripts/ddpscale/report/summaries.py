@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ddpscale.report import breakdown, description, firstscreen
 from ddpscale.report.analysis import hours_label
+from ddpscale.report.decision import speedup_text
 from ddpscale.report.fmt import known, pct, sig, times
 from ddpscale.report.projection import cost_sentence
 
@@ -18,11 +19,20 @@ def _range(values, write) -> str:
     return write(low) if write(low) == write(high) else f"{write(low)} to {write(high)}"
 
 
+def _rows_range(rows, write) -> str:
+    """The smallest and largest figure of rows, each in the digits its interval supports."""
+    rows = [r for _, r in rows.iterrows() if known(r.get("speedup"))]
+    if not rows:
+        return "n/a"
+    ends = [write(r) for r in sorted(rows, key=lambda r: r["speedup"])[::len(rows) - 1 or 1]]
+    return ends[0] if len(set(ends)) == 1 else f"{ends[0]} to {ends[-1]}"
+
+
 def scaling(data) -> str:
     done = data.finished
+    speedups = _rows_range(done, lambda r: speedup_text(r, bounds=False))
     return (f"{len(data.summary)} topologies, {int(data.summary['repeats'].max())} repeat(s) at most; speedup "
-            f"{_range(done['speedup'], times)}, efficiency {_range(done['efficiency'], pct)}; intervals, "
-            "placement noise, fit time and accuracy per topology")
+            f"{speedups}; each figure's 95% interval, placement noise, fit time and accuracy per topology")
 
 
 def cost(data) -> str:
@@ -68,6 +78,10 @@ def time_to_accuracy(data) -> str | None:
     tta = data.timetoacc
     if tta is None or tta.empty:
         return None
+    if data.comparison.throughput_mode:
+        return "Not measured (throughput mode): no run trained to the end of its configured epochs"
+    if not known(data.tta_target.value):
+        return f"Not measured: {data.tta_target.why_none}"
     reached = tta[tta["status"].astype(str).str.startswith("reached")]
     return (f"{len(reached)} of {len(tta)} topologies reached the target; time-to-accuracy speedup "
             f"{_range(reached['tta_speedup'], times)}")

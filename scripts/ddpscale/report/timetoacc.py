@@ -2,10 +2,12 @@
 
 A larger global batch can need more epochs to reach the same accuracy, so a throughput speedup
 may not be a speedup of the training; MLPerf scores training this way (time to a quality
-target). The target is `accuracy.target` where the config fixes one in advance, as MLPerf does;
-else the baseline's final value of the epoch metric (metrics.json val_history, median over the
-baseline's repeats) minus the tolerance, plus it where lower is better, a target that moves with
-the baseline's own seed noise (the report says which it used). A run's time to accuracy is
+target). The target must be fixed before the runs it judges, or it moves with their own seed
+noise (the baseline would always reach a target made from its own end): `accuracy.target` where
+the config fixes one, as MLPerf fixes one per benchmark; else, with report.compare_with, an earlier
+campaign's baseline final value of the epoch metric (its scaling.tsv carries it: finals) minus the
+tolerance, plus it where lower is better; else none, and the table says how to fix one (the report
+says which it used). A run's time to accuracy is
 elapsed_s (training + validation of the epochs so far) of the first epoch whose value reaches
 the target. A topology's is scored as MLPerf scores a benchmark's runs (mlcommons
 training_policies, training_rules.adoc, "Benchmark Results"): from 5 repeats on, the fastest and
@@ -91,15 +93,46 @@ class Target:
     metric: str | None  # the epoch metric the baseline recorded; None where it recorded none
     direction: str | None  # "max" or "min" (report.accuracy.direction); None where there is no target
     value: float  # NaN: no target
-    fixed: bool  # the config's accuracy.target, not the baseline's final value minus the tolerance
+    fixed: bool  # fixed before these runs (the config's, or an earlier campaign's)
     why_none: str | None  # why there is no target; None where there is one
+    source: str = ""  # where the target comes from, for the report
+
+
+# scaling.tsv's columns of each topology's final epoch metric, from which a later campaign with
+# report.compare_with fixes its target
+FINAL_COLUMNS = ("epoch_metric", "epoch_metric_final")
+
+
+def finals(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per topology the epoch metric's name and its value at the last validation (median over
+    the repeats that recorded one): FINAL_COLUMNS, NaN where none did."""
+    rows = []
+    for topology, group in runs.groupby("topology", sort=False):
+        names, values = [], []
+        for _, run in group.iterrows():
+            entries, _ = history(run)
+            if entries and _known(entries[-1]["value"]):
+                names.append(_text(run["val_history_metric"]))
+                values.append(float(entries[-1]["value"]))
+        rows.append({"topology": topology, "epoch_metric": names[0] if names else None,
+                     "epoch_metric_final": float(np.median(values)) if values else float("nan")})
+    return pd.DataFrame(rows, columns=["topology", *FINAL_COLUMNS])
+
+
+def _earlier_final(earlier: pd.DataFrame | None, baseline: str, metric: str) -> float | None:
+    if earlier is None or not set(FINAL_COLUMNS) <= set(earlier.columns):
+        return None
+    rows = earlier[(earlier["topology"].astype(str) == baseline) & (earlier["epoch_metric"] == metric)]
+    value = pd.to_numeric(rows["epoch_metric_final"], errors="coerce").dropna()
+    return float(value.iloc[0]) if len(value) else None
 
 
 def target(runs: pd.DataFrame, baseline: str, tolerance: float, mode: str = "auto",
-           fixed: float | None = None) -> Target:
-    """The target from the baseline's runs; fixed: the config's accuracy.target, which replaces
-    the baseline's final value minus the tolerance."""
-    finals, reasons, metric = [], [], None
+           fixed: float | None = None, earlier: pd.DataFrame | None = None, earlier_name: str = "") -> Target:
+    """The target: fixed, the config's accuracy.target; else the earlier campaign's (earlier: its
+    scaling.tsv, report.compare_with) baseline final value minus the tolerance; else none, since
+    one made from these runs' own baseline would move with their seeds."""
+    finals_, reasons, metric = [], [], None
     for _, run in runs[runs["topology"] == baseline].iterrows():
         entries, why = history(run)
         if entries is None:
@@ -107,14 +140,22 @@ def target(runs: pd.DataFrame, baseline: str, tolerance: float, mode: str = "aut
             continue
         metric = metric or _text(run["val_history_metric"])
         if _known(entries[-1]["value"]):
-            finals.append(float(entries[-1]["value"]))
-    if fixed is not None and metric is not None:
-        return Target(metric, accuracy.direction(metric, mode), float(fixed), True, None)
-    if not finals or metric is None:
+            finals_.append(float(entries[-1]["value"]))
+    if metric is None:
         return Target(metric, None, float("nan"), fixed is not None,
                       reasons[0] if reasons else "not measured (no final value)")
     way = accuracy.direction(metric, mode)
-    return Target(metric, way, target_value(float(np.median(finals)), tolerance, way), False, None)
+    if fixed is not None:
+        return Target(metric, way, float(fixed), True, None, "fixed in advance: config accuracy.target")
+    before = _earlier_final(earlier, baseline, metric)
+    if before is not None:
+        return Target(metric, way, target_value(before, tolerance, way), True, None,
+                      f"fixed before these runs: the earlier campaign's ({earlier_name}) baseline {baseline} "
+                      f"final {metric} {_fmt(before)} {'-' if way == 'max' else '+'} the tolerance {tolerance:g}")
+    reached = f" (the baseline {baseline} ended at {metric} {_fmt(float(np.median(finals_)))})" if finals_ else ""
+    return Target(metric, way, float("nan"), False,
+                  "not measured: no target was fixed before these runs; set accuracy.target in the config"
+                  f"{reached}, since a target made from these runs' own baseline would move with their seeds")
 
 
 def _fmt(value: float) -> str:
@@ -137,14 +178,15 @@ def table(runs: pd.DataFrame, summary: pd.DataFrame, baseline: str, goal: Target
                 entries, why = None, f"not measured (recorded {run['val_history_metric']}, the baseline {metric})"
             if entries is None:
                 reasons.append(why)
-            elif way is not None:
+            elif way is not None and _known(target):
                 outcomes.append(outcome(entries, target, way))
         row = {"topology": top["topology"], "world_size": top["world_size"], "metric": metric, "target": target,
                "repeats": len(mine), "reached": sum(math.isfinite(o["time_s"]) for o in outcomes),
                "epochs_to_target": float("nan"), "time_to_accuracy_s": float("nan"), "tta_speedup": float("nan"),
                "speedup": top.get("speedup", float("nan"))}
         if base_why is not None and not reasons:
-            row["status"] = f"no target: baseline {baseline} {base_why}"
+            # no target fixed in advance: the reason is the campaign's, not the baseline's runs'
+            row["status"] = base_why if way is not None else f"no target: baseline {baseline} {base_why}"
         elif not outcomes:
             row["status"] = "; ".join(dict.fromkeys(reasons))
         else:

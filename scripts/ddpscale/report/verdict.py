@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddpscale.core.topology import parse_topology
 from ddpscale.core.io import cause_line
-from ddpscale.report import accuracy, boundness, breakdown, interconnect
+from ddpscale.report import accuracy, boundness, breakdown, decision, interconnect
 from ddpscale.report.analysis import device_word
 from ddpscale.report.comparison import Comparison
 from ddpscale.report.fmt import times  # noqa: F401  (html and tests read it here)
@@ -121,7 +121,8 @@ def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
 
 
 def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
-    """One sentence: the fastest topology, and the largest one above the efficiency threshold."""
+    """One sentence: the fastest topology, and the largest one above the efficiency threshold,
+    each claimed only where the intervals tell it (report.decision), else what cannot be told."""
     ok = usable(summary, comparison)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
     if not comparison.compared:
@@ -135,20 +136,34 @@ def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: flo
             return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
         return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
     fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
-    efficient = ok[ok["efficiency"] >= threshold - 1e-9]
-    fast = (f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, "
-            f"{times(fastest['speedup'])}, {fastest['efficiency']:.0%} efficient)")
-    baseline = comparison.baseline
-    if efficient.empty:
-        keep = f"no topology stays above {threshold:.0%} efficiency"
+    tied = [r for _, r in ok.iterrows() if r["topology"] != fastest["topology"]
+            and not decision.faster(fastest, r)[1] > 1 + decision.SLACK]
+    figures = f"{decision.speedup_text(fastest)}, {decision.efficiency_text(fastest)} efficient"
+    if tied:
+        fast = (f"the fastest cannot be told yet: {fastest['topology']} ({figures}) is not surely faster than "
+                f"{topology_names(pd.DataFrame(tied))}")
     else:
-        top = efficient.sort_values(["world_size", "throughput_samples_s"]).iloc[-1]
-        if top["topology"] == baseline:
-            keep = f"none beyond the baseline {baseline} stays above {threshold:.0%} efficiency"
-        else:
-            keep = (f"the largest that stays above {threshold:.0%} efficiency is "
-                    f"{top['topology']} ({_devices(summary, top)}, {top['efficiency']:.0%})")
+        fast = f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, {figures})"
+    others = ok[ok["topology"] != comparison.baseline]
+    surely = others[[decision.above(r, threshold) is True for _, r in others.iterrows()]]
+    maybe = others[[decision.above(r, threshold) is None for _, r in others.iterrows()]]
+    if len(surely):
+        top = surely.sort_values(["world_size", "throughput_samples_s"]).iloc[-1]
+        keep = (f"the largest that stays above {threshold:.0%} efficiency is "
+                f"{top['topology']} ({_devices(summary, top)}, {decision.efficiency_text(top)})")
+        larger = maybe[maybe["world_size"] > top["world_size"]]
+        if len(larger):
+            keep += f"; whether {topology_names(larger)} also does cannot be told yet"
+    elif len(maybe):
+        keep = (f"whether any topology beyond the baseline {comparison.baseline} stays above {threshold:.0%} "
+                f"efficiency cannot be told yet ({'; '.join(_efficiency(r) for _, r in maybe.iterrows())})")
+    else:
+        keep = f"none beyond the baseline {comparison.baseline} stays above {threshold:.0%} efficiency"
     return _capital(f"{where}{fast}; {keep}")
+
+
+def _efficiency(row) -> str:
+    return f"{row['topology']}: {decision.efficiency_text(row)}"
 
 
 def _capital(sentence: str) -> str:
