@@ -361,8 +361,8 @@ def rounded(summary: pd.DataFrame, metric: str) -> pd.DataFrame:
     for col, (name, places, scale) in _WITH_INTERVAL.items():
         shown = [supported(v * scale, lo * scale, hi * scale, places)
                  for v, lo, hi in zip(out[col], out[f"{name}_low"], out[f"{name}_high"])]
-        digits = [max(0, p + round(math.log10(scale))) for *_, p in shown]
         for k, key in enumerate((col, f"{name}_low", f"{name}_high")):
-            out[key] = [round(s[k] / scale, d) for s, d in zip(shown, digits)]
+            # already rounded: only the division's binary noise is cut
+            out[key] = [round(s[k] / scale, 12) for s in shown]
     out[metric] = out[metric].round(4)
     return out

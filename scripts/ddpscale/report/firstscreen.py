@@ -189,20 +189,29 @@ def verdict_names(names) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def no_interval(row, base) -> str:
+    """Why a speedup has no interval ('too short to tell', or its baseline's reason), or ''."""
+    if known(row.get("speedup_low")):
+        return ""
+    if not known(row.get("throughput_spread")):
+        return str(row.get("interval_from"))
+    return f"no interval: {base.get('topology')} {base.get('interval_from')}"
+
+
 def decision_rows(data) -> list[dict]:
     """One row per topology for the decision table: the figures the answer weighs, each with its
     interval."""
     summary, throughput_mode = data.summary, data.comparison.throughput_mode
+    base = baseline_row(summary, data.comparison.baseline)
     rows = []
     for _, r in summary.iterrows():
         finished = r["status"] == STATUS_OK or known(r["throughput_samples_s"])
         proj = projected(data, str(r["topology"]))
-        short = finished and not known(r.get("speedup_low"))
         rows.append({
             "topology": str(r["topology"]), "devices": int(r["world_size"]), "finished": finished,
             "status": str(r["status"]), "row": r,
             "speedup": decision.speedup_text(r) if finished else "n/a",
-            "interval": str(r.get("interval_from")) if short else "",
+            "interval": no_interval(r, base) if finished else "",
             "efficiency": decision.efficiency_text(r) if finished else "n/a",
             "time": time_text(proj) if proj is not None else "n/a",
             "hours": hours_text(proj) if proj is not None else "n/a",

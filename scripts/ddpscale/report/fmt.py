@@ -95,11 +95,15 @@ def supported(value, low, high, default: int) -> tuple[float, float, float, int]
     p = places(low, high, default)
     step = 10.0 ** -p
 
-    def out(v, way):
+    def out(v, way, places=p):
         if not known(v):
             return math.nan
+        grid = 10.0 ** -places
         # a hair of slack so a bound already on the grid is not moved a step by binary noise
-        return round(way(v / step - math.copysign(1e-9, 1 if way is math.ceil else -1)) * step, max(p, 0))
+        shown = round(way(v / grid - math.copysign(1e-9, 1 if way is math.ceil else -1)) * grid, max(places, 0))
+        if way is math.floor and v > 0 >= shown:  # a positive bound stays positive: its own two digits
+            return out(v, way, 1 - math.floor(math.log10(v)))
+        return shown
 
     # half up, not Python's half to even: 85 and 95 both move up to the tens
     shown = round(math.floor(value / step + 0.5) * step, max(p, 0)) if known(value) else math.nan
