@@ -73,6 +73,14 @@ def test_all_outputs_written(sim_report):
     assert sorted(p.name for p in sim_report.iterdir()) == sorted(OUTPUTS)
 
 
+def test_every_figure_links_its_svg_and_pdf_beside_the_page(sim_report):
+    page = (sim_report / "report.html").read_text()
+    lines = re.findall(r'<span class="files">(.*?)</span></figcaption>', page)
+    assert len(lines) == len(SVGS)  # the overview and each plot
+    linked = [name for line in lines for name in re.findall(r'<a href="([^"]+)"', line)]
+    assert sorted(linked) == sorted(SVGS + PDFS)  # by relative name: files in the page's folder
+
+
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
     assert list(tsv.columns) == ["topology", *description.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [

@@ -93,6 +93,12 @@ window.addEventListener("load", () => {
     return {href, figure: (a.closest("figure").querySelector("img,svg") || {}).getAttribute?.("alt") || a.closest("figure").id,
             exists: !!target, folded: !!fold, wasOpen, opened};
   });
+  // Each figure's line of files for papers (SVG, PDF): what it links, relative to the page.
+  const files = [...document.querySelectorAll("figure .files")].map(line => {
+    const fig = line.closest("figure");
+    return {figure: (fig.querySelector("img") || {}).alt || fig.id,
+            links: [...line.querySelectorAll("a")].map(a => ({text: a.textContent, href: a.getAttribute("href")}))};
+  });
   window.scrollTo(0, 0);
   if (OPEN_ALL) document.querySelectorAll("details").forEach(d => { d.open = true; });
   const verdict = document.querySelector("#verdict");
@@ -112,7 +118,7 @@ window.addEventListener("load", () => {
   out.id = "ddpscale-layout";
   out.textContent = JSON.stringify({
     verdict: verdict ? {exists: true, ...box(verdict), text: verdict.innerText.trim()} : {exists: false},
-    tables, images, sections, first, plotTexts, links, scrollHeight: document.documentElement.scrollHeight});
+    tables, images, sections, first, plotTexts, links, files, scrollHeight: document.documentElement.scrollHeight});
   document.body.appendChild(out);
 });
 </script>"""

@@ -163,6 +163,20 @@ def link_problems(layout: dict) -> list[str]:
     return problems
 
 
+def file_problems(layout: dict, folder) -> list[str]:
+    """Each figure's SVG and PDF must be linked by a name relative to the page, naming a file in
+    the page's folder."""
+    problems = []
+    for line in layout["files"]:
+        kinds = sorted(link["text"] for link in line["links"])
+        if kinds != ["PDF", "SVG"]:
+            problems.append(f"{line['figure']!r} links {kinds}, not its SVG and PDF")
+        for link in line["links"]:
+            if not (folder / link["href"]).is_file():
+                problems.append(f"{line['figure']!r} -> {link['href']}: no such file beside the page")
+    return problems
+
+
 def overlapping_labels(texts: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
     """Pairs of words in a plot whose boxes overlap (by more than `slack` px each way)."""
     pairs = []
@@ -261,12 +275,16 @@ def test_sample_report_answers_on_the_first_screen_and_folds_every_section(sampl
     assert layout_problems(browser.rendered_layout(sample_html, open_all=True)) == []
 
 
-def test_link_check_sees_a_missing_anchor(chromium, tmp_path):
+def test_link_check_sees_a_missing_anchor_and_a_missing_file(chromium, tmp_path):
     page = tmp_path / "links.html"
+    (tmp_path / "b.svg").write_text("<svg/>")
     page.write_text('<html><body><figure id="a"><figcaption><a href="#nowhere">How</a></figcaption></figure>'
-                    '<figure id="b"><figcaption><a href="#m">How</a></figcaption></figure><details '
+                    '<figure id="b"><figcaption><a href="#m">How</a><span class="files"><a href="b.svg">SVG</a> '
+                    '<a href="b.pdf">PDF</a></span></figcaption></figure><details '
                     'class="section"><summary><h2>M</h2></summary><h3 id="m">m</h3></details></body></html>')
-    assert link_problems(browser.rendered_layout(page)) == ["'a' -> #nowhere: no such anchor"]
+    layout = browser.rendered_layout(page)
+    assert link_problems(layout) == ["'a' -> #nowhere: no such anchor"]
+    assert file_problems(layout, tmp_path) == ["'b' -> b.pdf: no such file beside the page"]
 
 
 def test_every_plot_links_to_its_methods_and_the_link_opens_them(sample_html):
@@ -276,6 +294,9 @@ def test_every_plot_links_to_its_methods_and_the_link_opens_them(sample_html):
     links = layout["links"]
     assert len(links) == 1 + len(layout["images"]) and {link["href"] for link in links} == {"#methods-contents"}
     assert all(link["folded"] and link["opened"] for link in links)
+    # and each to its SVG and PDF, files beside the page
+    assert len(layout["files"]) == 1 + len(layout["images"])
+    assert file_problems(layout, sample_html.parent) == []
 
 
 def test_sample_report_plot_labels_do_not_overlap(sample_html):
