@@ -2,7 +2,8 @@
 the verdict first, then the tables, then every plot actually decoded, and screenshotted; and the
 first screen (issue 33): the answer, its plot and the decision table inside 1280 x 900, every
 section folding open and shut, the printed PDF holding every section, no two plot labels on top
-of each other.
+of each other; each figure linking its SVG and PDF beside the page; and the page printed on A4
+and on US Letter with every column of the decision and scaling tables on the paper.
 
 The report contract: <section id="verdict"> (a one-sentence recommendation and the accuracy
 verdict), then <section id="tables"> (tables, each under an <h2>/<h3>), then
@@ -38,6 +39,11 @@ ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is 
 @pytest.fixture(scope="module")
 def chromium():
     return system_tools.require(browser.CHROMIUM, "chromium")
+
+
+@pytest.fixture(scope="module")
+def pdftotext():
+    return system_tools.require(browser.PDFTOTEXT, "poppler-utils")
 
 
 @pytest.fixture(scope="module")
@@ -323,6 +329,33 @@ def test_pdf_check_sees_a_folded_section(chromium, tmp_path):
                     "</details></body></html>")
     outline = browser.pdf_outline(page, tmp_path / "folded.pdf")
     assert "Cost" in outline and "Cost: method" not in outline
+
+
+# --- printed on paper ---------------------------------------------------------------------
+
+# The tables a reader prints for a paper or a proposal: each must keep every column on the paper.
+PRINTED = {"decision": "#decide table", "scaling": "details#scaling table"}
+PAPERS = {"A4": (595.3, 841.9), "letter": (612.0, 792.0)}  # points
+
+
+def test_printed_tables_keep_every_column_on_a4_and_on_letter(sample_html, pdftotext, tmp_path):
+    for paper, size in PAPERS.items():
+        printed = browser.printed_columns(sample_html, tmp_path / f"{paper}.pdf", paper, PRINTED)
+        assert printed["paper"] == pytest.approx(size, abs=1), paper  # the paper asked for
+        assert browser.print_problems(printed) == [], paper
+        assert [t["columns"] for t in printed["tables"].values()] == [7, 14]
+        left, right = printed["printable"]
+        print(paper, f"printable {right - left:.0f} pt:",  # shown with -s, for the record
+              ", ".join(f"{name} {t['width']:.0f} pt" for name, t in printed["tables"].items()))
+
+
+def test_print_check_sees_a_table_wider_than_the_paper(sample_html, pdftotext, tmp_path):
+    page = tmp_path / "wide.html"
+    page.write_text(sample_html.read_text().replace("</style>", "details#scaling table{min-width:600mm}</style>", 1))
+    problems = browser.print_problems(browser.printed_columns(page, tmp_path / "wide.pdf", "A4", PRINTED))
+    assert any(p.startswith("the page printed at") for p in problems), problems
+    assert any(p.startswith("scaling: column(s)") and p.endswith("not on the paper") for p in problems), problems
+    assert not any(p.startswith("decision") for p in problems), problems  # shrunk, but all of it there
 
 
 def test_report_screenshot(report_html, tmp_path):
