@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ddpscale report: metrics.json files (and their probes) -> tables (TSV), 5 PNGs and 6 SVGs, report.html."""
+"""ddpscale report: metrics.json files (and their probes) -> tables (TSV), 5 PNGs, 6 SVGs and 6 PDFs, report.html."""
 from __future__ import annotations
 
 import argparse
@@ -113,8 +113,10 @@ def main(argv=None) -> int:
     for name, plot in plots.figures().items():
         atomic_write(out / name, lambda tmp, plot=plot: plot(data, tmp))
         images[name] = (out / name).read_bytes()
-    for name, text in plots.svgs(data).items():  # the same figures as SVG, for papers
+    for name, text in plots.svgs(data).items():  # the same figures as SVG and PDF, for papers
         atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
+    for name, content in plots.pdfs(data).items():
+        atomic_write(out / name, lambda tmp, content=content: tmp.write_bytes(content))
     page = report_html.build_report(data, images)
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
     say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies)")

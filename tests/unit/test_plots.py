@@ -92,3 +92,13 @@ def test_breakdown_legend_covers_no_bar_or_step_time_and_stays_in_the_figure(mon
     assert not any(overlap(legend, box) for box in bars + times)
     page = fig.bbox
     assert page.x0 <= legend.x0 and legend.x1 <= page.x1 and page.y0 <= legend.y0 and legend.y1 <= page.y1
+
+
+def test_svg_and_pdf_keep_words_as_text_and_write_the_same_bytes_twice(monkeypatch):
+    """For papers: selectable, searchable words (SVG <text>, PDF TrueType rather than Type 3
+    glyphs) and no date or random id, so rebuilding an unchanged report changes no file."""
+    fig, _, _ = drawn(plots.plot_speedup, monkeypatch=monkeypatch)
+    pdf, svg = plots.pdf(fig), plots.svg(fig)
+    assert pdf == plots.pdf(fig) and svg == plots.svg(fig)  # matplotlib's ids were salted afresh each save
+    assert b"/FontFile2" in pdf and b"/Type3" not in pdf and b"CreationDate" not in pdf
+    assert "<text" in svg and "<dc:date>" not in svg

@@ -18,8 +18,9 @@ BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]
 SVGS = ["overview.svg", *(name.replace(".png", ".svg") for name in PNGS)]
+PDFS = [name.replace(".svg", ".pdf") for name in SVGS]
 OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", "projection.tsv", "timetoacc.tsv", *PNGS, *SVGS,
-           "report.html"]
+           *PDFS, "report.html"]
 
 
 def run_report(metrics, out_dir, *extra):
@@ -66,8 +67,18 @@ def test_all_outputs_written(sim_report):
         assert (sim_report / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in SVGS:  # beside the report, for papers: words as text, not outlines
         assert "<svg" in (sim_report / name).read_text() and "<text" in (sim_report / name).read_text()
+    for name in PDFS:  # test_plots checks their fonts
+        assert (sim_report / name).read_bytes()[:5] == b"%PDF-"
     # no temp files left behind by the atomic writes
     assert sorted(p.name for p in sim_report.iterdir()) == sorted(OUTPUTS)
+
+
+def test_every_figure_links_its_svg_and_pdf_beside_the_page(sim_report):
+    page = (sim_report / "report.html").read_text()
+    lines = re.findall(r'<span class="files">(.*?)</span></figcaption>', page)
+    assert len(lines) == len(SVGS)  # the overview and each plot
+    linked = [name for line in lines for name in re.findall(r'<a href="([^"]+)"', line)]
+    assert sorted(linked) == sorted(SVGS + PDFS)  # by relative name: files in the page's folder
 
 
 def test_scaling_tsv_values(sim_report):

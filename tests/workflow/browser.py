@@ -93,6 +93,12 @@ window.addEventListener("load", () => {
     return {href, figure: (a.closest("figure").querySelector("img,svg") || {}).getAttribute?.("alt") || a.closest("figure").id,
             exists: !!target, folded: !!fold, wasOpen, opened};
   });
+  // Each figure's line of files for papers (SVG, PDF): what it links, relative to the page.
+  const files = [...document.querySelectorAll("figure .files")].map(line => {
+    const fig = line.closest("figure");
+    return {figure: (fig.querySelector("img") || {}).alt || fig.id,
+            links: [...line.querySelectorAll("a")].map(a => ({text: a.textContent, href: a.getAttribute("href")}))};
+  });
   window.scrollTo(0, 0);
   if (OPEN_ALL) document.querySelectorAll("details").forEach(d => { d.open = true; });
   const verdict = document.querySelector("#verdict");
@@ -112,7 +118,7 @@ window.addEventListener("load", () => {
   out.id = "ddpscale-layout";
   out.textContent = JSON.stringify({
     verdict: verdict ? {exists: true, ...box(verdict), text: verdict.innerText.trim()} : {exists: false},
-    tables, images, sections, first, plotTexts, links, scrollHeight: document.documentElement.scrollHeight});
+    tables, images, sections, first, plotTexts, links, files, scrollHeight: document.documentElement.scrollHeight});
   document.body.appendChild(out);
 });
 </script>"""
@@ -179,3 +185,104 @@ def screenshot(page: Path, png: Path, width: int = 1280, height: int | None = No
     if result.returncode != 0 or not png.is_file() or png.stat().st_size == 0:
         raise _fail(f"wrote no screenshot to {png}", result)
     return png
+
+
+# --- printing on paper -----------------------------------------------------------------------
+
+PDFTOTEXT = ("pdftotext",)  # poppler-utils: the words of a PDF with their boxes
+
+# In a copy of the page: the paper (Chromium's command line has no paper size; CSS @page size
+# sets it), and, for every header cell of the tables asked for, a word at its left and one at its
+# right edge (absolutely placed, so the table lays out as without them; left ones at the cell's
+# top, right ones at its bottom, so two neighbours never print as one word). Two rulers from the
+# page's top left: one as wide as the initial containing block, which in print is the printable
+# width, and one 400 CSS px wide, which prints 300 pt wide unless Chromium shrank the page to fit
+# something wider than the paper. Each table's column count goes beside them.
+PRINT_MARKS = """<style>@page{size:PAPER}
+.ddpscale-mark{position:absolute;font:5px/1 monospace;color:#000;white-space:nowrap;margin:0;padding:0}
+</style><script>
+window.addEventListener("load", () => {
+  const word = (box, text, where) => { const m = document.createElement("span");
+    m.className = "ddpscale-mark"; m.style.cssText = where; m.textContent = text; box.appendChild(m); };
+  const ruler = (where, name) => { const d = document.createElement("div");
+    d.style.cssText = "position:absolute;height:0;margin:0;padding:0;border:0;" + where;
+    document.body.appendChild(d); word(d, name + "l", "left:0;top:0"); word(d, name + "r", "right:0;top:0"); };
+  ruler("left:0;right:0;top:0", "qxqpage"); ruler("left:0;width:400px;top:7px", "qxqruler");
+  SELECTORS.forEach((selector, t) => {
+    const table = document.querySelector(selector), cells = table ? [...table.rows[0].cells] : [];
+    word(document.body, `qxq${t}n${cells.length}`, `left:440px;top:${7 + 6 * t}px`);
+    cells.forEach((cell, c) => { cell.style.position = "relative";
+      word(cell, `qxq${t}c${c}l`, "left:0;top:0"); word(cell, `qxq${t}c${c}r`, "right:0;bottom:0"); });
+  });
+});
+</script>"""
+PDF_WORD = re.compile(r'<word xMin="([\d.]+)" yMin="[\d.]+" xMax="([\d.]+)" yMax="[\d.]+">(qxq\w+)</word>')
+RULER_PT = 300.0  # 400 CSS px at 96 px per inch
+
+
+def printed_columns(page: Path, pdf: Path, paper: str, tables: dict[str, str]) -> dict:
+    """Print `page` on `paper` ("A4", "letter": a CSS page size) as a reader's print dialog would
+    and say where each column of `tables` ({name: CSS selector}) landed, in points: {"paper":
+    (width, height), "printable": (left, right), "scale": 1.0 unless Chromium shrank the page,
+    "tables": {name: {"columns": count, "edges": [(left, right) or None per column],
+    "outside": [columns printed beyond the printable width], "width": pt}}}. A column printed
+    off the paper has no words in the PDF: its edges are None."""
+    names = list(tables)
+    marks = PRINT_MARKS.replace("PAPER", paper).replace("SELECTORS", json.dumps([tables[n] for n in names]))
+    text = Path(page).read_text()
+    at = text.lower().rfind("</body>")
+    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=Path(page).parent,
+                                     prefix=".print-", delete=False) as copy:
+        copy.write(text[:at] + marks + text[at:] if at >= 0 else text + marks)
+    pdf = Path(pdf).resolve()
+    pdf.unlink(missing_ok=True)
+    try:
+        result = _chromium("--no-pdf-header-footer", f"--print-to-pdf={pdf}", Path(copy.name).resolve().as_uri(),
+                           width=1280, height=900)
+    finally:
+        os.unlink(copy.name)
+    if result.returncode != 0 or not pdf.is_file():
+        raise _fail(f"wrote no PDF to {pdf}", result)
+    words = subprocess.run([system_tools.ensure(PDFTOTEXT, "poppler-utils"), "-bbox", str(pdf), "-"],
+                           capture_output=True, text=True, check=True, timeout=TIMEOUT_S).stdout
+    size = re.search(r'<page width="([\d.]+)" height="([\d.]+)"', words)
+    found: dict[str, list[tuple[float, float]]] = {}
+    for left, right, name in PDF_WORD.findall(words):
+        found.setdefault(name, []).append((float(left), float(right)))
+    printable = (found["qxqpagel"][0][0], found["qxqpager"][0][1])
+    out = {"paper": (float(size[1]), float(size[2])), "printable": printable,
+           "scale": (found["qxqrulerr"][0][1] - found["qxqrulerl"][0][0]) / RULER_PT, "tables": {}}
+    for t, name in enumerate(names):
+        count = next((int(k.split("n")[1]) for k in found if k.startswith(f"qxq{t}n")), 0)
+        edges, outside = [], []
+        for c in range(count):
+            lefts, rights = found.get(f"qxq{t}c{c}l", []), found.get(f"qxq{t}c{c}r", [])
+            if not (lefts and rights):
+                edges.append(None)
+                continue
+            # the header repeats on every page the table runs onto: each copy counts
+            edges.append((min(x for x, _ in lefts), max(x for _, x in rights)))
+            if any(x < printable[0] - 0.5 for x, _ in lefts) or any(x > printable[1] + 0.5 for _, x in rights):
+                outside.append(c)
+        placed = [e for e in edges if e]
+        out["tables"][name] = {"columns": count, "edges": edges, "outside": outside,
+                               "width": max(r for _, r in placed) - min(x for x, _ in placed) if placed else 0.0}
+    return out
+
+
+def print_problems(printed: dict) -> list[str]:
+    """Where a printout loses a table's column or shrinks the page; empty when every column of
+    every table is on the paper at the page's own size."""
+    problems = []
+    if abs(printed["scale"] - 1) > 0.01:
+        problems.append(f"the page printed at {printed['scale']:.0%} of its size: something is wider than the paper")
+    for name, table in printed["tables"].items():
+        if not table["columns"]:
+            problems.append(f"{name}: no such table")
+        lost = [c + 1 for c, e in enumerate(table["edges"]) if e is None]
+        if lost:
+            problems.append(f"{name}: column(s) {lost} of {table['columns']} not on the paper")
+        if table["outside"]:
+            problems.append(f"{name}: column(s) {[c + 1 for c in table['outside']]} of {table['columns']} "
+                            "printed beyond the printable width")
+    return problems

@@ -33,6 +33,21 @@ GPU = {"device_kind": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "simulated
        "flops_per_sample": 1.2e12, "peak_tflops_per_device": 989.0, "peak_precision": "bf16"}
 
 
+def hosts(nodes: int) -> list[str]:
+    """Names as long as a cluster's fully qualified ones: the printed tables must wrap them."""
+    return [f"gpu-h100-{i:04d}.cluster.example.org" for i in range(nodes)]
+
+
+def transport(nodes: int, world: int) -> list[dict] | None:
+    """Each rank's network, as ddpscale.job.transportinfo records it: NCCL over InfiniBand between
+    nodes, within the node on one; one rank has no collectives."""
+    if world == 1:
+        return None
+    kind, interface = ("IB", "mlx5_0:1/IB") if nodes > 1 else ("P2P/SHM", None)
+    return [{"rank": rank, "host": hosts(nodes)[rank * nodes // world], "backend": "nccl", "transport": kind,
+             "interface": interface} for rank in range(world)]
+
+
 def runs() -> list[dict]:
     out = []
     for topology, (rates, share, reason) in MEASURED.items():
@@ -45,8 +60,8 @@ def runs() -> list[dict]:
                 throughput_half_width=rate * share, stop_reason=reason, max_steps=2000, max_minutes=10,
                 configured_epochs=50, samples_per_epoch=200_000, epoch_overhead_s=8.0, epoch_overheads_s=[8.0],
                 validates=False, checkpoint_save_s=[[0, 2.0]], warmup_excess_s=20.0, batch_per_device=32,
-                effective_batch=32 * world, fit_time_s=240.0, held_s=300.0, hosts=[f"gpu{i:03d}" for i in range(nodes)],
-                achieved_tflops=rate * 1.2, mfu=rate * 1.2 / (989.0 * world), transport=["ib"] if nodes > 1 else None)
+                effective_batch=32 * world, fit_time_s=240.0, held_s=300.0, hosts=hosts(nodes),
+                achieved_tflops=rate * 1.2, mfu=rate * 1.2 / (989.0 * world), transport=transport(nodes, world))
             if repeat == 0:
                 compute = 0.060
                 comm = 0.0 if world == 1 else 0.004 * (3 if nodes > 1 else 1)

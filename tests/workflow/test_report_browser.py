@@ -2,7 +2,8 @@
 the verdict first, then the tables, then every plot actually decoded, and screenshotted; and the
 first screen (issue 33): the answer, its plot and the decision table inside 1280 x 900, every
 section folding open and shut, the printed PDF holding every section, no two plot labels on top
-of each other.
+of each other; each figure linking its SVG and PDF beside the page; and the page printed on A4
+and on US Letter with every column of the decision and scaling tables on the paper.
 
 The report contract: <section id="verdict"> (a one-sentence recommendation and the accuracy
 verdict), then <section id="tables"> (tables, each under an <h2>/<h3>), then
@@ -38,6 +39,11 @@ ARTIFACT = ROOT / "results/test-artifacts/report-screenshot.png"  # results/ is 
 @pytest.fixture(scope="module")
 def chromium():
     return system_tools.require(browser.CHROMIUM, "chromium")
+
+
+@pytest.fixture(scope="module")
+def pdftotext():
+    return system_tools.require(browser.PDFTOTEXT, "poppler-utils")
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +169,20 @@ def link_problems(layout: dict) -> list[str]:
     return problems
 
 
+def file_problems(layout: dict, folder) -> list[str]:
+    """Each figure's SVG and PDF must be linked by a name relative to the page, naming a file in
+    the page's folder."""
+    problems = []
+    for line in layout["files"]:
+        kinds = sorted(link["text"] for link in line["links"])
+        if kinds != ["PDF", "SVG"]:
+            problems.append(f"{line['figure']!r} links {kinds}, not its SVG and PDF")
+        for link in line["links"]:
+            if not (folder / link["href"]).is_file():
+                problems.append(f"{line['figure']!r} -> {link['href']}: no such file beside the page")
+    return problems
+
+
 def overlapping_labels(texts: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
     """Pairs of words in a plot whose boxes overlap (by more than `slack` px each way)."""
     pairs = []
@@ -261,12 +281,16 @@ def test_sample_report_answers_on_the_first_screen_and_folds_every_section(sampl
     assert layout_problems(browser.rendered_layout(sample_html, open_all=True)) == []
 
 
-def test_link_check_sees_a_missing_anchor(chromium, tmp_path):
+def test_link_check_sees_a_missing_anchor_and_a_missing_file(chromium, tmp_path):
     page = tmp_path / "links.html"
+    (tmp_path / "b.svg").write_text("<svg/>")
     page.write_text('<html><body><figure id="a"><figcaption><a href="#nowhere">How</a></figcaption></figure>'
-                    '<figure id="b"><figcaption><a href="#m">How</a></figcaption></figure><details '
+                    '<figure id="b"><figcaption><a href="#m">How</a><span class="files"><a href="b.svg">SVG</a> '
+                    '<a href="b.pdf">PDF</a></span></figcaption></figure><details '
                     'class="section"><summary><h2>M</h2></summary><h3 id="m">m</h3></details></body></html>')
-    assert link_problems(browser.rendered_layout(page)) == ["'a' -> #nowhere: no such anchor"]
+    layout = browser.rendered_layout(page)
+    assert link_problems(layout) == ["'a' -> #nowhere: no such anchor"]
+    assert file_problems(layout, tmp_path) == ["'b' -> b.pdf: no such file beside the page"]
 
 
 def test_every_plot_links_to_its_methods_and_the_link_opens_them(sample_html):
@@ -276,6 +300,9 @@ def test_every_plot_links_to_its_methods_and_the_link_opens_them(sample_html):
     links = layout["links"]
     assert len(links) == 1 + len(layout["images"]) and {link["href"] for link in links} == {"#methods-contents"}
     assert all(link["folded"] and link["opened"] for link in links)
+    # and each to its SVG and PDF, files beside the page
+    assert len(layout["files"]) == 1 + len(layout["images"])
+    assert file_problems(layout, sample_html.parent) == []
 
 
 def test_sample_report_plot_labels_do_not_overlap(sample_html):
@@ -302,6 +329,33 @@ def test_pdf_check_sees_a_folded_section(chromium, tmp_path):
                     "</details></body></html>")
     outline = browser.pdf_outline(page, tmp_path / "folded.pdf")
     assert "Cost" in outline and "Cost: method" not in outline
+
+
+# --- printed on paper ---------------------------------------------------------------------
+
+# The tables a reader prints for a paper or a proposal: each must keep every column on the paper.
+PRINTED = {"decision": "#decide table", "scaling": "details#scaling table"}
+PAPERS = {"A4": (595.3, 841.9), "letter": (612.0, 792.0)}  # points
+
+
+def test_printed_tables_keep_every_column_on_a4_and_on_letter(sample_html, pdftotext, tmp_path):
+    for paper, size in PAPERS.items():
+        printed = browser.printed_columns(sample_html, tmp_path / f"{paper}.pdf", paper, PRINTED)
+        assert printed["paper"] == pytest.approx(size, abs=1), paper  # the paper asked for
+        assert browser.print_problems(printed) == [], paper
+        assert [t["columns"] for t in printed["tables"].values()] == [7, 14]
+        left, right = printed["printable"]
+        print(paper, f"printable {right - left:.0f} pt:",  # shown with -s, for the record
+              ", ".join(f"{name} {t['width']:.0f} pt" for name, t in printed["tables"].items()))
+
+
+def test_print_check_sees_a_table_wider_than_the_paper(sample_html, pdftotext, tmp_path):
+    page = tmp_path / "wide.html"
+    page.write_text(sample_html.read_text().replace("</style>", "details#scaling table{min-width:600mm}</style>", 1))
+    problems = browser.print_problems(browser.printed_columns(page, tmp_path / "wide.pdf", "A4", PRINTED))
+    assert any(p.startswith("the page printed at") for p in problems), problems
+    assert any(p.startswith("scaling: column(s)") and p.endswith("not on the paper") for p in problems), problems
+    assert not any(p.startswith("decision") for p in problems), problems  # shrunk, but all of it there
 
 
 def test_report_screenshot(report_html, tmp_path):

@@ -47,6 +47,7 @@ def test_a_report_job_that_fails_keeps_the_previous_report(workspace):
     assert first.returncode == 0, first.stderr[-4000:]
     html = workspace.results / "report/report.html"
     before = html.read_text()
+    figures = {name: (workspace.results / "report" / name).read_bytes() for name in ("speedup.pdf", "overview.svg")}
 
     # not a scaling.tsv at all: refused while the workflow parses, before any job
     garbage = workspace.path / "garbage.tsv"
@@ -68,6 +69,9 @@ def test_a_report_job_that_fails_keeps_the_previous_report(workspace):
     assert html.read_text() == before, "the previous report was lost with the failed job"
     assert "the report job did not finish: kept the previous" in failed.stderr
     assert (workspace.results / "report/scaling.tsv").exists()
+    for name, content in figures.items():  # the figures for papers too: outputs Snakemake removed, put back
+        assert re.search(rf"kept the previous \S*/report/{re.escape(name)}$", failed.stderr, re.M), name
+        assert (workspace.results / "report" / name).read_bytes() == content, name
 
     config["report"]["compare_with"] = None  # fixed: the report is rebuilt
     workspace.write_config(config)

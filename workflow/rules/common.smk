@@ -340,6 +340,11 @@ def report_outputs(folder, registered):
     }
     for name, title in REPORT_FIGURES.items():
         out[name] = item(f"{name}.png", {"figure": title})
+    # the same figures and the first screen's overview as SVG and PDF, for papers: report.html
+    # links them, so Snakemake's own report, which holds the page alone, does not register them
+    for name in ["overview", *REPORT_FIGURES]:
+        for kind in ("svg", "pdf"):
+            out[f"{name}_{kind}"] = f"{folder}/{name}.{kind}"
     # the page with the verdict, first in Snakemake's report too (report/workflow.rst points to it)
     out["html"] = item("report.html", {"page": "verdict, tables and plots"}, category="Verdict")
     return out

@@ -1,11 +1,13 @@
 """Build the single self-contained report.html.
 
 Everything is inline (CSS, the overview as SVG, PNGs as data URIs) so the file can be mailed or
-opened on an air-gapped cluster. The first screen answers (firstscreen: the answer, its caveats
-as badges, the overview plot, the decision table); each section after it folds away behind a
-one-line summary (summaries), its methods at its end. The markup is templates/report.html.j2, rendered with
-autoescaping (templating.py): host and model names are not ours to trust, so every value is
-text unless it is Markup built here from escaped parts.
+opened on an air-gapped cluster; only each figure's SVG and PDF for papers are files beside it,
+linked by name, which a copy of the page alone does without. The first screen answers
+(firstscreen: the answer, its caveats as badges, the overview plot, the decision table); each
+section after it folds away behind a one-line summary (summaries), its methods at its end. The
+markup is templates/report.html.j2, rendered with autoescaping (templating.py): host and model
+names are not ours to trust, so every value is text unless it is Markup built here from escaped
+parts.
 """
 from __future__ import annotations
 
@@ -195,10 +197,16 @@ ALTS = {"speedup.png": "Plot: speedup per world size, measured against ideal and
         "busbw.png": "Plot: all-reduce bus bandwidth against message size, per topology"}
 
 
+def _files(stem: str) -> list[tuple[str, str]]:
+    """(format, file name) of a figure's copies for papers, which scripts/report.py writes beside
+    report.html: linked by relative name, so the links work while the page stays in its folder."""
+    return [("SVG", f"{stem}.svg"), ("PDF", f"{stem}.pdf")]
+
+
 def _figures(images: dict[str, bytes], names) -> list:
     return [(ALTS.get(name, name.removesuffix(".png")),
              "data:image/png;base64," + base64.b64encode(images[name]).decode("ascii"),
-             CAPTIONS.get(name, "")) for name in names if name in images]
+             CAPTIONS.get(name, ""), _files(name.removesuffix(".png"))) for name in names if name in images]
 
 
 def _sections(data, images: dict[str, bytes], tta, methods: Markup) -> list[dict]:
@@ -262,5 +270,6 @@ def build_report(data, images: dict[str, bytes]) -> str:
                       failed=verdict["failed"], unfinished=verdict["unfinished"],
                       overview=Markup(plots.inline_svg(overview, "Speedup and parallel efficiency per topology"))
                       if overview is not None else "", overview_caption=OVERVIEW_CAPTION,
+                      overview_files=_files("overview"),
                       decision=decision, decision_legend=decision_legend,
                       sections=_sections(data, images, tta, _methods(data, tta is not None)))) + "\n"

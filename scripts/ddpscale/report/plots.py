@@ -1,7 +1,8 @@
 """The report's figures, one function each: speedup, efficiency and throughput per device
 (scaling), the step breakdown and the all-reduce bus bandwidth (where the time goes), the first
 screen's overview (speedup and efficiency side by side), and the list of every figure
-(figures()). Each is written as PNG for the page and as SVG beside it, for papers (svgs()).
+(figures()). Each is written as PNG for the page and as SVG and PDF beside it, for papers (svgs(),
+pdfs()).
 
 Colours are Okabe and Ito's colour-blind-safe palette; measured points are filled markers with
 error bars from their 95% intervals, predicted ones hollow on a dotted line, so neither colour
@@ -58,14 +59,29 @@ def save(fig: Figure, path: str | Path) -> None:
     fig.savefig(path, format="png", dpi=DPI)
 
 
+# matplotlib names clip paths and markers by a hash salted with a fresh uuid4 unless told a salt:
+# a fixed one keeps the ids, and so the file, the same while the figure is.
+SVG_SALT = "ddpscale"
+
+
 def svg(fig: Figure) -> str:
     """The figure as SVG text with its words as <text> (not outlines), so a reader can select and
     search them, a screen reader can read them, and a test can measure each label's box; no
-    date in it, so an unchanged figure writes the same file."""
+    date in it and fixed ids, so an unchanged figure writes the same file."""
     buf = io.BytesIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": SVG_SALT}):
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     return buf.getvalue().decode("utf-8")
+
+
+def pdf(fig: Figure) -> bytes:
+    """The figure as PDF with its words as text in an embedded TrueType font (fonttype 42), not
+    Type 3 glyph drawings: a reader can select and search them and a journal's checks find real
+    fonts; no creation date, so an unchanged figure writes the same bytes."""
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"pdf.fonttype": 42}):
+        fig.savefig(buf, format="pdf", metadata={"CreationDate": None}, bbox_inches="tight")
+    return buf.getvalue()
 
 
 def inline_svg(fig: Figure, label: str) -> str:
@@ -273,17 +289,25 @@ def figures() -> dict:
             "busbw.png": plot_busbw}
 
 
-def svgs(data) -> dict[str, str]:
-    """File name -> SVG text of every figure and the overview, to write beside the report."""
+def _laid_out(data):
+    """(name, figure) of the overview and of each PNG's figure, laid out as save() lays out the PNG."""
     made = {"overview": overview_figure, "speedup": speedup_figure, "efficiency": efficiency_figure,
             "throughput": throughput_figure, "breakdown": breakdown_figure, "busbw": busbw_figure}
-    out = {}
     for name, figure in made.items():
         fig = figure(data)
-        if name != "overview":
-            fig.tight_layout()  # as save() lays out the PNG
-        out[f"{name}.svg"] = svg(fig)
-    return out
+        if name != "overview":  # the overview lays itself out around its legend
+            fig.tight_layout()
+        yield name, fig
+
+
+def svgs(data) -> dict[str, str]:
+    """File name -> SVG text of every figure and the overview, to write beside the report."""
+    return {f"{name}.svg": svg(fig) for name, fig in _laid_out(data)}
+
+
+def pdfs(data) -> dict[str, bytes]:
+    """File name -> PDF bytes of every figure and the overview, to write beside the report."""
+    return {f"{name}.pdf": pdf(fig) for name, fig in _laid_out(data)}
 
 
 COLORS = {"data": OKABE_ITO["yellow"], "compute": OKABE_ITO["blue"], "comm": OKABE_ITO["vermillion"],
