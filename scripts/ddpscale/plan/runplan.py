@@ -158,15 +158,24 @@ class RunPlan:
         """{train_<stage>: the time limit its jobs get}: the profile's, or in throughput mode sized."""
         return {**runtimes, **{limit.rule: limit.minutes for limit in self.time_limits(runtimes)}}
 
-    def training_jobs(self, runtimes: dict, finished=None, repeats=None) -> list[reservation.Job]:
-        """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}."""
+    def training_jobs(self, runtimes: dict, decide=None, repeats=None) -> list[reservation.Job]:
+        """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}; decide:
+        reservation.training_jobs'."""
         chosen = list(self.repeats) if repeats is None else repeats
-        return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, finished)
+        return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, decide)
 
-    def reservation_lines(self, runtimes: dict) -> list[str]:
+    def reservation_lines(self, runtimes: dict, decided: dict | None = None) -> list[str]:
         """Each stage's time limit and what the benchmark reserves under it, printed by a dry run
-        before anything is submitted; runtimes: the profile's."""
-        jobs = self.training_jobs(self.job_runtimes(runtimes), self.finished)
+        before anything is submitted; runtimes: the profile's. decided: {(topology, repeat):
+        reservation.Decision} as Snakemake's DAG has it, a run missing from it not scheduled by
+        this invocation; None: by the records on disk alone (a run runs where it has none)."""
+        def decide(topology: str, repeat: int) -> reservation.Decision:
+            finished = self.finished(topology, repeat)
+            if decided is None:
+                return reservation.by_record(finished)
+            return decided.get((topology, repeat), reservation.Decision(finished, False, reservation.NOT_SCHEDULED))
+
+        jobs = self.training_jobs(self.job_runtimes(runtimes), decide)
         return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
             jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
 
