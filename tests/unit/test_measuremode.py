@@ -11,10 +11,19 @@ def test_auto_measures_throughput_on_a_cluster_and_the_full_training_locally():
     assert "measure: full" in why  # the one setting away is named
 
 
+def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win():
+    why_not = "throughput mode cannot reach its precision inside the configured training"
+    mode, why = measuremode.resolve("auto", site_is_local=False, cannot_win=why_not)
+    assert mode == "full" and why_not in why
+    assert measuremode.resolve("auto", site_is_local=True, cannot_win=why_not)[0] == "full"
+
+
 @pytest.mark.parametrize("setting", ["throughput", "full"])
 def test_an_explicit_setting_wins_everywhere(setting):
     assert measuremode.resolve(setting, site_is_local=True)[0] == setting
     assert measuremode.resolve(setting, site_is_local=False)[0] == setting
+    # asked for by name, throughput mode runs even where it cannot win (its line says so)
+    assert measuremode.resolve(setting, site_is_local=False, cannot_win="it cannot")[0] == setting
 
 
 def test_an_unknown_mode_is_refused():

@@ -3,8 +3,12 @@ The real dry run of a shipped profile: test_reservation_dryrun.py."""
 import pytest
 
 from ddpscale.plan.reservation import (
+    NOT_SCHEDULED,
+    Decision,
+    by_record,
     expected_hours,
     hours,
+    rerun_reason,
     reserved_hours,
     stage_runtime,
     summary_lines,
@@ -80,11 +84,47 @@ def test_without_a_time_cap_the_expected_use_is_unknown_not_guessed():
 
 
 def test_finished_runs_are_named_and_left_out_of_the_total():
-    jobs = training_jobs(STAGES, [0], CLUSTER, RUNTIMES, finished=lambda name, repeat: name == "1x1")
+    jobs = training_jobs(STAGES, [0], CLUSTER, RUNTIMES, lambda name, repeat: by_record(name == "1x1"))
     lines = summary_lines(jobs, CLUSTER, "auto", "throughput", CAPS)
     assert "1x1 r0 (train_baseline): finished" in lines[0] and "not counted" in lines[0]
     assert "reserves at most 12.0 GPU-hours (2 jobs; 1 finished run not counted: 1x1/r0)" in total_line(lines)
     assert "expected use from the caps: 1.0 GPU-hours" in expected_line(lines)
+
+
+def test_a_finished_run_snakemake_reruns_is_counted_and_says_why():
+    """Snakemake reruns a finished run whose params changed (another measure, say): its GPU-hours
+    count, and the run is named with the reason; a run this invocation leaves out does not count."""
+    decided = {"1x1": Decision(True, True, "params changed"), "1x2": Decision(True, False),
+               "2x2": Decision(False, False, NOT_SCHEDULED)}
+    jobs = training_jobs(STAGES, [0], CLUSTER, RUNTIMES, lambda name, repeat: decided[name])
+    lines = summary_lines(jobs, CLUSTER, "auto", "full", CAPS)
+    assert lines[0].endswith("1x1 r0 (train_baseline): finished, rerun by Snakemake (params changed): "
+                             "1 GPU x 240 min = 4.0 GPU-hours reserved")
+    assert "1x2 r0 (train_single_node): finished (its metrics.json exists): Snakemake does not rerun it" in lines[1]
+    assert lines[2].endswith(f"2x2 r0 (train_multi_node): not run by this invocation ({NOT_SCHEDULED}), not counted")
+    assert total_line(lines) == ("ddpscale: this benchmark reserves at most 4.0 GPU-hours (1 job; 1 finished run "
+                                 "rerun: 1x1/r0 (params changed); 1 finished run not counted: 1x2/r0; 1 run not in "
+                                 "this invocation: 2x2/r0)")
+    local = Site(gpus_per_node=8)
+    rerun = training_jobs(STAGES, [0], local, {}, lambda name, repeat: Decision(True, True, "params changed"))
+    assert total_line(summary_lines(rerun, local, "cpu", "full", CAPS)) == (
+        "ddpscale: this benchmark reserves no GPU-hours (3 jobs on this host's CPU, one process per simulated "
+        "device; 3 finished runs rerun: 1x1/r0, 1x2/r0, 2x2/r0 (params changed))")
+
+
+@pytest.mark.parametrize("names,newer,said", [
+    (["params have changed since last execution"], [], "params changed"),
+    (["updated input files"], ["scripts/train.py"], "input updated: scripts/train.py"),
+    (["incomplete output files"], [], "incomplete: an earlier job stopped while writing it"),
+    # Snakemake checks nothing else of a forced job
+    (["forced", "params have changed since last execution"], [], "forced on the command line"),
+    (["code has changed since last execution", "params have changed since last execution"], [],
+     "rule code changed; params changed"),
+    (["a reason of a later Snakemake"], [], "a reason of a later Snakemake"),
+    ([], [], "rerun by Snakemake"),
+])
+def test_snakemakes_reason_is_said_in_short(names, newer, said):
+    assert rerun_reason(names, newer) == said
 
 
 def test_a_stage_without_a_time_limit_is_said_and_not_counted():

@@ -39,9 +39,28 @@ def test_targets_are_every_topology_and_repeat_under_the_layout():
 
 
 def test_repeats_auto_follow_the_measure_mode_of_the_site():
-    assert plan(repeats="auto").repeats == (0,)  # local: full
-    assert plan(site=SRUN, repeats="auto").repeats == (0, 1, 2)  # a cluster: throughput
-    assert plan(site=SRUN, repeats="auto", measure="full").repeats == (0,)
+    # 50 epochs of the spiral (the Raven tutorial's): long enough for throughput mode to win
+    assert plan(repeats="auto", max_epochs=50).repeats == (0,)  # local: full
+    assert plan(site=SRUN, repeats="auto", max_epochs=50).repeats == (0, 1, 2)  # a cluster: throughput
+    assert plan(site=SRUN, repeats="auto", max_epochs=50, measure="full").repeats == (0,)
+
+
+def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win():
+    """The shipped spiral trains 330 batches per rank, short of the 600 before the stopping rule's
+    first look: auto resolves to full (one repeat), and the next line says why, with the numbers;
+    measure: throughput still runs as set, saying the same; plan.json records what resolved."""
+    auto = plan(site=SRUN, repeats="auto")
+    assert auto.measure == "full" and auto.repeats == (0,) and auto.record() == {"measure": "full", "repeats": 1}
+    assert auto.notes[0].startswith("measure full (measure: auto on a cluster profile, where throughput mode "
+                                    "cannot reach its precision inside the configured training")
+    assert auto.notes[1].startswith("throughput mode cannot win here: 1x1, 1x2 and 2x1 train 330 batches per rank")
+    assert auto.notes[1].endswith("measure: auto trains in full; set measure: throughput to measure throughput anyway")
+    asked = plan(site=SRUN, repeats="auto", measure="throughput")
+    assert asked.measure == "throughput" and asked.repeats == (0, 1, 2)
+    assert asked.notes[1].endswith("measure: throughput runs as set; measure: full or auto trains in full")
+    assert plan(site=SRUN, measure="full").notes[1:] == ()  # full was asked for: nothing to say
+    assert plan(repeats="auto").notes[0].startswith("measure full (measure: auto on the local profile")
+    assert not any("cannot win" in note for note in plan(repeats="auto").notes)
 
 
 def test_a_stage_pattern_matches_its_topologies_only():

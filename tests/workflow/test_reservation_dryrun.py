@@ -44,8 +44,9 @@ def dry_run(workspace, finished: list[str] = (), *flags: str, exclusive: bool = 
     """`snakemake --profile profiles/gilbreth -n` in a workspace, the account set as a user
     sets it; `finished`: topologies whose first repeat has a metrics.json already (records: what
     each holds, else its topology only); exclusive: the site gives whole nodes (site_exclusive);
-    overrides: config keys."""
-    config = tiny_config(topologies=list(TOPOLOGIES), repeats=1, **overrides)
+    overrides: config keys. Throughput mode by name: the tiny config's 28 batches per run are
+    too few for it to win, so measure: auto would train in full."""
+    config = tiny_config(**{"topologies": list(TOPOLOGIES), "repeats": 1, "measure": "throughput", **overrides})
     workspace.write_config(config)
     profile = yaml.safe_load((ROOT / f"profiles/{PROFILE}/config.yaml").read_text())
     profile["default-resources"]["slurm_account"] = "test_account"
@@ -83,8 +84,11 @@ def test_a_cluster_dry_run_states_each_jobs_gpu_hours_and_the_total(workspace):
         expected += devices * min(minutes, max_minutes) / 60
         assert f"{name} r0 ({rule}): {devices} GPU" in stderr and f" x {minutes} min = " in stderr
     assert f"ddpscale: this benchmark reserves at most {hours(total)} GPU-hours (3 jobs)" in stderr
-    # measure: auto is throughput on a cluster profile
     assert f"ddpscale: expected use from the caps: {expected:.2f} GPU-hours" in stderr
+    # asked for by name, throughput mode runs, and says it cannot win with 28 batches per run
+    assert ("ddpscale: throughput mode cannot win here: 1x1, 1x2 and 2x2 train 28 batches per rank (2 epochs x 14)"
+            in stderr)
+    assert "measure: throughput runs as set; measure: full or auto trains in full" in stderr
     # a dry run writes nothing: what the site resolved is kept for make status once jobs start
     assert not (workspace.results / "plan.json").exists()
 
@@ -147,3 +151,25 @@ def test_throughput_mode_sizes_each_stage_limit_and_says_where_it_came_from(work
     assert ("ddpscale: time limit: train_baseline: 240 min (measure full: the profile's runtime for train_baseline)"
             in stderr)
     assert "1 GPU x 240 min = 4.0 GPU-hours reserved" in stderr
+
+
+def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win(workspace):
+    """The shipped spiral (3 epochs of 10000 samples) trains 330 batches per rank, short of the 600
+    the stopping rule needs before its first look: on a cluster profile auto trains in full, one
+    repeat each, and says why with the numbers and the fix."""
+    profile, _, stderr = dry_run(workspace, measure="auto", repeats="auto", max_epochs=3,
+                                 dataset={**tiny_config()["dataset"], "samples": 10000})
+    lines = [line for line in stderr.splitlines() if line.startswith("ddpscale: ")]
+    measure = next(i for i, line in enumerate(lines) if line.startswith("ddpscale: measure "))
+    assert lines[measure].startswith("ddpscale: measure full (measure: auto on a cluster profile, where throughput "
+                                     "mode cannot reach its precision inside the configured training")
+    assert lines[measure + 1] == (
+        "ddpscale: throughput mode cannot win here: 1x1, 1x2 and 2x2 train 330 batches per rank (3 epochs x 110), "
+        "short of the 600 its stopping rule needs before its first look (throughput.min_windows 30 x window_steps "
+        "20, plus any warm-up it cuts), so every run would end with its epochs and an interval wider than 2%, at 3 "
+        "runs per topology (repeats: auto) where full training takes 1; max_epochs: 6 or more (or "
+        "throughput.window_steps: 11 or fewer) would let it reach its precision. measure: auto trains in full; set "
+        "measure: throughput to measure throughput anyway")
+    # full mode: one repeat per topology, under the profile's own time limits
+    assert "1x1 r0 (train_baseline): 1 GPU x 240 min" in stderr and " r1 " not in stderr
+    assert f"ddpscale: time limit: train_baseline: {profile_runtime(profile, 'train_baseline')} min (measure full" in stderr

@@ -1,21 +1,25 @@
 # The plan of this experiment's runs (ddpscale.plan.runplan), built once while the workflow is
 # parsed, and the get_* helpers every rule reads it through. Everything is checked here, so a
 # bad config, profile or module stops before any job is submitted. What only Snakemake knows
-# (the profile's resources, the executor, the dry-run flag) is read here and handed over; the
-# config itself is read and checked in common_config.smk, included first.
+# (the profile's resources, the executor, the dry-run flag, on a dry run which jobs its DAG runs)
+# is read here and handed over; the config itself is read and checked in common_config.smk,
+# included first.
 import functools
 import json
 import os
 import sys
 from pathlib import Path
 
+from snakemake.common import NOTHING_TO_BE_DONE_MSG
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger as snakemake_logger
+from snakemake_interface_logger_plugins.common import LogEvent
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
-from ddpscale.core.topology import TopologyError  # noqa: E402
-from ddpscale.plan import contractfacts, profile, runplan, runspec, timelimit  # noqa: E402
+from ddpscale.core.topology import STAGE_RULES, TopologyError  # noqa: E402
+from ddpscale.plan import contractfacts, profile, reservation, runplan, runspec, timelimit  # noqa: E402
 from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
@@ -152,15 +156,55 @@ for note in PLAN.notes:
     print(f"ddpscale: {note}", file=sys.stderr)
 
 
+def dag_decisions():
+    """{(topology, repeat): reservation.Decision} for each training job of the DAG Snakemake
+    built: whether it runs, as its rerun triggers decided (a missing record, params, input set,
+    code, an input newer than the record, an incomplete marker, -R or --forceall), and why."""
+    dag = workflow.dag
+    decided = {}
+    for job in dag.jobs:
+        if job.rule.name not in STAGE_RULES.values():
+            continue
+        key = (job.wildcards.topology, int(job.wildcards.repeat))
+        finished, runs, why = PLAN.finished(*key), dag.needrun(job), ""
+        if runs and finished:
+            reason = dag.reason(job)
+            why = reservation.rerun_reason(list(reason.get_names()), [str(f) for f in reason.updated_input])
+        elif not runs and not finished:
+            why = reservation.NOT_SCHEDULED
+        decided[key] = reservation.Decision(finished, runs, why)
+    return decided
+
+
 def print_reservation():
     """On a dry run where the user started it: what the benchmark reserves, to stderr as the
-    other ddpscale: lines. The Snakefile is read before Snakemake picks its executor, so the
-    dry-run flag comes from the output settings (set from -n/--dry-run before parsing)."""
+    other ddpscale: lines, counting the jobs Snakemake will run. Which those are is known once
+    Snakemake has built its DAG, after this file is read: the lines come from a filter on
+    Snakemake's logger as it writes the job table (or "Nothing to be done"), so they stand just
+    before it. The dry-run flag comes from the output settings (set from -n before parsing)."""
     settings = workflow.output_settings
     if settings is None or not settings.dryrun or not workflow.is_main_process:
         return
-    for line in PLAN.reservation_lines(PROFILE.runtimes):
-        print(line, file=sys.stderr)
+    printed = []
+
+    def before_job_table(record):
+        if printed or not (getattr(record, "event", None) == LogEvent.RUN_INFO or record.msg == NOTHING_TO_BE_DONE_MSG):
+            return True
+        printed.append(record)
+        try:
+            decided, lines = dag_decisions(), []
+        # a Snakemake whose DAG reads otherwise must not cost the user the dry run
+        except Exception as err:  # noqa: BLE001
+            decided = None
+            lines = [
+                f"ddpscale: note: Snakemake's decision per job could not be read ({type(err).__name__}: {err}); "
+                "counted by the records on disk, so a finished run that Snakemake reruns is left out"
+            ]
+        for line in lines + PLAN.reservation_lines(PROFILE.runtimes, decided):
+            print(line, file=sys.stderr)
+        return True
+
+    snakemake_logger.addFilter(before_job_table)
 
 
 print_reservation()

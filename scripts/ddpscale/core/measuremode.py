@@ -4,8 +4,10 @@ throughput: each topology trains until its steady-state throughput is known to a
 precision, then stops (ddpscale.core.steadystate); full: the configured epochs, with
 the accuracy comparison and time to accuracy. auto picks by place: on a cluster the scaling
 question is a throughput question and every GPU-hour is paid for, while the local profile's
-runs take seconds and keep showing accuracy. Pure: the workflow, the dry run's cost and the
-tests share it.
+runs take seconds and keep showing accuracy. Except where throughput mode cannot win for the
+configured training (ddpscale.plan.throughputfit: its runs could not reach their precision, or
+would cost more than training in full): there auto trains in full on a cluster too. Pure: the
+workflow, the dry run's cost and the tests share it.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ THROUGHPUT = "throughput"
 FULL = "full"
 
 
-def resolve(measure: str, site_is_local: bool) -> tuple[str, str]:
-    """(mode, why) for config `measure` on this site."""
+def resolve(measure: str, site_is_local: bool, cannot_win: str | None = None) -> tuple[str, str]:
+    """(mode, why) for config `measure` on this site; cannot_win: why throughput mode cannot win
+    for the configured training (None: it can, or that is unknown)."""
     if measure == "auto":
         if site_is_local:
             return FULL, "measure: auto on the local profile (set measure: throughput to stop each run once measured)"
+        if cannot_win:
+            return FULL, (f"measure: auto on a cluster profile, where {cannot_win}: full training costs no more "
+                          "and compares accuracy (next line)")
         return THROUGHPUT, ("measure: auto on a cluster profile (set measure: full for the configured epochs, "
                             "accuracy and time to accuracy)")
     if measure not in (THROUGHPUT, FULL):

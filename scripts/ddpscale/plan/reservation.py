@@ -3,7 +3,10 @@ and GPU-hours, and the total (what `snakemake --profile profiles/<site> -n` prin
 
 A SLURM job holds its GPUs for as long as it runs, at most its time limit, so devices x time
 limit is what the benchmark may cost; in throughput mode the caps (throughput.max_minutes)
-say what it should cost. Pure: the workflow hands over plain numbers read from the profile.
+say what it should cost. Which jobs count is what Snakemake decided once it built its DAG: a
+finished run counts again where one of its rerun triggers fires (params, input, code, an input
+newer than its record, -R or --forceall), and is named with Snakemake's reason. Pure: the
+workflow hands over plain numbers read from the profile and that decision.
 """
 
 from __future__ import annotations
@@ -24,7 +27,55 @@ class Job:
     devices: int  # GPUs the job holds: its ranks, or whole nodes with site_exclusive
     whole_nodes: bool
     runtime_min: int | None  # the time limit; None: the profile sets none
-    finished: bool  # its metrics.json exists, so Snakemake does not rerun it
+    finished: bool  # its metrics.json exists
+    runs: bool = True  # Snakemake runs it in this invocation (a finished run too, when rerun)
+    why: str = ""  # a finished run that runs: Snakemake's reason; an unfinished one that does not: why not
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What Snakemake decided for one training job (its DAG): whether it runs, and why a
+    finished run runs again or an unfinished one does not."""
+    finished: bool
+    runs: bool
+    why: str = ""
+
+
+# a run of the plan that is no job of this invocation's DAG, or one Snakemake does not run
+NOT_SCHEDULED = "its targets, --until or --omit-from leave it out"
+
+
+def by_record(finished: bool) -> Decision:
+    """The decision before Snakemake has one: a run runs where its metrics.json is missing."""
+    return Decision(finished, not finished)
+
+
+# Snakemake's names of its rerun triggers (jobs.Reason.get_names), as a dry run says them
+SNAKEMAKE_REASONS = {
+    "forced": "forced on the command line",
+    "incomplete output files": "incomplete: an earlier job stopped while writing it",
+    "updated input files": "input updated",
+    "input files updated by another job": "an input is made again first",
+    "set of input files has changed since last execution": "input files changed",
+    "code has changed since last execution": "rule code changed",
+    "params have changed since last execution": "params changed",
+    "software environment definition has changed since last execution": "software environment changed",
+}
+
+
+def rerun_reason(names: list[str], newer: list[str] = ()) -> str:
+    """Why Snakemake reruns a finished run, from its reason's names; newer: the inputs newer
+    than the run's record whose content changed (scripts/train.py after an edit). Forced
+    stands alone: Snakemake checks nothing else of a forced job."""
+    if "forced" in names:
+        return SNAKEMAKE_REASONS["forced"]
+    said = []
+    for name in names:
+        text = SNAKEMAKE_REASONS.get(name, name)
+        if name == "updated input files" and newer:
+            text += ": " + ", ".join(sorted(newer))
+        said.append(text)
+    return "; ".join(said) or "rerun by Snakemake"
 
 
 def stage_runtime(rule: str, stage_entries: dict, train: int | None, default: int | None) -> int | None:
@@ -38,10 +89,9 @@ def stage_runtime(rule: str, stage_entries: dict, train: int | None, default: in
 
 
 def training_jobs(stage_topologies: dict, repeats: list[int], site: Site, runtimes: dict,
-                  finished=None) -> list[Job]:
+                  decide=None) -> list[Job]:
     """One job per topology and repeat, as rules train_<stage> run them; `runtimes` is
-    {rule: minutes or None}, `finished(topology, repeat)` whether its metrics.json exists
-    (None: nothing has run yet)."""
+    {rule: minutes or None}, `decide(topology, repeat)` a Decision (None: nothing has run yet)."""
     jobs = []
     for stage, names in stage_topologies.items():
         rule = STAGE_RULES[stage]
@@ -50,8 +100,9 @@ def training_jobs(stage_topologies: dict, repeats: list[int], site: Site, runtim
             # --exclusive holds every GPU of each node, used or not: that is what is reserved
             whole, devices = site.whole_nodes, site.held_devices(topo.num_nodes, topo.world_size)
             for repeat in repeats:
-                jobs.append(Job(name, repeat, rule, devices, whole, runtimes.get(rule),
-                                bool(finished and finished(name, repeat))))
+                decided = decide(name, repeat) if decide else by_record(False)
+                jobs.append(Job(name, repeat, rule, devices, whole, runtimes.get(rule), decided.finished,
+                                decided.runs, decided.why))
     return jobs
 
 
@@ -96,9 +147,12 @@ def plural(count: int, word: str) -> str:
 def job_line(job: Job, local: bool, gpus: bool, throughput: dict | None) -> str:
     """One job: devices, time limit, GPU-hours reserved (and expected, in throughput mode)."""
     head = f"{PREFIX}{job.topology} r{job.repeat} ({job.rule}): "
+    if not job.runs:
+        if job.finished:
+            return head + "finished (its metrics.json exists): Snakemake does not rerun it, not counted"
+        return head + f"not run by this invocation ({job.why}), not counted"
     if job.finished:
-        # read before Snakemake knows of -R or --forceall, which would rerun it after all
-        return head + "finished (its metrics.json exists): not rerun unless forced, not counted"
+        head += f"finished, rerun by Snakemake ({job.why}): "
     if local:
         kind = "GPU" if gpus else "CPU-simulated device"
         return head + f"{plural(job.devices, kind)} of this host, no time limit"
@@ -118,10 +172,8 @@ def summary_lines(jobs: list[Job], site: Site, accelerator: str, mode: str, thro
     gpus = accelerator == "gpu"
     capped = throughput if mode == "throughput" else None
     lines = [job_line(job, local, gpus, capped) for job in jobs]
-    todo = [job for job in jobs if not job.finished]
-    done = [job for job in jobs if job.finished]
-    skipped = (f"; {plural(len(done), 'finished run')} not counted: "
-               + ", ".join(f"{j.topology}/r{j.repeat}" for j in done)) if done else ""
+    todo = [job for job in jobs if job.runs]
+    skipped = run_states(jobs)
     if local and not gpus:
         lines.append(f"ddpscale: this benchmark reserves no GPU-hours ({plural(len(todo), 'job')} on this host's "
                      f"CPU, one process per simulated device{skipped})")
@@ -140,6 +192,28 @@ def summary_lines(jobs: list[Job], site: Site, accelerator: str, mode: str, thro
     if capped is not None:
         lines.append(expected_line(todo, throughput))
     return lines
+
+
+def run_names(jobs: list[Job]) -> str:
+    return ", ".join(f"{j.topology}/r{j.repeat}" for j in jobs)
+
+
+def run_states(jobs: list[Job]) -> str:
+    """What the total says beside its jobs: finished runs that run again and why (they are
+    counted), finished runs left as they are, runs this invocation does not schedule."""
+    said = ""
+    rerun = [j for j in jobs if j.runs and j.finished]
+    if rerun:
+        whys = dict.fromkeys(j.why for j in rerun)
+        said += f"; {plural(len(rerun), 'finished run')} rerun: " + ", ".join(
+            f"{run_names([j for j in rerun if j.why == why])} ({why})" for why in whys)
+    done = [j for j in jobs if not j.runs and j.finished]
+    if done:
+        said += f"; {plural(len(done), 'finished run')} not counted: {run_names(done)}"
+    left = [j for j in jobs if not j.runs and not j.finished]
+    if left:
+        said += f"; {plural(len(left), 'run')} not in this invocation: {run_names(left)}"
+    return said
 
 
 def expected_line(todo: list[Job], throughput: dict) -> str:

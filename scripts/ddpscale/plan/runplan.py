@@ -22,7 +22,7 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
-from ddpscale.plan import reservation, runspec, timelimit
+from ddpscale.plan import reservation, runspec, throughputfit, timelimit
 from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
 from ddpscale.plan.identity import generated_with_other_settings
@@ -158,15 +158,24 @@ class RunPlan:
         """{train_<stage>: the time limit its jobs get}: the profile's, or in throughput mode sized."""
         return {**runtimes, **{limit.rule: limit.minutes for limit in self.time_limits(runtimes)}}
 
-    def training_jobs(self, runtimes: dict, finished=None, repeats=None) -> list[reservation.Job]:
-        """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}."""
+    def training_jobs(self, runtimes: dict, decide=None, repeats=None) -> list[reservation.Job]:
+        """One reservation.Job per run; runtimes: {train_<stage>: minutes or None}; decide:
+        reservation.training_jobs'."""
         chosen = list(self.repeats) if repeats is None else repeats
-        return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, finished)
+        return reservation.training_jobs(self.stage_topologies, chosen, self.site, runtimes, decide)
 
-    def reservation_lines(self, runtimes: dict) -> list[str]:
+    def reservation_lines(self, runtimes: dict, decided: dict | None = None) -> list[str]:
         """Each stage's time limit and what the benchmark reserves under it, printed by a dry run
-        before anything is submitted; runtimes: the profile's."""
-        jobs = self.training_jobs(self.job_runtimes(runtimes), self.finished)
+        before anything is submitted; runtimes: the profile's. decided: {(topology, repeat):
+        reservation.Decision} as Snakemake's DAG has it, a run missing from it not scheduled by
+        this invocation; None: by the records on disk alone (a run runs where it has none)."""
+        def decide(topology: str, repeat: int) -> reservation.Decision:
+            finished = self.finished(topology, repeat)
+            if decided is None:
+                return reservation.by_record(finished)
+            return decided.get((topology, repeat), reservation.Decision(finished, False, reservation.NOT_SCHEDULED))
+
+        jobs = self.training_jobs(self.job_runtimes(runtimes), decide)
         return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
             jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
 
@@ -215,13 +224,18 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
     Raises TopologyError for a topology the site cannot run, AcceleratorError for a local
     accelerator this host does not have, each with one line naming the key and the fix.
     """
-    measure, why = measuremode.resolve(config["measure"], site.is_local)
-    notes = [f"measure {measure} ({why})"]
     source = source or (lambda key: config_source)
     topologies = check_topologies(config["topologies"], config["baseline"], site.gpus_per_node,
                                   config["batch"]["scaling"], config["batch"]["size"],
                                   config_path=source(("topologies",)), baseline_path=source(("baseline",)),
                                   multi_node_whole_nodes=site.multi_node_whole_nodes)
+    fit = throughputfit.judge(config, topologies, dict(lightning.trainer_args) if lightning else {})
+    measure, why = measuremode.resolve(config["measure"], site.is_local, fit.cannot_win)
+    notes = [f"measure {measure} ({why})"]
+    # said wherever throughput mode was asked for, by name or by auto on a cluster
+    if (config["measure"] == measuremode.THROUGHPUT or config["measure"] == "auto" and not site.is_local) and (
+            line := fit.line(config["measure"])):
+        notes.append(line)
     accelerator, gpu_ids, threads = config["accelerator"], None, None
     if site.is_local:
         # simulated nodes share this host: auto is the GPU only when every topology's M x N
