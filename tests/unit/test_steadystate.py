@@ -146,6 +146,20 @@ def test_quiet_independent_windows_stop_within_a_few_dozen():
     assert result.on_precision >= 0.95 and result.median_windows <= 40
 
 
+def test_a_stall_every_few_windows_is_found_as_a_period_and_averaged_over_whole_ones():
+    rng = random.Random(11)
+    stalls = [1.0 + 0.6 * (t % 4 == 1) + rng.gauss(0, 0.02) for t in range(61)]
+    assert stats.period(stalls) == 4
+    assert stats.period(noisy(1.0, 0.02, 61, rng)) == 1
+    # the oldest window, beyond 15 whole periods, is left out; the stall's spread is not noise
+    mean, half = stats.mean_interval_correlated(stalls, 4)
+    assert mean == pytest.approx(sum(stalls[1:]) / 60) and mean == pytest.approx(1.15, abs=0.01)
+    assert half < 0.02 < stats.mean_interval_correlated(stalls)[1]
+    decision = decide(stalls[:48], SAMPLES, Rule())  # a look
+    assert decision.reason == steadystate.PRECISION and decision.steady_windows % 4 == 0
+    assert decision.throughput == pytest.approx(SAMPLES / 1.15, rel=0.02)
+
+
 def test_mean_interval_is_students_t():
     mean, half = mean_interval([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)

@@ -4,13 +4,17 @@ Pure: the caller (a training callback) times windows of steps and hands this mod
 seconds of each window, the slowest rank's, since the group steps together; every rank gets
 the same numbers and so the same decision, and stops at the same step.
 
-Window times in a row are autocorrelated (clocks and temperature settling, the allocator, the
-loader's phases, neighbours on the node) and may drift, and a rule that looks after every
-window stops on the window whose noise happened to look small. So (docs/numbers.md has the
-coverage this gives, measured on synthetic series whose truth is known):
+Window times in a row are autocorrelated (clocks and temperature settling, the allocator,
+neighbours on the node), may drift, and may repeat a pattern (the loader's refill every few
+windows); and a rule that looks after every window stops on the window whose noise happened to
+look small. So (docs/numbers.md has the coverage this gives, measured on synthetic series
+whose truth is known):
 
 - It looks at the windows only from `min_windows` on, and then each time their number has
   grown by a quarter: a few looks, not one per window.
+- A pattern the later half of the windows repeats every k windows (ddpscale.core.stats.period)
+  is taken out before the trend test below, and the figure is the mean over whole periods: the
+  pattern is part of the level, not noise of it nor a trend.
 - Warm-up is found in the data, apart from the error the run stops on: the cut is the
   smallest leading share of the windows (in twentieths, at most half) after which the series
   shows no trend. A trend is a least-squares change over the kept windows that is
@@ -22,10 +26,11 @@ coverage this gives, measured on synthetic series whose truth is known):
   too small for the trend to show lives there.
 - The figure is the rest's mean seconds per sample (the steady windows' samples over their
   seconds: a mean of window rates would overstate a throughput whose windows vary), and its
-  95% interval allows for autocorrelation (ddpscale.core.stats.mean_interval_correlated: batch
-  means and an AR(1) bound, whichever is wider). The run stops once that interval is within
-  `precision` of the mean, or at a cap (steps or seconds), recording the interval it reached
-  and why it stopped; the interval is given in samples/s with the same relative half-width.
+  95% interval allows for autocorrelation (ddpscale.core.stats.mean_interval_correlated: an
+  AR(1) bound on the windows less their pattern's phase means). The run stops once that
+  interval is within `precision` of the mean, or at a cap (steps or seconds), recording the
+  interval it reached and why it stopped; the interval is given in samples/s with the same
+  relative half-width.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.core.stats import mean_interval_correlated, trend
+from ddpscale.core.stats import mean_interval_correlated, period, trend
 
 PRECISION = "precision reached"
 STEP_CAP = "step cap reached"
@@ -75,7 +80,7 @@ class Rule:
 class Decision:
     stop: bool
     reason: str
-    warmup_windows: int  # left out as warm-up (the cut and the third after it)
+    warmup_windows: int  # left out as warm-up (the cut, the third after it, what falls short of whole periods)
     steady_windows: int  # the windows the figure is the mean of
     throughput: float  # mean samples/s over the steady windows (NaN before any)
     half_width: float  # of its 95% interval, samples/s (NaN below 2 steady windows)
@@ -106,6 +111,21 @@ def steady_cut(costs: list[float], precision: float, min_windows: int) -> int | 
     return None
 
 
+def _without_pattern(costs: list[float], k: int) -> list[float]:
+    """The costs less a pattern of period k, its phases' offsets measured over the later half's
+    whole periods, so that a stall every k windows reads as neither noise nor trend."""
+    if k == 1:
+        return costs
+    n = len(costs)
+    first = n - (n - n // 2) // k * k
+    sums = [0.0] * k
+    for t in range(first, n):
+        sums[t % k] += costs[t]
+    means = [s / ((n - first) // k) for s in sums]
+    grand = sum(means) / k
+    return [c - means[t % k] + grand for t, c in enumerate(costs)]
+
+
 def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
            elapsed_s: float | None = None, ended: bool = False) -> Decision:
     """Whether to stop after these windows (in order), and the figure so far. samples_per_window:
@@ -127,11 +147,13 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     looking = n >= rule.min_windows and rule.looks_at(n)
     if capped is None and not looking:
         return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
-    cut = steady_cut(costs, rule.precision, rule.min_windows) if n >= rule.min_windows else None
+    k = period(costs[n // 2:])
+    cut = steady_cut(_without_pattern(costs, k), rule.precision, rule.min_windows) if n >= rule.min_windows else None
     settled = cut is not None
     if not settled:
         cut = n // 2  # never settled: the later half's figure, whose interval shows it is not one level
-    cost, half = mean_interval_correlated(costs[cut:])
+    cut += (n - cut) % k  # whole periods
+    cost, half = mean_interval_correlated(costs[cut:], k)
     # at a cap the run stops anyway, so its interval may be called reached there too
     if settled and (looking or capped) and cost > 0 and half <= rule.precision * cost:
         reason = PRECISION
