@@ -90,12 +90,15 @@ def test_too_few_windows_never_stop_on_precision():
     assert not decision.stop and decision.reason == steadystate.MEASURING
 
 
-def test_the_cut_leaves_out_a_transient_and_only_the_guard_third_of_a_flat_series():
-    # the cut, then a third of what is kept after it
-    assert steadystate.steady_cut([5.0, 3.0] + [1.0] * 10, 0.02, 5) == 2 + 10 // 3
-    assert steadystate.steady_cut([1.0, 1.1, 0.9] * 4, 0.2, 5) == 12 // 3  # noise, no trend: no cut
+def test_the_warm_up_ends_where_the_trend_does_and_a_third_more_is_left_out():
+    assert steadystate.transient_end([5.0, 3.0] + [1.0] * 10, 0.02, 5) == 2
+    assert steadystate.transient_end([1.0, 1.1, 0.9] * 4, 0.2, 5) == 0  # noise, no trend: no cut
     # a level still falling over every cut up to half the windows: no cut, not settled
-    assert steadystate.steady_cut([2.0 - 0.05 * i for i in range(20)], 0.02, 5) is None
+    assert steadystate.transient_end([2.0 - 0.05 * i for i in range(20)], 0.02, 5) is None
+    # the steady windows begin a third of the kept ones after the cut: the tail of a transient
+    # too small for the trend to show lives there
+    decision = decide([5.0, 3.0] + [1.0] * 28, SAMPLES, Rule(min_windows=5), ended=True)
+    assert decision.settled and decision.warmup_windows == 2 + 28 // 3
 
 
 def test_the_rule_looks_at_min_windows_then_each_quarter_more():

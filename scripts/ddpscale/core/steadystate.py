@@ -5,32 +5,37 @@ seconds of each window, the slowest rank's, since the group steps together; ever
 the same numbers and so the same decision, and stops at the same step.
 
 Window times in a row are autocorrelated (clocks and temperature settling, the allocator,
-neighbours on the node), may drift, and may repeat a pattern (the loader's refill every few
-windows); and a rule that looks after every window stops on the window whose noise happened to
-look small. So (docs/numbers.md has the coverage this gives, measured on synthetic series
-whose truth is known):
+neighbours on the node), may drift or settle slowly, and may repeat a pattern (the loader's
+refill every few windows); and a rule that looks after every window stops on the window whose
+noise happened to look small. So (docs/numbers.md has the coverage this gives, measured on
+synthetic series whose truth is known):
 
 - It looks at the windows only from `min_windows` on, and then each time their number has
   grown by a quarter: a few looks, not one per window.
 - A pattern the later half of the windows repeats every k windows (ddpscale.core.stats.period)
-  is taken out before the trend test below, and the figure is the mean over whole periods: the
+  is taken out before the tests below, and the figure is the mean over whole periods: the
   pattern is part of the level, not noise of it nor a trend.
 - Warm-up is found in the data, apart from the error the run stops on: the cut is the
-  smallest leading share of the windows (in twentieths, at most half) after which the series
-  shows no trend. A trend is a least-squares change over the kept windows that is
-  significant (|t| > 2, its error from the residuals about the line) or, with one standard
-  error added, larger than 1.5 x `precision` (a drift too slow to be significant yet, but
-  large enough to bias the figure). No cut without a trend: the level has not settled (or has
-  shifted, as when another job lands on the node), and measuring goes on.
+  smallest leading share of the windows (in twentieths, at most half, keeping at least
+  `min_windows`) after which the series shows no trend. A trend is a least-squares change
+  over the kept windows that is significant (|t| > 2, its error from the residuals about the
+  line) or, with one standard error added, larger than 1.5 x `precision` (a drift too slow to
+  be significant yet, but large enough to bias the figure). No cut without a trend: the level
+  has not settled (or has shifted, as when another job lands on the node), and measuring goes
+  on.
 - The first third of the windows after the cut are left out too: the tail of a transient
   too small for the trend to show lives there.
 - The figure is the rest's mean seconds per sample (the steady windows' samples over their
-  seconds: a mean of window rates would overstate a throughput whose windows vary), and its
-  95% interval allows for autocorrelation (ddpscale.core.stats.mean_interval_correlated: an
-  AR(1) bound on the windows less their pattern's phase means). The run stops once that
-  interval is within `precision` of the mean, or at a cap (steps or seconds), recording the
-  interval it reached and why it stopped; the interval is given in samples/s with the same
-  relative half-width.
+  seconds: a mean of window rates would overstate a throughput whose windows vary). Its 95%
+  interval is the autocorrelated noise's (ddpscale.core.stats.mean_interval_correlated) plus
+  the change the kept windows' least-squares line shows over them: a level still moving too
+  slowly for the trend test to tell from noise may be as far again from where it settles (a
+  settling slower than the kept windows' span is beyond what they can tell).
+- Windows that never settled give the later half's figure, its interval widened by the later
+  half's own change likewise, and say so (`settled` False).
+- The run stops at a look where the windows settled and the interval is within `precision`
+  of the mean, or at a cap (steps or seconds), recording the interval it reached and why it
+  stopped; the interval is given in samples/s with the same relative half-width.
 """
 
 from __future__ import annotations
@@ -95,19 +100,18 @@ def _samples(samples_per_window: int | list[int], n: int) -> list[int]:
     return list(samples_per_window) if isinstance(samples_per_window, (list, tuple)) else [samples_per_window] * n
 
 
-def steady_cut(costs: list[float], precision: float, min_windows: int) -> int | None:
-    """The number of leading windows before the steady ones (the cut and the third after it),
-    or None where no cut leaves a series without a trend."""
+def transient_end(costs: list[float], precision: float, min_kept: int) -> int | None:
+    """The first cut (tried in twentieths of the windows, up to half of them, keeping at least
+    min_kept) after which the windows show no trend, or None where every cut leaves one."""
     n = len(costs)
-    step = max(1, n // CUTS)
-    for cut in range(0, n // 2 + 1, step):
+    for cut in range(0, n // 2 + 1, max(1, n // CUTS)):
         kept = costs[cut:]
-        if len(kept) < min_windows:
+        if len(kept) < min_kept:
             break
         change, error = trend(kept)
         mean = sum(kept) / len(kept)
         if abs(change) <= TREND_T * error and abs(change) + error <= DRIFT_OF_PRECISION * precision * mean:
-            return cut + len(kept) // 3
+            return cut
     return None
 
 
@@ -148,21 +152,28 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     if capped is None and not looking:
         return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
     k = period(costs[n // 2:])
-    cut = steady_cut(_without_pattern(costs, k), rule.precision, rule.min_windows) if n >= rule.min_windows else None
+    plain = _without_pattern(costs, k)
+    cut = transient_end(plain, rule.precision, rule.min_windows)
     settled = cut is not None
-    if not settled:
-        cut = n // 2  # never settled: the later half's figure, whose interval shows it is not one level
-    cut += (n - cut) % k  # whole periods
-    cost, half = mean_interval_correlated(costs[cut:], k)
+    if settled:
+        steady_from = cut + (n - cut) // 3  # the tail of a transient too small for the trend to show
+    else:
+        cut = steady_from = n // 2  # the later half's figure, its interval widened by its drift
+    steady_from += (n - steady_from) % k  # whole periods
+    steady = costs[steady_from:]
+    cost, half = mean_interval_correlated(steady, k)
+    # a level still moving too slowly for the trend test to tell it from noise may be as far
+    # again from where it settles as the kept windows' line says it moved over them
+    half += abs(trend(plain[cut:])[0])
     # at a cap the run stops anyway, so its interval may be called reached there too
-    if settled and (looking or capped) and cost > 0 and half <= rule.precision * cost:
+    if settled and cost > 0 and half <= rule.precision * cost:
         reason = PRECISION
     else:
         reason = capped or MEASURING
     throughput = 1.0 / cost if cost > 0 else math.nan
     # the interval's relative half-width carries over to the rate (to first order)
     half_rate = throughput * half / cost if cost > 0 else math.nan
-    return Decision(reason != MEASURING, reason, cut, n - cut, throughput, half_rate, settled)
+    return Decision(reason != MEASURING, reason, steady_from, n - steady_from, throughput, half_rate, settled)
 
 
 def warmup_excess_s(window_seconds: list[float], samples_per_window: int | list[int], decision: Decision) -> float:
