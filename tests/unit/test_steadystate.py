@@ -163,6 +163,22 @@ def test_a_stall_every_few_windows_is_found_as_a_period_and_averaged_over_whole_
     assert decision.throughput == pytest.approx(SAMPLES / 1.15, rel=0.02)
 
 
+def test_a_run_too_short_for_an_interval_gives_its_figure_and_says_so():
+    rng = random.Random(12)
+    short = decide(noisy(1.0, 0.02, 12, rng), SAMPLES, Rule(), ended=True)
+    assert short.too_short and math.isnan(short.half_width) and short.stop
+    assert short.reason == steadystate.ENDED and short.throughput == pytest.approx(SAMPLES, rel=0.05)
+    # a run shorter than min_windows still finds its warm-up and uses every steady window after it
+    times = [3.0, 2.0, 1.5] + noisy(1.0, 0.01, 21, rng)
+    decision = decide(times, SAMPLES, Rule(min_windows=30), ended=True)
+    assert decision.settled and not decision.too_short and decision.warmup_windows >= 3
+    assert decision.steady_windows >= steadystate.MIN_STEADY and decision.relative < 0.05
+    assert decision.throughput == pytest.approx(SAMPLES, rel=0.02)
+    # too short at a live look: no stop on precision, whatever the windows say
+    flat = decide([1.0] * 12, SAMPLES, Rule(min_windows=12))
+    assert flat.too_short and not flat.stop
+
+
 def test_mean_interval_is_students_t():
     mean, half = mean_interval([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
@@ -182,8 +198,8 @@ def test_t_quantile_rounds_down_to_a_conservative_value(dof, expected):
 
 def test_each_window_counts_its_own_samples():
     # an epoch's short last batch: a window of half the samples in half the time is the same rate
-    times, counts = [1.0] * 6 + [0.5], [SAMPLES] * 6 + [SAMPLES // 2]
-    decision = decide(times, counts, Rule(precision=0.02, min_windows=5))  # 7 windows: a look
+    times, counts = [1.0] * 14 + [0.5], [SAMPLES] * 14 + [SAMPLES // 2]
+    decision = decide(times, counts, Rule(precision=0.02, min_windows=5))  # 15 windows: a look
     assert decision.throughput == pytest.approx(SAMPLES)
     assert decision.half_width == pytest.approx(0.0)
 
@@ -200,9 +216,12 @@ def test_the_warm_up_costs_what_its_windows_took_beyond_the_steady_rate():
 
 def test_windows_that_never_settled_before_training_ended_give_the_later_half():
     rng = random.Random(3)
-    times = [1.0] * 10 + noisy(2.0, 0.01, 6, rng)  # the level halved late: not settled
+    times = [1.0] * 20 + noisy(2.0, 0.01, 12, rng)  # the level halved late: not settled
     assert decide(times, SAMPLES, Rule()).steady_windows == 0
     final = decide(times, SAMPLES, Rule(), ended=True)
-    assert final.reason == steadystate.ENDED and final.steady_windows == 8
-    # a figure between the levels, whose interval says it is not one level
-    assert SAMPLES / 2.0 < final.throughput < SAMPLES / 1.0 and final.relative > 0.1
+    assert final.reason == steadystate.ENDED and not final.settled and final.steady_windows == 16
+    # a figure between the levels, whose interval, widened by the change the windows show,
+    # says it is not one level
+    assert SAMPLES / 2.0 < final.throughput < SAMPLES / 1.0 and final.relative > 0.3
+    # the later half of a shorter run is too short for an interval
+    assert decide(times[14:], SAMPLES, Rule(), ended=True).too_short

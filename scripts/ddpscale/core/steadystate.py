@@ -17,12 +17,12 @@ synthetic series whose truth is known):
   pattern is part of the level, not noise of it nor a trend.
 - Warm-up is found in the data, apart from the error the run stops on: the cut is the
   smallest leading share of the windows (in twentieths, at most half, keeping at least
-  `min_windows`) after which the series shows no trend. A trend is a least-squares change
-  over the kept windows that is significant (|t| > 2, its error from the residuals about the
-  line) or, with one standard error added, larger than 1.5 x `precision` (a drift too slow to
-  be significant yet, but large enough to bias the figure). No cut without a trend: the level
-  has not settled (or has shifted, as when another job lands on the node), and measuring goes
-  on.
+  `min_windows`, or MIN_KEPT in a run that stops anyway) after which the series shows no
+  trend. A trend is a least-squares change over the kept windows that is significant
+  (|t| > 2, its error from the residuals about the line) or, with one standard error added,
+  larger than 1.5 x `precision` (a drift too slow to be significant yet, but large enough to
+  bias the figure). No cut without a trend: the level has not settled (or has shifted, as
+  when another job lands on the node), and measuring goes on.
 - The first third of the windows after the cut are left out too: the tail of a transient
   too small for the trend to show lives there.
 - The figure is the rest's mean seconds per sample (the steady windows' samples over their
@@ -33,6 +33,8 @@ synthetic series whose truth is known):
   settling slower than the kept windows' span is beyond what they can tell).
 - Windows that never settled give the later half's figure, its interval widened by the later
   half's own change likewise, and say so (`settled` False).
+- Fewer than MIN_STEADY steady windows give the figure without an interval: too short to
+  tell (`too_short`, `half_width` NaN), never a stop on precision.
 - The run stops at a look where the windows settled and the interval is within `precision`
   of the mean, or at a cap (steps or seconds), recording the interval it reached and why it
   stopped; the interval is given in samples/s with the same relative half-width.
@@ -53,11 +55,20 @@ ENDED = "training ended"
 # the stop reasons metrics.json records (ddpscale.job.windows), read by the report
 EPOCHS_ENDED = "configured epochs ended"  # throughput mode, training ended first
 FULL_TRAINING = "full training"  # full mode: the windows never stop the run
+# what the report prints for a Decision that is not settled, and in place of the interval of
+# one that is too short
+NOT_STEADY = "not steady"
+TOO_SHORT = "too short to tell"
 
 LOOK_GROWTH = 1.25  # the next look at the windows comes once there are a quarter more
 TREND_T = 2.0  # a change over the kept windows this many standard errors from 0 is a trend
 DRIFT_OF_PRECISION = 1.5  # a change (plus one standard error) beyond this x precision is one too
 CUTS = 20  # the warm-up cut is tried in twentieths of the windows, up to half of them
+# Fewer steady windows give no interval, too short to tell: with 6 to 8, the intervals of
+# AR(1) windows of phi 0.85-0.93 cover 86% and those of independent ones are +-5% wide; from
+# 9 to 11 on, 93% and +-4% (docs/numbers.md has the short runs' coverage).
+MIN_STEADY = 10
+MIN_KEPT = 15  # a run that stops anyway seeks its warm-up down to this many kept windows: MIN_STEADY after the third
 
 
 @dataclass(frozen=True)
@@ -88,8 +99,9 @@ class Decision:
     warmup_windows: int  # left out as warm-up (the cut, the third after it, what falls short of whole periods)
     steady_windows: int  # the windows the figure is the mean of
     throughput: float  # mean samples/s over the steady windows (NaN before any)
-    half_width: float  # of its 95% interval, samples/s (NaN below 2 steady windows)
+    half_width: float  # of its 95% interval, samples/s (NaN when too_short)
     settled: bool = False  # a cut without a trend was found; False: the figure is the later half's
+    too_short: bool = False  # fewer than MIN_STEADY steady windows: no interval (half_width NaN)
 
     @property
     def relative(self) -> float:
@@ -153,7 +165,8 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
         return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
     k = period(costs[n // 2:])
     plain = _without_pattern(costs, k)
-    cut = transient_end(plain, rule.precision, rule.min_windows)
+    # a run that stops anyway uses every steady window it has, however few
+    cut = transient_end(plain, rule.precision, min(rule.min_windows, MIN_KEPT) if capped else rule.min_windows)
     settled = cut is not None
     if settled:
         steady_from = cut + (n - cut) // 3  # the tail of a transient too small for the trend to show
@@ -162,9 +175,13 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     steady_from += (n - steady_from) % k  # whole periods
     steady = costs[steady_from:]
     cost, half = mean_interval_correlated(steady, k)
-    # a level still moving too slowly for the trend test to tell it from noise may be as far
-    # again from where it settles as the kept windows' line says it moved over them
-    half += abs(trend(plain[cut:])[0])
+    too_short = len(steady) < MIN_STEADY or math.isnan(half)
+    if too_short:
+        half = math.nan
+    else:
+        # a level still moving too slowly for the trend test to tell it from noise may be as
+        # far again from where it settles as the kept windows' line says it moved over them
+        half += abs(trend(plain[cut:])[0])
     # at a cap the run stops anyway, so its interval may be called reached there too
     if settled and cost > 0 and half <= rule.precision * cost:
         reason = PRECISION
@@ -173,7 +190,8 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     throughput = 1.0 / cost if cost > 0 else math.nan
     # the interval's relative half-width carries over to the rate (to first order)
     half_rate = throughput * half / cost if cost > 0 else math.nan
-    return Decision(reason != MEASURING, reason, steady_from, n - steady_from, throughput, half_rate, settled)
+    return Decision(reason != MEASURING, reason, steady_from, n - steady_from, throughput, half_rate, settled,
+                    too_short)
 
 
 def warmup_excess_s(window_seconds: list[float], samples_per_window: int | list[int], decision: Decision) -> float:
