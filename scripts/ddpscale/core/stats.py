@@ -18,6 +18,14 @@ _T80 = {1: 1.376, 2: 1.061, 3: 0.978, 4: 0.941, 5: 0.920, 6: 0.906, 7: 0.896, 8:
 Z95 = 1.645
 # The largest lag-1 autocorrelation believed: beyond it (1+phi)/(1-phi) explodes on noise.
 PHI_MAX = 0.95
+# A period is looked for up to PERIOD_MAX windows long, where at least PERIODS_MIN whole
+# periods are seen, and found where its phases differ at z > Z_PERIOD.
+PERIOD_MAX = 12
+PERIODS_MIN = 3
+Z_PERIOD = 3.5
+ROUNDING = 1e-20  # relative squared differences below this are a float's rounding, not a pattern
+# The fewest degrees of freedom the t quantile of a correlated series' interval takes (t975: 2.776).
+DOF_FLOOR = 4
 
 
 def _quantile(table: dict[int, float], dof: float) -> float:
@@ -100,42 +108,91 @@ def lag1(values: list[float]) -> float:
     return sum((values[i] - mean) * (values[i + 1] - mean) for i in range(n - 1)) / den
 
 
-def ar1_inflation(values: list[float]) -> float:
-    """How much more a mean of these values varies than a mean of as many independent ones, at
-    most, were they an AR(1) series: (1+phi)/(1-phi), phi the lag-1 autocorrelation corrected for
-    its downward bias in short series (Marriott and Pope 1954: -(1+3 phi)/n) and taken at its
-    one-sided 95% upper bound, so a short series that happens to look uncorrelated is not
-    believed to be."""
-    n = len(values)
+def _phi(values: list[float]) -> float:
+    """The lag-1 autocorrelation corrected for its downward bias in short series (Marriott and
+    Pope 1954: -(1+3 phi)/n), within [0, PHI_MAX]."""
     phi = lag1(values)
+    return min(PHI_MAX, max(0.0, phi + (1 + 3 * phi) / len(values)))
+
+
+def phi_bound(values: list[float]) -> float:
+    """The lag-1 autocorrelation an AR(1) series with these values could have, at most: the
+    bias-corrected estimate at its one-sided 95% upper bound, so a short series that happens to
+    look uncorrelated is not believed to be; within [0, PHI_MAX]."""
+    n, phi = len(values), lag1(values)
     phi += (1 + 3 * phi) / n
     phi += Z95 * math.sqrt(max(0.0, 1 - phi * phi) / n)
-    phi = min(PHI_MAX, max(0.0, phi))
+    return min(PHI_MAX, max(0.0, phi))
+
+
+def ar1_inflation(values: list[float]) -> float:
+    """How much more a mean of these values varies than a mean of as many independent ones, at
+    most, were they an AR(1) series: (1+phi)/(1-phi), phi at phi_bound."""
+    phi = phi_bound(values)
     return (1 + phi) / (1 - phi)
 
 
-def batch_count(n: int) -> int:
-    """Batches of the batch means: one value a batch below 20 values, else sqrt(n) batches, at
-    least 10 and at most 30 (so each batch grows with the run, and the t quantile has 9 to 29
-    degrees of freedom)."""
-    return n if n < 20 else max(10, min(30, math.isqrt(n)))
+def _phase_means(values: list[float], k: int) -> list[float]:
+    """The mean of each phase i % k over whole periods (len(values) a multiple of k)."""
+    sums = [0.0] * k
+    for i, v in enumerate(values):
+        sums[i % k] += v
+    return [s / (len(values) // k) for s in sums]
 
 
-def mean_interval_correlated(values: list[float]) -> tuple[float, float]:
+def _f_z(f: float, d1: int, d2: int) -> float:
+    """The standard normal deviate of an F(d1, d2) statistic's upper tail, by Paulson's
+    approximation (within a few hundredths of z for d2 >= 3): no F quantiles without scipy."""
+    a1, a2, c = 2 / (9 * d1), 2 / (9 * d2), f ** (1 / 3)
+    return ((1 - a2) * c - (1 - a1)) / math.sqrt(a2 * c * c + a1)
+
+
+def period(values: list[float], longest: int = PERIOD_MAX) -> int:
+    """The period of a pattern the series repeats (a loader's refill every k windows), 1 where
+    none is found. Of k = 2..longest with at least PERIODS_MIN whole periods in the series, the
+    one whose phase means differ most significantly, by a one-way analysis of variance over the
+    latest whole periods (F on k-1 and m-k degrees of freedom), where z > Z_PERIOD: a strict
+    level, as a dozen periods are tried, and a false find costs only k-1 degrees of freedom.
+    Slow wander does not look periodic (neighbouring phases move together, so their means stay
+    close), and a multiple of the true period explains no more of the spread with more phases."""
+    n, best, best_z = len(values), 1, Z_PERIOD
+    for k in range(2, min(longest, n // PERIODS_MIN) + 1):
+        whole = values[n % k:]
+        m, means = len(whole), _phase_means(whole, k)
+        grand = sum(means) / k
+        between = m // k * sum((mu - grand) ** 2 for mu in means)
+        within = sum((v - means[i % k]) ** 2 for i, v in enumerate(whole))
+        if between <= ROUNDING * grand * grand * m:  # phases equal but for rounding
+            continue
+        z = math.inf if within <= 0 else _f_z(between / (k - 1) / (within / (m - k)), k - 1, m - k)
+        if z > best_z:
+            best, best_z = k, z
+    return best
+
+
+def mean_interval_correlated(values: list[float], k: int = 1) -> tuple[float, float]:
     """(mean, half-width of its 95% interval) for a series whose values may be autocorrelated,
-    as timings in a row are. The variance of the mean is the larger of two estimates: the
-    non-overlapping batch means' (batches of consecutive values whose means are nearly
-    independent when the batches are long) and the AR(1) one (ar1_inflation), which does not
-    need long batches; t with the batches' degrees of freedom. NaN below 2 values."""
-    n, mean = len(values), _mean(values)
-    if n < 2:
-        return mean, float("nan")
-    b = batch_count(n)
-    k = n // b
-    first = n - k * b  # the remainder left out of the batches is the series' oldest values
-    means = [sum(values[first + j * k:first + (j + 1) * k]) / k for j in range(b)]
-    per_value = max(k * _variance(means), _variance(values) * ar1_inflation(values))
-    return mean, t975(b - 1) * math.sqrt(per_value / n)
+    as timings in a row are, and may repeat a pattern of period k: the mean is over the latest
+    whole periods, and the pattern, which cancels in it, is no noise of it.
+
+    The variance of the mean is (1+phi)/(1-phi) times that of a mean of independent values
+    (AR(1)), phi at phi_bound of the series less its phase means, the values' variance from
+    their squares about the phase means (m-k degrees of freedom). Student's t takes the
+    degrees of freedom of that variance, m (1-r^2)/(1+r^2) - k for the bias-corrected lag-1
+    autocorrelation r (an AR(1) series' variance is known as well as that many independent
+    values' would be), at least DOF_FLOOR: below it t grows without bound while the
+    estimate of the degrees of freedom is itself noise, and the coverage the rule reaches
+    (docs/numbers.md) is measured with the floor. NaN below k+1 values."""
+    whole = values[len(values) % k:]
+    m = len(whole)
+    if m <= k or m < 2:
+        return _mean(whole), float("nan")
+    mean, means = sum(whole) / m, _phase_means(whole, k)
+    residuals = [v - means[i % k] for i, v in enumerate(whole)]
+    phi, r = phi_bound(residuals), _phi(residuals)
+    spread = sum(e * e for e in residuals) / (m - k)
+    dof = max(DOF_FLOOR, m * (1 - r * r) / (1 + r * r) - k)
+    return mean, t975(dof) * math.sqrt(spread * (1 + phi) / (1 - phi) / m)
 
 
 def trend(values: list[float]) -> tuple[float, float]:

@@ -4,28 +4,40 @@ Pure: the caller (a training callback) times windows of steps and hands this mod
 seconds of each window, the slowest rank's, since the group steps together; every rank gets
 the same numbers and so the same decision, and stops at the same step.
 
-Window times in a row are autocorrelated (clocks and temperature settling, the allocator, the
-loader's phases, neighbours on the node) and may drift, and a rule that looks after every
-window stops on the window whose noise happened to look small. So (docs/numbers.md has the
-coverage this gives, measured on synthetic series whose truth is known):
+Window times in a row are autocorrelated (clocks and temperature settling, the allocator,
+neighbours on the node), may drift or settle slowly, and may repeat a pattern (the loader's
+refill every few windows); and a rule that looks after every window stops on the window whose
+noise happened to look small. So (docs/numbers.md has the coverage this gives, measured on
+synthetic series whose truth is known):
 
 - It looks at the windows only from `min_windows` on, and then each time their number has
   grown by a quarter: a few looks, not one per window.
+- A pattern the later half of the windows repeats every k windows (ddpscale.core.stats.period)
+  is taken out before the tests below, and the figure is the mean over whole periods: the
+  pattern is part of the level, not noise of it nor a trend.
 - Warm-up is found in the data, apart from the error the run stops on: the cut is the
-  smallest leading share of the windows (in twentieths, at most half) after which the series
-  shows no trend. A trend is a least-squares change over the kept windows that is
-  significant (|t| > 2, its error from the residuals about the line) or, with one standard
-  error added, larger than 1.5 x `precision` (a drift too slow to be significant yet, but
-  large enough to bias the figure). No cut without a trend: the level has not settled (or has
-  shifted, as when another job lands on the node), and measuring goes on.
+  smallest leading share of the windows (in twentieths, at most half, keeping at least
+  `min_windows`, or MIN_KEPT in a run that stops anyway) after which the series shows no
+  trend. A trend is a least-squares change over the kept windows that is significant
+  (|t| > 2, its error from the residuals about the line) or, with one standard error added,
+  larger than 1.5 x `precision` (a drift too slow to be significant yet, but large enough to
+  bias the figure). No cut without a trend: the level has not settled (or has shifted, as
+  when another job lands on the node), and measuring goes on.
 - The first third of the windows after the cut are left out too: the tail of a transient
   too small for the trend to show lives there.
 - The figure is the rest's mean seconds per sample (the steady windows' samples over their
-  seconds: a mean of window rates would overstate a throughput whose windows vary), and its
-  95% interval allows for autocorrelation (ddpscale.core.stats.mean_interval_correlated: batch
-  means and an AR(1) bound, whichever is wider). The run stops once that interval is within
-  `precision` of the mean, or at a cap (steps or seconds), recording the interval it reached
-  and why it stopped; the interval is given in samples/s with the same relative half-width.
+  seconds: a mean of window rates would overstate a throughput whose windows vary). Its 95%
+  interval is the autocorrelated noise's (ddpscale.core.stats.mean_interval_correlated) plus
+  the change the kept windows' least-squares line shows over them: a level still moving too
+  slowly for the trend test to tell from noise may be as far again from where it settles (a
+  settling slower than the kept windows' span is beyond what they can tell).
+- Windows that never settled give the later half's figure, its interval widened by the later
+  half's own change likewise, and say so (`settled` False).
+- Fewer than MIN_STEADY steady windows give the figure without an interval: too short to
+  tell (`too_short`, `half_width` NaN), never a stop on precision.
+- The run stops at a look where the windows settled and the interval is within `precision`
+  of the mean, or at a cap (steps or seconds), recording the interval it reached and why it
+  stopped; the interval is given in samples/s with the same relative half-width.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.core.stats import mean_interval_correlated, trend
+from ddpscale.core.stats import mean_interval_correlated, period, trend
 
 PRECISION = "precision reached"
 STEP_CAP = "step cap reached"
@@ -43,12 +55,20 @@ ENDED = "training ended"
 # the stop reasons metrics.json records (ddpscale.job.windows), read by the report
 EPOCHS_ENDED = "configured epochs ended"  # throughput mode, training ended first
 FULL_TRAINING = "full training"  # full mode: the windows never stop the run
+# what the report prints for a Decision that is not settled, and in place of the interval of
+# one that is too short
+NOT_STEADY = "not steady"
+TOO_SHORT = "too short to tell"
 
 LOOK_GROWTH = 1.25  # the next look at the windows comes once there are a quarter more
 TREND_T = 2.0  # a change over the kept windows this many standard errors from 0 is a trend
 DRIFT_OF_PRECISION = 1.5  # a change (plus one standard error) beyond this x precision is one too
 CUTS = 20  # the warm-up cut is tried in twentieths of the windows, up to half of them
-MIN_INTERVAL_WINDOWS = 10  # steady windows below which no interval is honest: too short to tell
+# Fewer steady windows give no interval, too short to tell: with 6 to 8, the intervals of
+# AR(1) windows of phi 0.85-0.93 cover 86% and those of independent ones are +-5% wide; from
+# 9 to 11 on, 93% and +-4% (docs/numbers.md has the short runs' coverage).
+MIN_STEADY = 10
+MIN_KEPT = 15  # a run that stops anyway seeks its warm-up down to this many kept windows: MIN_STEADY after the third
 
 
 @dataclass(frozen=True)
@@ -76,11 +96,12 @@ class Rule:
 class Decision:
     stop: bool
     reason: str
-    warmup_windows: int  # left out as warm-up (the cut and the third after it)
+    warmup_windows: int  # left out as warm-up (the cut, the third after it, what falls short of whole periods)
     steady_windows: int  # the windows the figure is the mean of
     throughput: float  # mean samples/s over the steady windows (NaN before any)
-    half_width: float  # of its 95% interval, samples/s (NaN below 2 steady windows)
+    half_width: float  # of its 95% interval, samples/s (NaN when too_short)
     settled: bool = False  # a cut without a trend was found; False: the figure is the later half's
+    too_short: bool = False  # fewer than MIN_STEADY steady windows: no interval (half_width NaN)
 
     @property
     def relative(self) -> float:
@@ -91,20 +112,34 @@ def _samples(samples_per_window: int | list[int], n: int) -> list[int]:
     return list(samples_per_window) if isinstance(samples_per_window, (list, tuple)) else [samples_per_window] * n
 
 
-def steady_cut(costs: list[float], precision: float, min_windows: int) -> int | None:
-    """The number of leading windows before the steady ones (the cut and the third after it),
-    or None where no cut leaves a series without a trend."""
+def transient_end(costs: list[float], precision: float, min_kept: int) -> int | None:
+    """The first cut (tried in twentieths of the windows, up to half of them, keeping at least
+    min_kept) after which the windows show no trend, or None where every cut leaves one."""
     n = len(costs)
-    step = max(1, n // CUTS)
-    for cut in range(0, n // 2 + 1, step):
+    for cut in range(0, n // 2 + 1, max(1, n // CUTS)):
         kept = costs[cut:]
-        if len(kept) < min_windows:
+        if len(kept) < min_kept:
             break
         change, error = trend(kept)
         mean = sum(kept) / len(kept)
         if abs(change) <= TREND_T * error and abs(change) + error <= DRIFT_OF_PRECISION * precision * mean:
-            return cut + len(kept) // 3
+            return cut
     return None
+
+
+def _without_pattern(costs: list[float], k: int) -> list[float]:
+    """The costs less a pattern of period k, its phases' offsets measured over the later half's
+    whole periods, so that a stall every k windows reads as neither noise nor trend."""
+    if k == 1:
+        return costs
+    n = len(costs)
+    first = n - (n - n // 2) // k * k
+    sums = [0.0] * k
+    for t in range(first, n):
+        sums[t % k] += costs[t]
+    means = [s / ((n - first) // k) for s in sums]
+    grand = sum(means) / k
+    return [c - means[t % k] + grand for t, c in enumerate(costs)]
 
 
 def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
@@ -128,20 +163,35 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     looking = n >= rule.min_windows and rule.looks_at(n)
     if capped is None and not looking:
         return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
-    cut = steady_cut(costs, rule.precision, rule.min_windows) if n >= rule.min_windows else None
+    k = period(costs[n // 2:])
+    plain = _without_pattern(costs, k)
+    # a run that stops anyway uses every steady window it has, however few
+    cut = transient_end(plain, rule.precision, min(rule.min_windows, MIN_KEPT) if capped else rule.min_windows)
     settled = cut is not None
-    if not settled:
-        cut = n // 2  # never settled: the later half's figure, whose interval shows it is not one level
-    cost, half = mean_interval_correlated(costs[cut:])
+    if settled:
+        steady_from = cut + (n - cut) // 3  # the tail of a transient too small for the trend to show
+    else:
+        cut = steady_from = n // 2  # the later half's figure, its interval widened by its drift
+    steady_from += (n - steady_from) % k  # whole periods
+    steady = costs[steady_from:]
+    cost, half = mean_interval_correlated(steady, k)
+    too_short = len(steady) < MIN_STEADY or math.isnan(half)
+    if too_short:
+        half = math.nan
+    else:
+        # a level still moving too slowly for the trend test to tell it from noise may be as
+        # far again from where it settles as the kept windows' line says it moved over them
+        half += abs(trend(plain[cut:])[0])
     # at a cap the run stops anyway, so its interval may be called reached there too
-    if settled and (looking or capped) and cost > 0 and half <= rule.precision * cost:
+    if settled and cost > 0 and half <= rule.precision * cost:
         reason = PRECISION
     else:
         reason = capped or MEASURING
     throughput = 1.0 / cost if cost > 0 else math.nan
     # the interval's relative half-width carries over to the rate (to first order)
     half_rate = throughput * half / cost if cost > 0 else math.nan
-    return Decision(reason != MEASURING, reason, cut, n - cut, throughput, half_rate, settled)
+    return Decision(reason != MEASURING, reason, steady_from, n - steady_from, throughput, half_rate, settled,
+                    too_short)
 
 
 def warmup_excess_s(window_seconds: list[float], samples_per_window: int | list[int], decision: Decision) -> float:

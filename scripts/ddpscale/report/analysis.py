@@ -11,6 +11,7 @@ import pandas as pd
 
 from ddpscale.report import accuracy, interconnect
 from ddpscale.report.comparison import Comparison
+from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
@@ -69,7 +70,7 @@ INTERVAL_COLUMNS = ("throughput_spread", "interval_from", "throughput_low", "thr
                     "speedup_low", "speedup_high", "efficiency_low", "efficiency_high")
 WITHIN_RUN = "within run"
 OVER_REPEATS = "over repeats"
-TOO_SHORT = "too short to tell"
+TOO_SHORT = steadystate.TOO_SHORT
 # The median of repeats varies more than their mean: by 1/0.637 in variance for normal data
 # (the median's asymptotic efficiency, 2/pi), so its interval is the mean's this much wider.
 MEDIAN_WIDENING = math.sqrt(math.pi / 2)

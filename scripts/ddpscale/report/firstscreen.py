@@ -146,7 +146,7 @@ def tell(data, said: decision.Decision) -> str | None:
     label = hours_label(data.summary)
     rows = data.summary[data.summary["topology"].isin(cure.topologies)]
     if math.isnan(cure.factor):
-        return (f"measure {names} longer: a run needs at least {steadystate.MIN_INTERVAL_WINDOWS} steady windows "
+        return (f"measure {names} longer: a run needs at least {steadystate.MIN_STEADY} steady windows "
                 f"of throughput.window_steps steps for an interval ({_longer(data, None)})")
     if cure.factor > decision.MAX_FACTOR:
         return (f"it would take over {decision.MAX_FACTOR:.0f} times the measurement of {names}: "
