@@ -8,7 +8,7 @@ import random
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, decision, firstscreen, plots, verdict
+from ddpscale.report import analysis, decision, firstscreen, html_tables, plots, verdict
 from test_analysis import make_run
 from test_projection import build, windows_run
 
@@ -159,3 +159,17 @@ def test_the_recommendation_claims_the_threshold_only_where_the_interval_clears_
     below = build([windows_run("1x1"), windows_run("1x2", throughput_samples_s=110.0)])
     assert verdict.recommendation(below.summary, below.comparison, 0.8).endswith(
         "none beyond the baseline 1x1 stays above 80% efficiency")
+
+
+def test_a_run_whose_windows_never_settled_is_shown_as_not_steady():
+    """Where the truth moves (a drift, a shift the rule could not cut off) the run either covers
+    it or says so: the stopping rule records windows_settled false, and the report shows it in the
+    cell, the legend and a caveat whose badge reads "not steady"."""
+    data = build([windows_run("1x1"), windows_run("2x1", throughput_samples_s=150.0, windows_settled=False)])
+    _, _, table = html_tables.scaling_table(data)
+    assert '<span class="reason" title="its windows kept moving' in str(table) and ">not steady</span>" in str(table)
+    note = next(n for n in data.notes if n.startswith("Not steady"))
+    assert "the windows of 2x1 kept moving" in note and firstscreen.badge_label(note) == "not steady"
+    steady = build([windows_run("1x1", windows_settled=True), windows_run("2x1", throughput_samples_s=150.0)])
+    assert not any(n.startswith("Not steady") for n in steady.notes)
+    assert "not steady" not in str(html_tables.scaling_table(steady)[2])

@@ -66,7 +66,8 @@ def test_the_answer_names_the_topology_its_speedup_efficiency_and_full_training_
 @pytest.mark.parametrize("note, label", [
     ("These runs used CPU processes standing in for GPUs", "CPU-simulated"),
     ("This workload is overhead-bound (compute is 20%)", "overhead-bound"),
-    ("The throughput of 1x2 (step cap reached: ±4.1%) did not reach", "not settled"),
+    ("The throughput of 1x2 (step cap reached: ±4.1%) did not reach", "precision not reached"),
+    ("Not steady: the windows of 2x1 kept moving", "not steady"),
     ("Something new the verdict says", "caveat")])
 def test_each_caveat_gets_a_short_label(note, label):
     assert firstscreen.badge_label(note) == label

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ddpscale.report import accuracy, interconnect
@@ -57,11 +58,11 @@ CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscrib
 SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_samples_s")
                        for stat in ("min", "max", "ci_low", "ci_high"))
 
-# How the throughput was measured (records.measure_mode): in
-# throughput mode the half-width of the 95% interval of the mean window throughput within a
-# run (median over repeats) and why the runs stopped ("precision reached", "step cap
-# reached", ...; the repeats' reasons joined).
-MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason")
+# How the throughput was measured (records.measure_mode): the half-width of the 95% interval of
+# the mean window throughput within a run (median over repeats; NaN: too short to tell), why the
+# runs stopped ("precision reached", "step cap reached", ...; the repeats' reasons joined), and
+# whether their windows settled (False: not steady, a drift or shift the rule could not cut off).
+MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason", "windows_settled")
 
 # The 95% intervals a decision is made by, on the log scale, where a throughput stays positive and
 # a ratio's uncertainty is the sum of its sides' (ratio_intervals): throughput_spread is the
@@ -200,6 +201,12 @@ def add_intervals(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return out
 
 
+def _all_known(values: pd.Series):
+    """False if any repeat is False, True if all known are True, NA when none is known."""
+    known_ = values.dropna()
+    return pd.NA if known_.empty else bool(known_.astype(bool).all())
+
+
 def _join_unique(values: pd.Series) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values))
 
@@ -261,6 +268,9 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
         runs[col] = pd.to_numeric(runs[col], errors="coerce")
 
     runs["held_devices"] = held_devices(runs)
+    # False where the windows never settled (a drift, a shift): the figure is the later half's
+    runs["windows_settled"] = [bool(v) if isinstance(v, (bool, np.bool_)) else pd.NA
+                               for v in column(runs, "windows_settled")]
     grouped = runs.groupby("topology", sort=False)
     table = grouped.agg(
         held_devices=("held_devices", "first"),
@@ -274,6 +284,7 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
         batch_per_device=("batch_per_device", "first"),
         effective_batch=("effective_batch", "first"),
         stop_reason=("stop_reason", _join_known),
+        windows_settled=("windows_settled", _all_known),
         early_stop=("early_stop", _join_known),
         samples_uncounted=("samples_uncounted", _join_known),
     )

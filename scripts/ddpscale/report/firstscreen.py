@@ -27,15 +27,23 @@ STOP_REASONS = {
                                        "asked for; the interval shown is the wider one it reached"),
     steadystate.EPOCHS_ENDED: ("epochs ended", "the configured epochs ended before its interval met the "
                                                "precision asked for; the interval shown is the one it reached"),
+    steadystate.NOT_STEADY: ("not steady", "its windows kept moving (a drift, or a shift the rule could not cut "
+                                           "off as warm-up): the figure is its later half's, the interval widened by "
+                                           "the change they show"),
 }
 
 
-def stopped_short(row) -> str | None:
-    """The stop reason where the run ended before its interval closed, else None."""
+def stopped_short(row) -> list[str]:
+    """Why a run's figure is weaker than asked: its stop reason where it ended before its interval
+    closed, and 'not steady' where its windows never settled."""
+    said = []
     reason = row.get("stop_reason")
     if isinstance(reason, str) and reason not in ("", steadystate.PRECISION, steadystate.FULL_TRAINING):
-        return reason
-    return None
+        said += [r for r in reason.split("; ") if r not in (steadystate.PRECISION, steadystate.FULL_TRAINING)]
+    settled = row.get("windows_settled")
+    if settled is not None and not pd.isna(settled) and not bool(settled):
+        said.append(steadystate.NOT_STEADY)
+    return said
 
 
 def baseline_row(summary: pd.DataFrame, baseline: str):
@@ -226,7 +234,8 @@ def decision_rows(data) -> list[dict]:
 BADGES = (
     ("These runs used CPU processes", "CPU-simulated"),
     ("This workload is overhead-bound", "overhead-bound"),
-    ("The throughput of", "not settled"),
+    ("The throughput of", "precision not reached"),
+    ("Not steady", "not steady"),
     ("Left out of the recommendation:", "left out"),
     ("Nodes simulated on one host", "no network crossed"),
     ("accuracy not compared", "accuracy not compared"),

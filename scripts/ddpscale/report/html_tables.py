@@ -49,8 +49,7 @@ def within_run(row) -> str:
     The interval is of each run's mean window throughput (the cell's figure is the median over
     repeats), which throughput_note says."""
     half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
-    interval = (plus_minus(half / mean) if known(half) and mean
-                else "interval n/a (under 2 steady windows)")
+    interval = plus_minus(half / mean) if known(half) and mean else steadystate.TOO_SHORT
     reason = row.get("stop_reason")
     if isinstance(reason, str) and reason and reason != PRECISION_REACHED:
         return f"{reason}: {interval}"
@@ -58,15 +57,15 @@ def within_run(row) -> str:
 
 
 def reason_badge(row, used: dict | None = None) -> Markup:
-    """The short word of why a run stopped before its interval closed ('step cap'), its meaning in
-    the title and, once per table, in the legend under it (`used` collects them)."""
-    reason = stopped_short(row)
-    if reason is None:
-        return Markup("")
-    word, why = STOP_REASONS.get(reason, (reason, reason))
-    if used is not None:
-        used[word] = why
-    return Markup(' <span class="reason" title="{}">{}</span>').format(why, word)
+    """The short words of why a run's figure is weaker than asked ('step cap', 'not steady'), each
+    with its meaning in the title and, once per table, in the legend under it (`used` collects them)."""
+    out = Markup("")
+    for reason in stopped_short(row):
+        word, why = STOP_REASONS.get(reason, (reason, reason))
+        if used is not None:
+            used[word] = why
+        out += Markup(' <span class="reason" title="{}">{}</span>').format(why, word)
+    return out
 
 
 def legend(reasons: dict[str, str]) -> Markup:
@@ -86,7 +85,7 @@ def throughput_cell(row, throughput_mode: bool, used: dict | None = None) -> Mar
     text = estimate(row["throughput_samples_s"], row.get("throughput_low"), row.get("throughput_high"), 0)
     if not known(row.get("throughput_low")) and isinstance(row.get("interval_from"), str):
         text += f" ({row['interval_from']})"
-    return escape(text) + (reason_badge(row, used) if throughput_mode else Markup(""))
+    return escape(text) + reason_badge(row, used)
 
 
 def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) -> Markup | str:

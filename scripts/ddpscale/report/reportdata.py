@@ -66,8 +66,8 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
         versus_earlier=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
         notes=verdict.caveats(summary, comparison, runs, steps, probes)
-        + [n for n in [precision_note(summary, comparison, runs), projection.weak_scaling_note(projected, summary, baseline)]
-           if n],
+        + [n for n in [precision_note(summary, comparison, runs), steady_note(summary),
+                       projection.weak_scaling_note(projected, summary, baseline)] if n],
         description=description or describe(runs),
         projection=projected, spent=projection.spent(runs, projected),
         timetoacc=timetoacc.table(runs, summary, baseline, goal), tta_target=goal,
@@ -93,3 +93,16 @@ def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataF
            else "raise throughput.max_steps or throughput.max_minutes")
     return (f"The throughput of {each} did not reach the {asked} asked for: read it with the interval it "
             f"reached, or {fix} in the config and rerun it.")
+
+
+def steady_note(summary: pd.DataFrame) -> str | None:
+    """Said in the verdict where a topology's windows never settled: its figure is no steady
+    level, and its interval says so by its width."""
+    moving = summary[summary["windows_settled"].eq(False).fillna(False).astype(bool)] if "windows_settled" in \
+        summary else summary.iloc[0:0]
+    if moving.empty:
+        return None
+    return (f"Not steady: the windows of {verdict.topology_names(moving)} kept moving (a drift, or a level shift "
+            "the stopping rule could not cut off as warm-up), so the figure is their later half's and its interval "
+            "is widened by the change they show. Look at the recorded window_seconds, and measure again when the "
+            "nodes are quiet or for longer (throughput.max_steps).")
