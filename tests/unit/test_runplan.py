@@ -46,14 +46,16 @@ def test_repeats_auto_follow_the_measure_mode_of_the_site():
 
 
 def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win():
-    """The shipped spiral trains 330 batches per rank, short of the 600 before the stopping rule's
-    first look: auto resolves to full (one repeat), and the next line says why, with the numbers;
-    measure: throughput still runs as set, saying the same; plan.json records what resolved."""
+    """The shipped spiral trains 330 batches per rank, and throughput mode's three repeats of the 300
+    before its stopping rule's first look cost more: auto resolves to full (one repeat), and the
+    next line says why, with the numbers; measure: throughput still runs as set, saying the same;
+    plan.json records what resolved."""
     auto = plan(site=SRUN, repeats="auto")
     assert auto.measure == "full" and auto.repeats == (0,) and auto.record() == {"measure": "full", "repeats": 1}
     assert auto.notes[0].startswith("measure full (measure: auto on a cluster profile, where throughput mode "
-                                    "cannot reach its precision inside the configured training")
-    assert auto.notes[1].startswith("throughput mode cannot win here: 1x1, 1x2 and 2x1 train 330 batches per rank")
+                                    "costs more than full training on every topology")
+    assert auto.notes[1].startswith("throughput mode cannot win here: it runs each topology 3 times (repeats: auto) "
+                                    "for at least 300 batches per rank")
     assert auto.notes[1].endswith("measure: auto trains in full; set measure: throughput to measure throughput anyway")
     asked = plan(site=SRUN, repeats="auto", measure="throughput")
     assert asked.measure == "throughput" and asked.repeats == (0, 1, 2)

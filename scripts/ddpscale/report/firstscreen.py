@@ -171,7 +171,8 @@ def tell(data, said: decision.Decision) -> str | None:
 
 
 def _factor(factor: float) -> str:
-    return f"{factor:.1f}x" if factor < 10 else f"{factor:.0f}x"
+    """'1.1x', '4.3x', '33x': rounded up, so 1.03 times the data reads as more than there was."""
+    return f"{math.ceil(factor * 10) / 10:.1f}x" if factor < 10 else f"{math.ceil(factor):.0f}x"
 
 
 def _longer(data, factor: float | None) -> str:

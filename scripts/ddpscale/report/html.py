@@ -235,19 +235,28 @@ DECISION_HEADS = ["Topology", "Devices", Markup("Speedup<br>(95% interval)"), Ma
                   Markup("Full training<br>(projected)"), "GPU-hours (projected)", "Accuracy"]
 
 
+def _two_lines(text: str) -> Markup:
+    """'1.90x (1.87–1.93)' as the figure over its interval, smaller: a narrow column keeps both
+    whole instead of breaking the interval across lines."""
+    figure, _, interval = text.partition(" (")
+    if not interval.endswith(")"):
+        return Markup("{}").format(text)
+    return Markup('{}<br><span class="spread">{}</span>').format(figure, interval[:-1])
+
+
 def _decision(data) -> tuple[Markup, Markup]:
     """The decision table and the legend of the reason badges it uses (each reason named once)."""
     rows, used = [], {}
     heads = [h if h != "GPU-hours (projected)" else Markup("{}<br>(projected)").format(hours_label(data.summary))
              for h in DECISION_HEADS]
     for r in firstscreen.decision_rows(data):
-        speedup = Markup("{}").format(r["speedup"]) + reason_badge(r["row"], used)
+        speedup = _two_lines(r["speedup"]) + reason_badge(r["row"], used)
         if r["interval"]:  # no interval: why ('too short to tell')
             speedup += Markup('<br><span class="caveat">{}</span>').format(r["interval"])
         cls = "" if r["finished"] else "unfinished-row"  # the scaling table's rows are the missing-row ones
         accuracy_cell = r["accuracy"] if r["finished"] else Markup('<span class="failed">{}</span>').format(r["status"])
-        rows.append((cls, [r["topology"], str(r["devices"]), speedup, r["efficiency"], r["time"], r["hours"],
-                           accuracy_cell]))
+        rows.append((cls, [r["topology"], str(r["devices"]), speedup, _two_lines(r["efficiency"]),
+                           _two_lines(r["time"]), _two_lines(r["hours"]), accuracy_cell]))
     return _table(heads, rows, text_cols=(6,)), legend(used)
 
 
