@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddpscale.report import accuracy, html_tables, projection, reportdata, verdict
+from ddpscale.report import accuracy, html_tables, projection, reportdata, summaries, verdict
 from ddpscale.report import html as report_html
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
@@ -218,6 +218,11 @@ def test_throughput_mode_does_not_compare_accuracy_anywhere():
     _, _, table = html_tables.scaling_table(data)
     assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
     assert "held" not in verdict.recommendation(data.summary, data.comparison, 0.8)
+    # nor time to accuracy: "not measured (throughput mode)", never "0 of 2 topologies reached the target"
+    assert summaries.time_to_accuracy(data).startswith("Not measured (throughput mode)")
+    heading, note, table = html_tables.tta_table(data)
+    assert note.startswith("Not measured (throughput mode)") and "reached the target" not in note
+    assert table.count("not measured (throughput mode)") == 2
 
 
 def test_the_scaling_table_shows_the_interval_within_the_run_and_a_cap_reason():
@@ -273,6 +278,9 @@ def test_the_script_writes_the_projection_and_says_the_answers_cost(tmp_path):
     assert table.loc["1x2", "projected_s"] == pytest.approx(10 * (180.0 + 6.0) + 5.0)
     assert re.search(r"This answer cost 0.033 device-hours \(held\), \S+ (of )?what training every topology in full",
                      proc.stdout), proc.stdout
+    # the plain-text lines say the first screen's answer first, as the page does
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("ddpscale report: answer: ") and "by speed alone" in lines[2]
     scaling = pd.read_csv(tmp_path / "out/scaling.tsv", sep="\t")
     assert {"measure", "throughput_half_width", "stop_reason"} <= set(scaling.columns)
     assert "The full training, projected" in (tmp_path / "out/report.html").read_text()

@@ -123,12 +123,14 @@ def answer(data) -> str:
                      f"({_devices(data, said.consistent)})")
         more = tell(data, said)
         return text + (f"; to tell, {more}" if more else "")
-    if len(data.finished) == 1:
-        return f"Only {baseline} finished: there is nothing to compare it with"
+    others = usable(data.summary, data.comparison)
+    others = others[others["topology"] != baseline]
+    if others.empty:
+        return f"Only {top['topology']} finished usably: there is nothing to compare it with"
     if top["topology"] == baseline:
-        fastest = said.fastest
+        fastest = others.loc[others["throughput_samples_s"].idxmax()]
         text = (f"Stay on {baseline}: no topology stays above {threshold:.0%} efficiency "
-                f"(the fastest, {fastest['topology']}, is {decision.speedup_text(fastest)} at "
+                f"(the fastest of them, {fastest['topology']}, is {decision.speedup_text(fastest)} at "
                 f"{decision.efficiency_text(fastest)})")
     else:
         text = (f"Use {top['topology']}: {decision.speedup_text(top)} faster than {baseline} at "

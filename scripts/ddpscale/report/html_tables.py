@@ -473,7 +473,10 @@ def tta_table(data):
         rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
                           duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), times(r["speedup"]), status]))
     goal = data.tta_target
-    if pd.notna(goal.value):
+    if data.comparison.throughput_mode:
+        note = ("Not measured (throughput mode): each run stopped once its throughput was known, so none "
+                "trained to a target; measure: full trains the configured epochs and times it.")
+    elif pd.notna(goal.value):
         compare = _way(goal)
         note = Markup("Target: {} {} {} ({}). Time to accuracy = the training time (training + validation of "
                       "the epochs so far) until the first epoch that reaches it; over repeats the median, "
