@@ -113,9 +113,7 @@ def main(argv=None) -> int:
     for name, plot in plots.figures().items():
         atomic_write(out / name, lambda tmp, plot=plot: plot(data, tmp))
         images[name] = (out / name).read_bytes()
-    for name, text in plots.svgs(data).items():  # the same figures as SVG and PDF, for papers
-        atomic_write(out / name, lambda tmp, text=text: tmp.write_text(text, encoding="utf-8"))
-    for name, content in plots.pdfs(data).items():
+    for name, content in plots.for_papers(data).items():  # the same figures as SVG and PDF, for papers
         atomic_write(out / name, lambda tmp, content=content: tmp.write_bytes(content))
     page = report_html.build_report(data, images)
     atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))

@@ -1,8 +1,8 @@
 """The report's figures, one function each: speedup, efficiency and throughput per device
 (scaling), the step breakdown and the all-reduce bus bandwidth (where the time goes), the first
 screen's overview (speedup and efficiency side by side), and the list of every figure
-(figures()). Each is written as PNG for the page and as SVG and PDF beside it, for papers (svgs(),
-pdfs()).
+(figures()). Each is written as PNG for the page and as SVG and PDF beside it, for papers
+(for_papers()).
 
 Colours are Okabe and Ito's colour-blind-safe palette; measured points are filled markers with
 error bars from their 95% intervals, predicted ones hollow on a dotted line, so neither colour
@@ -300,14 +300,14 @@ def _laid_out(data):
         yield name, fig
 
 
-def svgs(data) -> dict[str, str]:
-    """File name -> SVG text of every figure and the overview, to write beside the report."""
-    return {f"{name}.svg": svg(fig) for name, fig in _laid_out(data)}
-
-
-def pdfs(data) -> dict[str, bytes]:
-    """File name -> PDF bytes of every figure and the overview, to write beside the report."""
-    return {f"{name}.pdf": pdf(fig) for name, fig in _laid_out(data)}
+def for_papers(data) -> dict[str, bytes]:
+    """File name -> the bytes of every figure and the overview as SVG and as PDF, to write beside
+    the report: each figure built once for both."""
+    out = {}
+    for name, fig in _laid_out(data):
+        out[f"{name}.svg"] = svg(fig).encode("utf-8")
+        out[f"{name}.pdf"] = pdf(fig)
+    return out
 
 
 COLORS = {"data": OKABE_ITO["yellow"], "compute": OKABE_ITO["blue"], "comm": OKABE_ITO["vermillion"],
