@@ -25,14 +25,14 @@ def told_by_formula(efficiency: float, rel_base: float, rel_top: float) -> bool:
     return efficiency * math.exp(width) < THRESHOLD  # the choice is 1x1: 1x2 must lie surely below
 
 
-@pytest.mark.parametrize("rel", [0.005, 0.02, 0.05, 0.1, 0.2, 0.4])
+@pytest.mark.parametrize("rel", [0.005, 0.05, 0.2, 0.4])
 def test_the_answer_says_cannot_tell_exactly_where_the_intervals_do_not_separate_the_choice(rel):
     """Both ways wrong would fail: a finding stated where the interval straddles the threshold or
     reaches the baseline (the issue's "Use 1x2: 1.90x" at -3.46 to 7.25), or "cannot tell" where it
-    does not. Efficiencies from 0.3 to 1.0 in steps of 0.01 cross the threshold at every width."""
+    does not. Efficiencies from 0.3 to 1.0 in steps of 0.02 cross the threshold at every width."""
     seen = set()
-    for k in range(30, 101):
-        efficiency = k / 100
+    for k in range(15, 51):
+        efficiency = k / 50
         data = build([windows_run("1x1", throughput_half_width=100.0 * rel),
                       windows_run("1x2", throughput_samples_s=200.0 * efficiency,
                                   throughput_half_width=200.0 * efficiency * rel)])
@@ -121,12 +121,19 @@ def test_a_run_too_short_for_an_interval_is_said_and_never_given_one():
     assert base["interval"] == "too short to tell"
 
 
+# relative half-widths a record may hold: none, zero, tiny, wide, at and past the figure
+HOSTILE = (None, 0.0, 1e-9, 0.5, 0.999, 1.0, 5.0, 1e6)
+
+
 def test_no_bound_of_any_interval_reaches_zero_whatever_the_half_widths():
     rng = random.Random(43)
-    for _ in range(200):
-        runs = [windows_run(t, throughput_samples_s=rng.uniform(1, 1000),
-                            throughput_half_width=rng.choice([None, 0.0, rng.uniform(0, 2000)]))
-                for t in ("1x1", "1x2", "2x1")]
+    for k in range(40):
+        runs = []
+        for t in ("1x1", "1x2", "2x1"):
+            figure = rng.uniform(1, 1000)
+            rel = HOSTILE[k % len(HOSTILE)] if t == "1x1" else rng.choice(HOSTILE)
+            runs.append(windows_run(t, throughput_samples_s=figure,
+                                    throughput_half_width=None if rel is None else rel * figure))
         data = build(runs)
         shown = analysis.rounded(data.summary, "test_acc")
         for frame in (data.summary, shown):
