@@ -48,7 +48,6 @@ class Decision:
     choice: pd.Series | None  # the rule's pick on the point figures; None where nothing is usable
     doubts: tuple[Doubt, ...]  # empty: the intervals separate the choice
     consistent: pd.Series | None  # the cheapest topology the data are consistent with
-    fastest: pd.Series | None  # the fastest usable topology
 
     @property
     def told(self) -> bool:
@@ -98,10 +97,6 @@ def above(row, threshold: float) -> bool | None:
     if high < threshold - SLACK:
         return False
     return None
-
-
-def _key(row) -> tuple:
-    return (int(row["world_size"]), float(row["throughput_samples_s"]))
 
 
 def pick(rows: pd.DataFrame, threshold: float):
@@ -186,15 +181,14 @@ def consistent(rows: pd.DataFrame, base, threshold: float):
 def decide(usable: pd.DataFrame, baseline: str, threshold: float) -> Decision:
     """The choice among the usable rows and whether their intervals support it."""
     if usable.empty:
-        return Decision(None, (), None, None)
-    fastest = usable.loc[usable["throughput_samples_s"].idxmax()]
+        return Decision(None, (), None)
     choice = pick(usable, threshold)
     bases = usable[usable["topology"] == baseline]
     if bases.empty or len(usable) == 1:  # nothing to weigh it against
-        return Decision(choice, (), choice, fastest)
+        return Decision(choice, (), choice)
     base = bases.iloc[0]
     found = tuple(dict.fromkeys(doubts(usable, choice, base, threshold)))
-    return Decision(choice, found, choice if not found else consistent(usable, base, threshold), fastest)
+    return Decision(choice, found, choice if not found else consistent(usable, base, threshold))
 
 
 @dataclass(frozen=True)

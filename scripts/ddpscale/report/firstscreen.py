@@ -16,7 +16,7 @@ from ddpscale.core import steadystate
 from ddpscale.report import accuracy, decision
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.fmt import duration_estimate, hours, hours_estimate, known, sig
-from ddpscale.report.verdict import STATUS_OK, usable
+from ddpscale.report.verdict import STATUS_OK, topology_names, usable
 
 # Why a run stopped before its interval met the precision asked for, named once in the legend
 # under the tables; a cell carries only the short word.
@@ -152,7 +152,7 @@ def tell(data, said: decision.Decision) -> str | None:
     cure = decision.remedy(said, data.summary)
     if cure is None:
         return None
-    names = verdict_names(cure.topologies)
+    names = topology_names(pd.DataFrame({"topology": list(cure.topologies)}))
     label = hours_label(data.summary)
     rows = data.summary[data.summary["topology"].isin(cure.topologies)]
     if math.isnan(cure.factor):
@@ -193,11 +193,6 @@ def _longer(data, factor: float | None) -> str:
     if factor is None:
         return f"more than {epochs} max_epochs, or a smaller throughput.window_steps"
     return f"max_epochs: {warm + math.ceil(max(1, epochs - warm) * factor)}"
-
-
-def verdict_names(names) -> str:
-    names = [str(n) for n in names]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def no_interval(row, base) -> str:
