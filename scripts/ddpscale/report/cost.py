@@ -20,6 +20,8 @@ def cost_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:
     out = pd.DataFrame({
         "topology": finished["topology"], "world_size": finished["world_size"],
         "speedup": finished["speedup"],
+        # its interval, so the table writes it to the digits it supports, as every table does
+        "speedup_low": finished["speedup_low"], "speedup_high": finished["speedup_high"],
         "gpu_seconds_per_sample": per_sample,
         "extra_pct": (1.0 / finished["efficiency"] - 1.0) * 100.0,
         "extra_gpu_hours": (per_sample - base_per_sample) * base_samples / 3600.0,

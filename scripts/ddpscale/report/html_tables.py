@@ -208,7 +208,7 @@ def cost_table(data):
 
     heads = ["Topology", "Devices", "Speedup", f"{seconds} per 1,000 samples", "Extra over baseline (%)",
              f"Extra {label} for the baseline's samples", "Time speedup", f"Training {label}", f"Held {label}"]
-    rows = [("", [str(r["topology"]), str(int(r["world_size"])), times(r['speedup']),
+    rows = [("", [str(r["topology"]), str(int(r["world_size"])), speedup_text(r, bounds=False),
                   per_thousand(r["gpu_seconds_per_sample"] * 1e3), num(r["extra_pct"], 0),
                   hours(r["extra_gpu_hours"]), "" if pd.isna(r["time_speedup"]) else times(r["time_speedup"]),
                   hours(r["gpu_hours"]), hours(r["held_gpu_hours"])])
@@ -465,13 +465,16 @@ def tta_table(data):
         return None
     heads = ["Topology", "Devices", "Epochs to target", "Time to accuracy", "Time-to-accuracy speedup",
              "Throughput speedup", "Status"]
+    summary = data.summary.set_index("topology", drop=False)
     rows = []
     for _, r in tta.iterrows():
         status = escape(str(r["status"]))
         if not str(r["status"]).startswith("reached"):
             status = Markup('<span class="na">{}</span>').format(status)
+        shown = summary.loc[r["topology"]] if r["topology"] in summary.index else r
         rows.append(("", [escape(str(r["topology"])), str(int(r["world_size"])), num(r["epochs_to_target"], 0),
-                          duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), times(r["speedup"]), status]))
+                          duration(r["time_to_accuracy_s"]), times(r["tta_speedup"]), speedup_text(shown, bounds=False),
+                          status]))
     goal = data.tta_target
     if data.comparison.throughput_mode:
         note = ("Not measured (throughput mode): each run stopped once its throughput was known, so none "
