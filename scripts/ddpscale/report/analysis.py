@@ -72,6 +72,7 @@ INTERVAL_COLUMNS = ("throughput_spread", "interval_from", "throughput_low", "thr
 WITHIN_RUN = "within run"
 OVER_REPEATS = "over repeats"
 TOO_SHORT = steadystate.TOO_SHORT
+TOO_NOISY = "too noisy to tell"  # a run's own interval of seconds per sample reaches zero
 # The median of repeats varies more than their mean: by 1/0.637 in variance for normal data
 # (the median's asymptotic efficiency, 2/pi), so its interval is the mean's this much wider.
 MEDIAN_WIDENING = math.sqrt(math.pi / 2)
@@ -165,14 +166,14 @@ def throughput_spread(row) -> tuple[float, str]:
     median run's own interval (log_half_width) and the spread over 3 or more repeats; (NaN, why)
     where neither exists."""
     mean, half = row.get("throughput_samples_s"), row.get("throughput_half_width")
-    within = (log_half_width(float(half) / float(mean)) if pd.notna(half) and pd.notna(mean) and mean > 0
-              else math.nan)
+    measured = pd.notna(half) and pd.notna(mean) and mean > 0
+    within = log_half_width(float(half) / float(mean)) if measured else math.nan
     repeats = row.get("repeats_spread", math.nan)
     if pd.notna(repeats) and not within >= repeats:
         return float(repeats), OVER_REPEATS
     if pd.notna(within):
         return within, WITHIN_RUN
-    return math.nan, TOO_SHORT
+    return math.nan, TOO_NOISY if measured else TOO_SHORT
 
 
 def ratio_spread(a: float, b: float) -> float:

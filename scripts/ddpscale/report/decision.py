@@ -109,10 +109,18 @@ def pick(rows: pd.DataFrame, threshold: float):
     return rows.loc[rows["throughput_samples_s"].idxmax()]
 
 
+def no_interval(*rows) -> str:
+    """'1x1 has no interval (too short to tell)': those of the rows without one of their own."""
+    short = list({str(r["topology"]): r for r in rows if not known(r.get("throughput_spread"))}.values())
+    names = " and ".join(str(r["topology"]) for r in short)
+    reasons = ", ".join(dict.fromkeys(str(r.get("interval_from")) for r in short))
+    return f"{names} {'has' if len(short) == 1 else 'have'} no interval ({reasons})"
+
+
 def _straddles(row, base, threshold: float) -> Doubt:
     name = row["topology"]
     return Doubt(f"{name}'s efficiency, {efficiency_text(row)}, "
-                 + (f"has no interval ({row.get('interval_from')})" if not known(row.get("efficiency_low"))
+                 + (f"is not known well enough: {no_interval(row, base)}" if not known(row.get("efficiency_low"))
                     else f"straddles the {threshold:.0%} threshold"),
                  (str(name), str(base["topology"])), abs(_log(row["efficiency"] / threshold)), _width(row, base))
 
@@ -124,11 +132,8 @@ def doubts(rows: pd.DataFrame, choice, base, threshold: float) -> list[Doubt]:
     others = rows[rows["topology"] != choice["topology"]]
     if choice["topology"] != baseline:
         if not known(choice.get("speedup_low")):
-            short = [r for r in (choice, base) if not known(r.get("throughput_spread"))]
-            found.append(Doubt(f"{' and '.join(str(r['topology']) for r in short)} "
-                               f"{'has' if len(short) == 1 else 'have'} no interval ({short[0].get('interval_from')})",
-                               (str(choice["topology"]), str(baseline)), abs(_log(choice["speedup"])),
-                               _width(choice, base)))
+            found.append(Doubt(no_interval(choice, base), (str(choice["topology"]), str(baseline)),
+                               abs(_log(choice["speedup"])), _width(choice, base)))
         elif choice["speedup_low"] <= 1 + SLACK:
             found.append(Doubt(f"{choice['topology']}'s speedup, {speedup_text(choice)}, reaches {baseline}'s",
                                (str(choice["topology"]), str(baseline)), abs(_log(choice["speedup"])),

@@ -156,8 +156,9 @@ def tell(data, said: decision.Decision) -> str | None:
     label = hours_label(data.summary)
     rows = data.summary[data.summary["topology"].isin(cure.topologies)]
     if math.isnan(cure.factor):
-        return (f"measure {names} longer: a run needs at least {steadystate.MIN_STEADY} steady windows "
-                f"of throughput.window_steps steps for an interval ({_longer(data, None)})")
+        return (f"measure {names} longer, or on a quieter host: a run needs at least {steadystate.MIN_STEADY} "
+                f"steady windows of throughput.window_steps steps, and its interval must stay clear of zero "
+                f"({_longer(data, None)})")
     if cure.factor > decision.MAX_FACTOR:
         return (f"it would take over {decision.MAX_FACTOR:.0f} times the measurement of {names}: "
                 "for any purpose they are alike here, and the cheaper will do")
