@@ -4,7 +4,8 @@ known, fed to the stopping rule as a run feeds it.
     .venv/bin/python benchmarks/stopping_coverage.py [--runs 1000]     (also part of make bench)
 
 Each family is a kind of series real runs produce, at the config's defaults (precision 2%,
-windows from 30 on, a cap of 100 windows: max_steps 2000 / window_steps 20), with window
+windows from 30 on, a cap of 100 windows: max_steps 2000 / window_steps 20, as the GPU preset
+times them; config.yaml's windows of 10 have twice as many), with window
 noise of about 2%. Every series draws its family's parameters from ranges, so no family is
 one parameter point. For every series: the window the rule stopped at, why, whether it
 called the windows settled or too short to tell, and whether the 95% interval it reported
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from ddpscale.core import steadystate  # noqa: E402
 
 SAMPLES = 640  # a window of 20 steps of 32 samples
-CAP = 100  # windows: config throughput.max_steps 2000 / window_steps 20
+CAP = 100  # windows: throughput.max_steps 2000 / window_steps 20 (the fewer, the harder to cover)
 RULE = steadystate.Rule(window_steps=20, precision=0.02, min_windows=30, max_steps=CAP * 20)
 
 # A family draws one series: (every window's seconds, the truth: the seconds a window takes

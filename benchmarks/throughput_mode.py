@@ -47,7 +47,7 @@ def train(tmp: Path, data_file: str, nodes: int, devices: int, measure: str) -> 
            "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
            "--data-args", '{"resident": true}', "--data-file", data_file,
            # the config's defaults (config/config.yaml throughput)
-           "--target-precision", "0.02", "--window-steps", "20", "--measure-max-steps", "2000",
+           "--target-precision", "0.02", "--window-steps", "10", "--measure-max-steps", "2000",
            "--measure-max-minutes", "10",
            "--ckpt-dir", str(out / "ckpt"), "--metrics", str(out / "metrics.json")]
     if nodes * devices > 1:
