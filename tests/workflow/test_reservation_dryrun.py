@@ -154,11 +154,12 @@ def test_throughput_mode_sizes_each_stage_limit_and_says_where_it_came_from(work
 
 
 def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win(workspace):
-    """The shipped spiral (3 epochs of 10000 samples) trains 330 batches per rank, short of the 600
-    the stopping rule needs before its first look: on a cluster profile auto trains in full, one
-    repeat each, and says why with the numbers and the fix."""
+    """The shipped spiral (3 epochs of 10000 samples) in windows of 20 steps trains 330 batches per
+    rank, short of the 600 the stopping rule needs before its first look: on a cluster profile auto
+    trains in full, one repeat each, and says why with the numbers and the fix."""
     profile, _, stderr = dry_run(workspace, measure="auto", repeats="auto", max_epochs=3,
-                                 dataset={**tiny_config()["dataset"], "samples": 10000})
+                                 dataset={**tiny_config()["dataset"], "samples": 10000},
+                                 throughput={**tiny_config()["throughput"], "window_steps": 20})
     lines = [line for line in stderr.splitlines() if line.startswith("ddpscale: ")]
     measure = next(i for i, line in enumerate(lines) if line.startswith("ddpscale: measure "))
     assert lines[measure].startswith("ddpscale: measure full (measure: auto on a cluster profile, where throughput "
