@@ -173,4 +173,5 @@ def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win(works
         "measure: throughput to measure throughput anyway")
     # full mode: one repeat per topology, under the profile's own time limits
     assert "1x1 r0 (train_baseline): 1 GPU x 240 min" in stderr and " r1 " not in stderr
-    assert f"ddpscale: time limit: train_baseline: {profile_runtime(profile, 'train_baseline')} min (measure full" in stderr
+    limit = profile_runtime(profile, "train_baseline")
+    assert f"ddpscale: time limit: train_baseline: {limit} min (measure full" in stderr
