@@ -161,19 +161,27 @@ def log_half_width(relative: float) -> float:
     return math.atanh(relative) if 0 <= relative < 1 else math.nan
 
 
-def throughput_spread(row) -> tuple[float, str]:
-    """(the half-width of a topology's log throughput at 95%, where it came from): the wider of the
-    median run's own interval (log_half_width) and the spread over 3 or more repeats; (NaN, why)
-    where neither exists."""
-    mean, half = row.get("throughput_samples_s"), row.get("throughput_half_width")
-    measured = pd.notna(half) and pd.notna(mean) and mean > 0
-    within = log_half_width(float(half) / float(mean)) if measured else math.nan
-    repeats = row.get("repeats_spread", math.nan)
+def wider_spread(relative: float, repeats: float) -> tuple[float, str | None]:
+    """(log half-width, where it came from) of a figure known to a run's relative half-width
+    (the median run's; NaN: none) and to the spread over repeats (log_spread_over_repeats; NaN:
+    fewer than 3): the wider of the two; (NaN, None) where neither exists."""
+    within = log_half_width(relative)
     if pd.notna(repeats) and not within >= repeats:
         return float(repeats), OVER_REPEATS
     if pd.notna(within):
         return within, WITHIN_RUN
-    return math.nan, TOO_NOISY if measured else TOO_SHORT
+    return math.nan, None
+
+
+def throughput_spread(row) -> tuple[float, str]:
+    """(the half-width of a topology's log throughput at 95%, where it came from): wider_spread of
+    its median run's own interval and its repeats; where neither exists, why (too short or too
+    noisy to tell)."""
+    mean, half = row.get("throughput_samples_s"), row.get("throughput_half_width")
+    measured = pd.notna(half) and pd.notna(mean) and mean > 0
+    width, source = wider_spread(float(half) / float(mean) if measured else math.nan,
+                                 row.get("repeats_spread", math.nan))
+    return width, source or (TOO_NOISY if measured else TOO_SHORT)
 
 
 def ratio_spread(a: float, b: float) -> float:
@@ -192,13 +200,11 @@ def add_intervals(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     base = out.loc[out["topology"] == baseline].iloc[0]
     widths = [s if t == baseline else ratio_spread(s, base["throughput_spread"])
               for t, s in zip(out["topology"], out["throughput_spread"])]
-    for col, value in (("throughput", out["throughput_samples_s"]), ("speedup", out["speedup"]),
-                       ("efficiency", out["efficiency"])):
-        out[f"{col}_low"] = [v * math.exp(-w) for v, w in zip(value, widths)]
-        out[f"{col}_high"] = [v * math.exp(w) for v, w in zip(value, widths)]
-    # a throughput's own interval is its own, whatever the baseline's
-    out["throughput_low"] = out["throughput_samples_s"] * [math.exp(-s) for s in out["throughput_spread"]]
-    out["throughput_high"] = out["throughput_samples_s"] * [math.exp(s) for s in out["throughput_spread"]]
+    # a throughput's own interval is its own; a ratio's holds the baseline's too
+    for col, value, width in (("throughput", out["throughput_samples_s"], out["throughput_spread"]),
+                              ("speedup", out["speedup"], widths), ("efficiency", out["efficiency"], widths)):
+        out[f"{col}_low"] = [v * math.exp(-w) for v, w in zip(value, width)]
+        out[f"{col}_high"] = [v * math.exp(w) for v, w in zip(value, width)]
     return out
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
-from ddpscale.report.analysis import log_half_width, log_spread_over_repeats
+from ddpscale.report.analysis import log_spread_over_repeats, wider_spread
 from ddpscale.report.records import held_devices, known, measure_mode
 from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estimate, supported
 
@@ -239,10 +239,8 @@ def _interval(group: pd.DataFrame, projected: float) -> tuple[float, float]:
     """(low, high) of a topology's projected seconds: the steps' seconds scaled by the wider of
     its runs' own interval (median over repeats) and the spread between 3 or more repeats, on
     the log scale; NaN where neither is known."""
-    within = log_half_width(group["spread"].median()) if group["spread"].notna().all() else math.nan
-    repeats = log_spread_over_repeats(group["throughput"])
-    width = max(w for w in (within, repeats) if not math.isnan(w)) if not (
-        math.isnan(within) and math.isnan(repeats)) else math.nan
+    relative = group["spread"].median() if group["spread"].notna().all() else math.nan
+    width, _ = wider_spread(relative, log_spread_over_repeats(group["throughput"]))
     if math.isnan(width) or math.isnan(projected) or group["steps_s"].isna().any():
         return math.nan, math.nan
     steps = float(group["steps_s"].median())
