@@ -110,8 +110,19 @@ def supported(value, low, high, default: int) -> tuple[float, float, float, int]
     return shown, out(low, math.floor), out(high, math.ceil), p
 
 
-def _plain(value, p: int, thousands: bool = True) -> str:
-    return f"{value:,.{max(p, 0)}f}" if thousands else f"{value:.{max(p, 0)}f}"
+def _plain(value, p: int) -> str:
+    return f"{value:,.{max(p, 0)}f}"
+
+
+def _written(shown: tuple[float, float, float, int], unit: str = "", bound_unit: str = "",
+             bounds: bool = True) -> str:
+    """'1.9x (0.6–5.9)' from supported()'s figures: the value and unit, then the bounds (each in
+    the same places, bound_unit after the second) where there are any."""
+    v, lo, hi, p = shown
+    text = _plain(v, p) + unit
+    if bounds and known(lo) and known(hi):
+        text += f" ({_plain(lo, p)}\u2013{_plain(hi, p)}{bound_unit})"
+    return text
 
 
 def estimate(value, low, high, default: int, unit: str = "", scale: float = 1.0, bounds: bool = True) -> str:
@@ -120,12 +131,10 @@ def estimate(value, low, high, default: int, unit: str = "", scale: float = 1.0,
     alone, in those digits); the figure alone where there is no interval; 'n/a' for no figure."""
     if not known(value):
         return NA
-    v, lo, hi, p = supported(value * scale, low * scale if known(low) else low,
-                             high * scale if known(high) else high, default)
-    text = _plain(v, p) + unit
-    if bounds and known(lo) and known(hi):  # '95% (31–290%)', but '1.9x (0.6–5.9)'
-        text += f" ({_plain(lo, p)}\u2013{_plain(hi, p)}{unit if unit == '%' else ''})"
-    return text
+    shown = supported(value * scale, low * scale if known(low) else low, high * scale if known(high) else high,
+                      default)
+    # '95% (31–290%)', but '1.9x (0.6–5.9)'
+    return _written(shown, unit, unit if unit == "%" else "", bounds)
 
 
 def _unit(seconds) -> tuple[float, str, int]:
@@ -146,9 +155,7 @@ def duration_estimate(seconds, low, high) -> str:
         return NA
     div, unit, default = _unit(seconds)
     scaled = [v / div if known(v) else math.nan for v in (low, high)]
-    v, lo, hi, p = supported(seconds / div, *scaled, default)
-    text = f"{_plain(v, p)}{unit}"
-    return text + (f" ({_plain(lo, p)}\u2013{_plain(hi, p)}{unit})" if known(lo) and known(hi) else "")
+    return _written(supported(seconds / div, *scaled, default), unit, unit)
 
 
 def hours_estimate(value, low, high) -> str:
@@ -156,7 +163,4 @@ def hours_estimate(value, low, high) -> str:
     is narrower (hours())."""
     if not known(value) or value <= 0:
         return hours(value)
-    default = 1 - math.floor(math.log10(abs(value)))
-    v, lo, hi, p = supported(value, low, high, default)
-    text = _plain(v, p)
-    return text + (f" ({_plain(lo, p)}\u2013{_plain(hi, p)})" if known(lo) and known(hi) else "")
+    return _written(supported(value, low, high, 1 - math.floor(math.log10(abs(value)))))
