@@ -98,8 +98,7 @@ def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataF
 def steady_note(summary: pd.DataFrame) -> str | None:
     """Said in the verdict where a topology's windows never settled: its figure is no steady
     level, and its interval says so by its width."""
-    moving = summary[summary["windows_settled"].eq(False).fillna(False).astype(bool)] if "windows_settled" in \
-        summary else summary.iloc[0:0]
+    moving = summary[summary["windows_settled"].eq(False).fillna(False).astype(bool)]
     if moving.empty:
         return None
     return (f"Not steady: the windows of {verdict.topology_names(moving)} kept moving (a drift, or a level shift "

@@ -19,18 +19,20 @@ def _range(values, write) -> str:
     return write(low) if write(low) == write(high) else f"{write(low)} to {write(high)}"
 
 
-def _rows_range(rows, write) -> str:
-    """The smallest and largest figure of rows, each in the digits its interval supports."""
-    rows = [r for _, r in rows.iterrows() if known(r.get("speedup"))]
-    if not rows:
+def _speedups(rows) -> str:
+    """'1.0x to 6.8x': the smallest and largest speedup of rows, each in the digits its interval
+    supports."""
+    known_rows = rows[rows["speedup"].notna()]
+    if known_rows.empty:
         return "n/a"
-    ends = [write(r) for r in sorted(rows, key=lambda r: r["speedup"])[::len(rows) - 1 or 1]]
-    return ends[0] if len(set(ends)) == 1 else f"{ends[0]} to {ends[-1]}"
+    low, high = (speedup_text(known_rows.loc[i], bounds=False)
+                 for i in (known_rows["speedup"].idxmin(), known_rows["speedup"].idxmax()))
+    return low if low == high else f"{low} to {high}"
 
 
 def scaling(data) -> str:
     done = data.finished
-    speedups = _rows_range(done, lambda r: speedup_text(r, bounds=False))
+    speedups = _speedups(done)
     return (f"{len(data.summary)} topologies, {int(data.summary['repeats'].max())} repeat(s) at most; speedup "
             f"{speedups}; each figure's 95% interval, placement noise, fit time and accuracy per topology")
 
