@@ -132,7 +132,7 @@ def ar1_inflation(values: list[float]) -> float:
     return (1 + phi) / (1 - phi)
 
 
-def _phase_means(values: list[float], k: int) -> list[float]:
+def phase_means(values: list[float], k: int) -> list[float]:
     """The mean of each phase i % k over whole periods (len(values) a multiple of k)."""
     sums = [0.0] * k
     for i, v in enumerate(values):
@@ -158,7 +158,7 @@ def period(values: list[float], longest: int = PERIOD_MAX) -> int:
     n, best, best_z = len(values), 1, Z_PERIOD
     for k in range(2, min(longest, n // PERIODS_MIN) + 1):
         whole = values[n % k:]
-        m, means = len(whole), _phase_means(whole, k)
+        m, means = len(whole), phase_means(whole, k)
         grand = sum(means) / k
         between = m // k * sum((mu - grand) ** 2 for mu in means)
         within = sum((v - means[i % k]) ** 2 for i, v in enumerate(whole))
@@ -187,7 +187,7 @@ def mean_interval_correlated(values: list[float], k: int = 1) -> tuple[float, fl
     m = len(whole)
     if m <= k or m < 2:
         return _mean(whole), float("nan")
-    mean, means = sum(whole) / m, _phase_means(whole, k)
+    mean, means = sum(whole) / m, phase_means(whole, k)
     residuals = [v - means[i % k] for i, v in enumerate(whole)]
     phi, r = phi_bound(residuals), _phi(residuals)
     spread = sum(e * e for e in residuals) / (m - k)

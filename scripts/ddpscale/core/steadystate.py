@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.core.stats import mean_interval_correlated, period, trend
+from ddpscale.core.stats import mean_interval_correlated, period, phase_means, trend
 
 PRECISION = "precision reached"
 STEP_CAP = "step cap reached"
@@ -134,12 +134,9 @@ def _without_pattern(costs: list[float], k: int) -> list[float]:
         return costs
     n = len(costs)
     first = n - (n - n // 2) // k * k
-    sums = [0.0] * k
-    for t in range(first, n):
-        sums[t % k] += costs[t]
-    means = [s / ((n - first) // k) for s in sums]
+    means = phase_means(costs[first:], k)  # means[j]: the phase of window first + j
     grand = sum(means) / k
-    return [c - means[t % k] + grand for t, c in enumerate(costs)]
+    return [c - means[(t - first) % k] + grand for t, c in enumerate(costs)]
 
 
 def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,

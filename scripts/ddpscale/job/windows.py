@@ -186,7 +186,7 @@ class WindowedThroughput(pl.Callback):
         return {
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
             # None where the windows are too few for an honest interval (too short to tell)
-            "throughput_half_width": None if d.too_short or not math.isfinite(d.half_width) else d.half_width,
+            "throughput_half_width": d.half_width if math.isfinite(d.half_width) else None,
             "window_steps": self.rule.window_steps,
             "windows_warmup": d.warmup_windows,
             "windows_steady": d.steady_windows,
