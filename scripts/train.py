@@ -74,7 +74,9 @@ def main(argv=None) -> int:
               f"{effective} ({spec.scaling} scaling)"
               + (f"; resuming from {ckpt}" if ckpt else ""), flush=True)
     fit_start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
+    # a checkpoint is data: Lightning would otherwise pass None, torch's default, which
+    # TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD turns into running whatever the pickle names
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
     fit_wall_s = time.perf_counter() - fit_start
     early_stop = runinfo.early_stop(trainer, spec.measure, spec.max_epochs, len(measured.timing.epoch_times))
     added = runinfo.module_callbacks(trainer, ours)

@@ -9,10 +9,10 @@ import zipfile
 import pytest
 import pytorch_lightning as pl
 import torch
-
+from conftest import ROOT
 from ddpscale.job import build, checksum, runinfo
-from ddpscale.plan.runspec import RunSpec
 from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
+from ddpscale.plan.runspec import RunSpec
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 
@@ -124,13 +124,62 @@ def test_a_save_cut_short_after_the_rotation_resumes_the_previous_one(tmp_path):
     assert runinfo.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "previous.ckpt")
 
 
-def test_a_checkpoint_from_before_checksums_is_resumed_if_it_loads(tmp_path):
+def test_a_checkpoint_without_a_checksum_is_set_aside_not_resumed(tmp_path, capsys):
+    """One ddpscale did not sign (copied in, planted, or from before checksums) is kept under
+    another name and the run starts fresh: a run resumes only what it wrote."""
     trained(tmp_path, epochs=1)
     (tmp_path / "last.ckpt.sha256").unlink()
-    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "last.ckpt")
-    (tmp_path / "last.ckpt").write_bytes((tmp_path / "last.ckpt").read_bytes()[:1000])
     assert runinfo.resume_path(str(tmp_path), SETTINGS, True) is None
-    assert (tmp_path / "last.ckpt.damaged").exists()
+    assert not (tmp_path / "last.ckpt").exists() and (tmp_path / "last.ckpt.damaged").exists()
+    assert (f"ddpscale: {tmp_path / 'last.ckpt'} is not resumed (it has no checksum, last.ckpt.sha256: ddpscale "
+            "resumes only checkpoints it wrote and signed); set aside as last.ckpt.damaged") in capsys.readouterr().out
+
+
+def test_a_resume_loads_lightnings_whole_state_as_data(tmp_path):
+    """weights_only=True, as train.py resumes: hyper-parameters, loops, callbacks and optimizer
+    states all load, and training goes on from the saved epoch."""
+    trained(tmp_path, epochs=1)
+    path = runinfo.resume_path(str(tmp_path), SETTINGS, True)
+    assert path == str(tmp_path / "last.ckpt")
+    saved = torch.load(path, weights_only=True)
+    assert saved["hyper_parameters"] and saved["optimizer_states"] and saved["loops"] and saved["callbacks"]
+    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+                   batch_size=16, max_epochs=2, accelerator="cpu")
+    trainer = build.build_trainer(spec, [epoch_checkpoint(str(tmp_path))])
+    trainer.fit(SpiralMLP(), datamodule=TinyData(), ckpt_path=path, weights_only=True)
+    assert trainer.current_epoch == 2 and trainer.global_step == 8  # 4 steps an epoch, one epoch trained here
+
+
+PLANTED = ROOT / "tests/fixtures/adversarial/ckpt_runs_code.ckpt"
+MARKER = "ckpt_pickle_ran_code"  # what the planted pickle creates in the working folder when unpickled
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_a_checkpoint_whose_pickle_runs_code_is_neither_run_nor_resumed(tmp_path, monkeypatch, capsys, signed):
+    """A last.ckpt planted in a run's folder (its pickle's __reduce__ calls open()), with and
+    without a checksum that matches it: inspecting it runs nothing, the run starts fresh, and
+    the file is kept under another name."""
+    monkeypatch.chdir(tmp_path)
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    assert runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None  # the run's own stamp
+    last = ckpt_dir / "last.ckpt"
+    shutil.copyfile(PLANTED, last)
+    if signed:
+        checksum.sign(last)
+    other_rank = runinfo.resume_path(str(ckpt_dir), SETTINGS, False)
+    assert not (tmp_path / MARKER).exists(), "inspecting the checkpoint ran its code"
+    assert other_rank is None and runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None
+    assert not last.exists() and (ckpt_dir / "last.ckpt.damaged").read_bytes() == PLANTED.read_bytes()
+    said = capsys.readouterr().out
+    assert f"ddpscale: {last} is not resumed (" in said and "no whole checkpoint left; starting this run fresh" in said
+    if signed:
+        assert "it holds io.open, which torch would load only by running code" in said
+        assert "torch.serialization.add_safe_globals (docs/your-model.md)" in said
+    aside = ckpt_dir / "last.ckpt.damaged"
+    assert "io.open" in runinfo.unloadable(aside)
+    assert runinfo.problem(aside, interrupted=False).startswith("is not resumed (")
+    assert not (tmp_path / MARKER).exists(), "inspecting the checkpoint ran its code"
 
 
 @pytest.mark.parametrize("content", ["[1, 2]", '"text"', "{cut", '{"fingerprint": "F", "record": [1]}',

@@ -15,7 +15,7 @@ import train  # noqa: F401  the job modules loaded, as train.py has them when it
 from conftest import ROOT
 from ddpscale.report import records
 from ddpscale.plan import identity, runspec
-from ddpscale.job import runinfo
+from ddpscale.job import checksum, runinfo
 from test_analysis import make_run
 
 SPIRAL = ["--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule"]
@@ -37,6 +37,7 @@ def keyed_settings(argv: list[str]) -> dict:
 def save_checkpoint(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": {"w": torch.zeros(1000)}, "epoch": 0}, path)
+    checksum.sign(path)  # as EpochCheckpoint signs each save: an unsigned one is never resumed
 
 
 # --- the checkpoint fingerprint -----------------------------------------------------------------

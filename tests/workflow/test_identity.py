@@ -17,6 +17,7 @@ import torch
 
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records, reportdata
+from ddpscale.job import checksum
 from ddpscale.plan import identity
 from test_analysis import make_run
 from test_identity import train_args
@@ -73,10 +74,11 @@ def test_unloadable_checkpoint_is_set_aside_and_the_run_starts_fresh(tmp_path, d
     assert run(command).returncode == 0  # leaves the fingerprint of exactly this run
     last = tmp_path / "ckpt/last.ckpt"
     last.write_bytes(b"PK\x03\x04 not really a checkpoint" * 50)
+    checksum.sign(last)  # whole as written, yet not a checkpoint torch can load
     result = run(command)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("is damaged") == 1, "one line, from rank 0 only"
-    assert "last.ckpt is damaged (" in result.stdout and "set aside as last.ckpt.damaged" in result.stdout
+    assert result.stdout.count("is not resumed") == 1, "one line, from rank 0 only"
+    assert "last.ckpt is not resumed (" in result.stdout and "set aside as last.ckpt.damaged" in result.stdout
     assert "no whole checkpoint left; starting this run fresh" in result.stdout
     assert (tmp_path / "ckpt/last.ckpt.damaged").read_bytes().startswith(b"PK\x03\x04 not really")
     metrics = json.loads((tmp_path / "metrics.json").read_text())

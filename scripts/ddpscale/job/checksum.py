@@ -21,7 +21,7 @@ from ddpscale.core.io import set_aside, write_json_atomic
 
 SIDECAR = ".sha256"
 CHUNK = 1 << 20
-UNSIGNED = "no checksum"  # a checkpoint without a sidecar: written before checksums, or cut short
+UNSIGNED = "no checksum"  # a checkpoint without a sidecar: cut short, or not written by ddpscale; never resumed
 
 
 def sidecar(path: str | os.PathLike) -> Path:

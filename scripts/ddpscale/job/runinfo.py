@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pickle
 import platform
+import re
 import socket
 import sys
 from pathlib import Path
@@ -12,16 +14,17 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from ddpscale.core import record as run_record
+from ddpscale.core.io import read_json_dict, terminal_safe, write_json_atomic
+from ddpscale.job import checksum
+
 # The local launcher's modules: its forked ranks have them loaded and an srun rank would not, so
 # the code hash (run_identity) would differ between a cluster's runs and a local one's, and
 # between topologies whenever the launcher gained an import. Imported here, every rank holds
 # the same set.
 from ddpscale.job import launch as _launcher  # noqa: F401
-from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
-from ddpscale.core import record as run_record
-from ddpscale.core.io import read_json_dict, write_json_atomic
-from ddpscale.job import checksum
 from ddpscale.plan import ddpsettings, identity
+from ddpscale.plan.hostdevices import host_oversubscribed, usable_cores
 from ddpscale.plan.runspec import RunSpec
 
 LAST = "last.ckpt"
@@ -69,8 +72,9 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
     A checkpoint is only resumed if it was written by a run with the same settings and
     identity (data checksum, training code, versions); a stale one is removed by rank 0 so a
     changed config, dataset or code starts over. Of a matching one, last.ckpt is resumed if it
-    is whole (problem), else previous.ckpt, the one it replaced; one that is not whole is set
-    aside (last.ckpt.damaged), or every rerun would crash or resume damaged weights.
+    is whole, signed and loads as data (problem), else previous.ckpt, the one it replaced; one
+    that is not is set aside (last.ckpt.damaged), or every rerun would crash, resume damaged
+    weights or run the code a planted file names.
     Every rank reaches the same answer without a process group: rank 0 deletes or renames
     a checkpoint (atomic) before it rewrites the fingerprint or looks at the next one, each
     rank checks a file itself (a rank that finds it renamed already goes on to the next, as
@@ -92,7 +96,7 @@ def resume_path(ckpt_dir: str, settings: dict, is_rank_zero: bool) -> str | None
             damaged = True
             if is_rank_zero:
                 aside = checksum.put_aside(path)
-                print(f"ddpscale: {path} is damaged ({why}); set aside as {aside.name}", flush=True)
+                print(f"ddpscale: {path} {why}; set aside as {aside.name}", flush=True)
         if damaged and is_rank_zero:
             print("ddpscale: no whole checkpoint left; starting this run fresh", flush=True)
         return None
@@ -114,25 +118,41 @@ def _read_stamp(stamp: Path) -> dict:
 
 
 def problem(path: Path, interrupted: bool) -> str | None:
-    """Why a checkpoint is not whole, or None. Its checksum decides; one without a checksum was
-    cut short where a previous.ckpt exists (a save interrupted after the rotation), else it was
-    written before checksums and is taken if torch can load it."""
+    """Why a checkpoint is not resumed, as the rest of a sentence ("is damaged (...)"), or None.
+
+    Its checksum decides whether it is whole. One without a checksum is never resumed: where a
+    previous.ckpt exists its save was cut short, else ddpscale did not write it (a copied or
+    planted file), and a checkpoint is trusted only as far as this run's own signature goes. A
+    whole one must still load as data (unloadable), or resuming would stop at trainer.fit."""
     why = checksum.mismatch(path)
-    if why != checksum.UNSIGNED:
-        return why
-    if interrupted:
-        return "it has no checksum: its save was interrupted"
-    return unloadable(path)
+    if why == checksum.UNSIGNED:
+        if interrupted:
+            return "is damaged (it has no checksum: its save was interrupted)"
+        return (f"is not resumed (it has no checksum, {checksum.sidecar(path).name}: ddpscale resumes only "
+                "checkpoints it wrote and signed)")
+    if why:
+        return f"is damaged ({why})"
+    why = unloadable(path)
+    return f"is not resumed ({why})" if why else None
 
 
 def unloadable(path: Path) -> str | None:
-    """Why torch cannot load this checkpoint, or None.
+    """Why torch cannot load this checkpoint as data, or None.
 
-    Cheap for a checkpoint of gigabytes: mmap=True reads the zip directory and unpickles the
-    structure, but leaves the tensor bytes on disk until used.
+    weights_only=True: a checkpoint is unpickled as tensors and plain types only, so a file that
+    names a function to call (a pickle's __reduce__) is refused instead of run. Lightning's own
+    contents (hyper-parameters, loops, callbacks, optimizer states) are plain types; a module
+    that saves its own classes registers them (docs/your-model.md). Cheap for a checkpoint of
+    gigabytes: mmap=True reads the zip directory and unpickles the structure, but leaves the
+    tensor bytes on disk until used.
     """
     try:
-        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+        saved = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+        held = found.group(1) if found else "an object torch does not load as data"
+        return (f"it holds {terminal_safe(held)}, which torch would load only by running code; a module's own "
+                "class must be allowed with torch.serialization.add_safe_globals (docs/your-model.md)")
     except Exception as err:  # noqa: BLE001 - whatever torch raises, the file is unusable
         return f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else 'no detail'}"
     if not isinstance(saved, dict) or "state_dict" not in saved:
@@ -300,4 +320,4 @@ def parameter_counts(module: torch.nn.Module) -> dict:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
