@@ -1,8 +1,9 @@
 """The machine lock opens a lock and nothing else (ddpscale.job.machinelock).
 
-Its folder is shared by every user of the machine (/tmp), so whatever another user planted at
-its path (a link to a file of root's, a FIFO, a file of their own) must come out unchanged, and
-no launcher may hang on it. The two-launcher behaviour is tested in tests/workflow/test_machine_lock.py.
+Its folder is this user's own under /tmp, or one DDPSCALE_LOCK_DIR names, which may be shared;
+whatever another user planted at its path (a link to a file of root's, a FIFO, a file of their
+own, a folder of their own in this user's name) must come out unchanged, and no launcher may hang
+on it. The two-launcher behaviour is tested in tests/workflow/test_machine_lock.py.
 """
 
 from __future__ import annotations
@@ -97,14 +98,25 @@ def test_the_lock_it_creates_is_readable_by_all_and_writable_by_its_owner_only(f
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root (os.chown)")
-def test_another_users_lock_is_held_read_only_and_never_changed(folder):
+def test_another_users_lock_is_refused_and_never_changed(folder):
+    """Another user's lock is theirs to hold for ever: it is refused, not waited on."""
     lock = folder / LOCK_NAME
     left = "topology 2x2 in /home/other (pid 1), training since yesterday"
     lock.write_text(left)
     lock.chmod(0o644)
     os.chown(lock, 12345, 12345)
-    said = []
-    with machinelock.held(lock, HOLDER, said.append):
+    said = hold(lock)
+    assert "belongs to another user (uid 12345)" in said[0]
+    assert lock.read_text() == left and mode(lock) == 0o644 and lock.stat().st_uid == 12345
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root (os.chown)")
+def test_a_root_lock_in_a_shared_folder_is_held_read_only_and_never_changed(folder):
+    lock = folder / LOCK_NAME
+    left = "topology 2x2 in /home/other (pid 1), training since yesterday"
+    lock.write_text(left)
+    lock.chmod(0o444)
+    with machinelock.held(lock, HOLDER, [].append):
         # it still excludes: a second descriptor cannot take it meanwhile
         other = os.open(lock, os.O_RDONLY)
         try:
@@ -112,8 +124,23 @@ def test_another_users_lock_is_held_read_only_and_never_changed(folder):
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(other)
-    assert said == []
-    assert lock.read_text() == left and mode(lock) == 0o644 and lock.stat().st_uid == 12345
+    # root may write any file: the line goes in, the mode stays
+    assert mode(lock) == 0o444
+
+
+def test_the_default_lock_is_in_a_folder_of_this_users_own():
+    path = machinelock.lock_path({}, uid=4321)
+    assert path == machinelock.Path("/tmp/ddpscale-4321") / LOCK_NAME
+
+
+def test_a_folder_planted_in_this_users_name_is_refused(tmp_path, victim):
+    link = tmp_path / "planted"
+    link.symlink_to(victim.parent)
+    said = hold(link / LOCK_NAME)
+    assert "is a symbolic link" in said[0] and not (victim.parent / LOCK_NAME).exists()
+    assert machinelock.folder_problem(stat.S_IFDIR | 0o755, owner=12345, me=1000) == \
+        "belongs to another user (uid 12345)"
+    assert machinelock.folder_problem(stat.S_IFDIR | 0o700, owner=1000, me=1000) is None
 
 
 @pytest.mark.timeout(60)

@@ -9,18 +9,22 @@ who holds it and waits. The wait comes before any rank starts, so no figure cont
 flock is released by the kernel when the last descriptor closes, so a killed launcher (and its
 ranks, which die with it) never leaves a stale lock.
 
-Where it lives: /tmp, shared by every user of the machine, because two experiments of two users
-measure each other as surely as two of one user do; a per-user folder would lose exactly that.
-DDPSCALE_LOCK_DIR moves it (the test suite gives each of its parallel workers its own). A
-shared folder is anyone's to plant a file in, so the lock is opened as a lock and nothing else:
-without following a symbolic link, without blocking on a FIFO or taking a terminal, and used only
-if it is a regular file with no other name (a hard link to /etc/passwd is refused). Its mode and
-contents are changed only where this user owns it: the run that creates it makes it readable to
-all, so another user's launcher can open it read-only, flock it (flock needs no write access) and
-wait; that launcher cannot write its own line in it, so a waiting launcher takes the holder's pid
-from the kernel (/proc/locks) and shows the file's line only where it names that pid. A lock it
-refuses is said in one line and the run goes on without it, as one it cannot open does: failing
-would let any user of the machine stop every ddpscale run on it by planting a file.
+Where it lives: a folder of this user's own, /tmp/ddpscale-<uid> (mode 0700, made here and used
+only if it is a real folder this user owns that no one else can write), or DDPSCALE_LOCK_DIR (the
+test suite gives each of its parallel workers its own). A folder shared by every user would also
+keep two users' experiments apart, but it is anyone's to plant a file in: a lock another user made
+there is theirs to hold for ever, and a link planted there made a root run empty and open up
+/etc/passwd. So two users' experiments are no longer kept apart; set DDPSCALE_LOCK_DIR to one
+sticky folder (chmod 1777) to share a lock between users who trust each other.
+
+The lock is opened as a lock and nothing else: without following a symbolic link, without
+blocking on a FIFO or taking a terminal, and used only if it is a regular file with no other
+name (a hard link to /etc/passwd is refused) owned by this user or root, in a folder others cannot
+swap it in. Its mode and contents are changed only where this user owns it; a root-owned lock in
+a shared folder is flocked read-only (flock needs no write access), and a waiting launcher takes
+the holder's pid from the kernel (/proc/locks), showing the file's line only where it names that
+pid. A lock it refuses is said in one line and the run goes on without it, as one it cannot open
+does: failing would let any user of the machine stop every ddpscale run on it by planting a file.
 """
 
 from __future__ import annotations
@@ -40,14 +44,25 @@ from ddpscale.core.io import terminal_safe
 
 LOCK_NAME = "ddpscale-local-training.lock"
 LOCK_DIR_ENV = "DDPSCALE_LOCK_DIR"
-SHARED_DIR = "/tmp"
+TEMP_DIR = "/tmp"
 PROC_LOCKS = "/proc/locks"
 # never follow a link, never wait for a FIFO's writer, never make a terminal ours
 OPEN_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK
 
 
-def lock_path(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get(LOCK_DIR_ENV) or SHARED_DIR) / LOCK_NAME
+def lock_path(environ: Mapping[str, str], uid: int | None = None) -> Path:
+    """DDPSCALE_LOCK_DIR's lock, else the one in this user's own folder under /tmp."""
+    if environ.get(LOCK_DIR_ENV):
+        return Path(environ[LOCK_DIR_ENV]) / LOCK_NAME
+    return Path(TEMP_DIR) / f"ddpscale-{os.geteuid() if uid is None else uid}" / LOCK_NAME
+
+
+def _own_folder(path: Path) -> None:
+    """Make this user's lock folder (0700) where it is missing; a planted one is judged by
+    folder_problem, never changed."""
+    if path.name == f"ddpscale-{os.geteuid()}" and str(path.parent) == TEMP_DIR:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
 
 
 def holder_line(what: str, pid: int, cwd: str, since: dt.datetime) -> str:
@@ -55,24 +70,32 @@ def holder_line(what: str, pid: int, cwd: str, since: dt.datetime) -> str:
     return f"{what} in {cwd} (pid {pid}), training since {since.isoformat(timespec='seconds')}"
 
 
-def folder_problem(mode: int) -> str | None:
-    """Why a folder (its st_mode) is no place for the lock, or None: one that others may write
-    must be sticky, or any of them could swap the file under a waiting launcher."""
+def folder_problem(mode: int, owner: int = 0, me: int = 0) -> str | None:
+    """Why a folder (its lstat st_mode and st_uid) is no place for user `me`'s lock, or None: it
+    must be a real folder of this user or root, and one that others may write must be sticky, or
+    any of them could swap the file under a waiting launcher."""
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link (name the folder it points to)"
     if not stat.S_ISDIR(mode):
         return "is not a folder"
+    if owner not in (0, me):
+        return f"belongs to another user (uid {owner})"
     if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
         return "is writable by other users and not sticky (chmod +t)"
     return None
 
 
-def file_problem(mode: int, links: int) -> str | None:
-    """Why the file opened at the lock's path (its st_mode and st_nlink) is not a lock, or None."""
+def file_problem(mode: int, links: int, owner: int = 0, me: int = 0) -> str | None:
+    """Why the file opened at the lock's path (its st_mode, st_nlink and st_uid) is not a lock
+    for user `me`, or None."""
     if not stat.S_ISREG(mode):
         kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a device",
                  stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
         return f"is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
     if links != 1:
         return f"has {links} names (a hard link to another file)"
+    if owner not in (0, me):
+        return f"belongs to another user (uid {owner}), who could hold it for ever"
     return None
 
 
@@ -141,14 +164,16 @@ def _opened(path: Path) -> tuple[int | None, bool, str | None]:
     """(a descriptor on the lock, whether the holder line may be written in it, why not to use
     it). The line is written only in a file this user owns, opened for writing."""
     try:
-        folder = folder_problem(os.stat(path.parent).st_mode)
+        _own_folder(path.parent)
+        found = os.lstat(path.parent)
+        folder = folder_problem(found.st_mode, found.st_uid, os.geteuid())
         if folder:
             return None, False, f"is in a folder that {folder}"
         fd, created = _open(path)
     except OSError as err:
         return None, False, "is a symbolic link" if err.errno == errno.ELOOP else f"cannot be opened ({err.strerror})"
     found = os.fstat(fd)
-    why = file_problem(found.st_mode, found.st_nlink)
+    why = file_problem(found.st_mode, found.st_nlink, found.st_uid, os.geteuid())
     if why:
         os.close(fd)
         return None, False, why
