@@ -10,6 +10,7 @@ from snakemake.utils import validate
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.plan.configcheck import read_config, schema_problems, yaml_problem  # noqa: E402
+from ddpscale.plan.configcheck import input_problems  # noqa: E402
 from ddpscale.plan.configsource import (  # noqa: E402
     DEFAULT_CONFIG,
     config_source,
@@ -58,6 +59,10 @@ def check_config_schema():
         raise WorkflowError("\n".join(problems))
 
 
+# Inputs that cannot work (nested numbers given with --config, an experiment named like a legacy
+# folder of results/, data that is the experiment's own output): named before the schema's words.
+if problems := input_problems(config, workflow.config_settings.config, source):
+    raise WorkflowError("\n".join(problems))
 own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()
 validate(config, schema="../schemas/config.schema.yaml")

@@ -21,6 +21,18 @@ RESULTS = "results"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(?!\n)$"
 # results/ as it was before experiments had folders of their own
 LEGACY_RUNS = f"{RESULTS}/runs"
+# The folders results/ held then: an experiment of one of these names would share its folder
+# with the old layout (results/runs is LEGACY_RUNS, read as old runs), and scripts/report.py
+# writes to results/report by default. Compared without case, as macOS's file system does.
+LEGACY_FOLDERS = ("data", "runs", "logs", "checkpoints", "report")
+
+
+def reserved_problem(name: str) -> str | None:
+    """Why an experiment cannot be called `name`, or None."""
+    if name.lower() in LEGACY_FOLDERS:
+        return (f"{RESULTS}/{name}/ is a folder of results/ as it was before experiments had their own "
+                f"({', '.join(LEGACY_FOLDERS)}), so its runs would mix with those")
+    return None
 
 
 def experiment_name(config: dict) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
+from ddpscale.core.layout import experiment_name, layout, reserved_problem
 from ddpscale.core.topology import Topology
 from ddpscale.plan.configsource import DEFAULT_CONFIG
 from ddpscale.plan.spiral import split_sizes
@@ -362,3 +363,89 @@ def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
         return (f"{at}: this line is indented as no key above it is (`{shown_line}`): indent it exactly as "
                 "far as the keys it belongs with")
     return f"{at}: YAML cannot read it ({problem or context}): fix that line (`{shown_line}`)"
+
+
+# -- inputs that cannot work, refused before the schema (input_problems: common_config.smk) --
+
+# Files of the running system: no data a run can use, /dev/zero never ends, and a checksum that
+# changes at every read would rerun every run.
+SYSTEM_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def under(path: str, folder: str) -> bool:
+    """Whether path is folder or inside it, links resolved."""
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def data_source_problems(config: dict, source) -> list[str]:
+    """A data file (data.files, data.init_args.data_file) that is this experiment's own output, or
+    a file of the running system. Its own output: training would read what training writes, and
+    Snakemake would rerun every run each time one finishes. source: key path -> the file that set it."""
+    data = config.get("data") if isinstance(config.get("data"), dict) else {}
+    files = data.get("files") if isinstance(data.get("files"), list) else []
+    init_args = data.get("init_args") if isinstance(data.get("init_args"), dict) else {}
+    named = [(("data", "files"), "data.files lists", path) for path in files if isinstance(path, str)]
+    if isinstance(init_args.get("data_file"), str):
+        named.append((("data", "init_args", "data_file"), "data.init_args.data_file is", init_args["data_file"]))
+    root = layout(config).root
+    problems = []
+    for key, said, path in named:
+        if any(under(path, system) for system in SYSTEM_ROOTS):
+            problems.append(f"{source(key)}: {said} {path!r}, a file of the running system "
+                            f"({', '.join(SYSTEM_ROOTS)}), not data: name the files your data module reads")
+        elif under(path, root):
+            problems.append(f"{source(key)}: {said} {path!r}, which is this experiment's own output ({root}/): "
+                            "training would read what it writes; copy the file out of results/ and name the copy")
+    return problems
+
+
+def experiment_problems(config: dict, source) -> list[str]:
+    """An experiment whose folder under results/ is one the project uses otherwise (layout)."""
+    name = experiment_name(config)
+    why = reserved_problem(name)
+    if not why:
+        return []
+    said = "experiment is" if config.get("experiment") else "experiment is null, so the model class's name,"
+    return [f"{source(('experiment',))}: {said} {name!r}, but {why}; set experiment: to another name"]
+
+
+def override_problems(overrides) -> list[str]:
+    """A mapping or list given with --config (`--config report='{efficiency_threshold: 0.8}'`):
+    Snakemake reads it with YAML's BaseLoader (snakemake.cli.parse_config), which keeps every value
+    as text, so a number there arrives as '0.8' and the schema would ask to drop quotes the user
+    never wrote. A dotted key (report.x=3) Snakemake itself refuses before the workflow runs."""
+    problems = []
+    for key, value in (overrides or {}).items():
+        found = text_number(value, (key,)) if isinstance(value, (dict, list)) else None
+        if found:
+            path, text = found
+            problems.append(f"--config: {key_name(path)} arrives as the text {text!r}: Snakemake reads a mapping or "
+                            f"list given with --config as text throughout; put nested keys in an overlay file "
+                            f"and pass it with --configfile (e.g. a file holding `{key}: {{...}}`)")
+    return problems
+
+
+def text_number(tree, path: tuple) -> tuple[tuple, str] | None:
+    """The first text in tree that YAML would read as a number, true/false or null, with its path."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, list):
+        items = enumerate(tree)
+    else:
+        try:
+            read = yaml.safe_load(tree) if isinstance(tree, str) else tree
+        except yaml.YAMLError:
+            return None
+        return (path, tree) if isinstance(tree, str) and not isinstance(read, str) else None
+    for key, value in items:
+        if found := text_number(value, (*path, key)):
+            return found
+    return None
+
+
+def input_problems(config: dict, overrides, source) -> list[str]:
+    """Inputs that cannot work, one line each, checked before the schema: nested numbers given
+    with --config (overrides: what --config set), an experiment named like a folder results/
+    already uses, and data files that are the experiment's own output or the system's."""
+    return override_problems(overrides) + experiment_problems(config, source) + data_source_problems(config, source)

@@ -6,6 +6,11 @@ it knows, so a name it does not know is dropped silently: `slurm_qos: long` subm
 default QOS, and the job is refused or runs where the user did not mean it. A placeholder the
 user was to replace (`slurm_account: my_account`) is submitted as is. Both are refused while
 the workflow is parsed, before any sbatch, naming the profile's file, the entry and the fix.
+
+A profile's resource that is not a number is Python to Snakemake: it evaluates it when it builds
+each job, and the SLURM plugin writes several resources (mem_mb_per_cpu, tasks, cpus_per_task,
+slurm_extra...) into sbatch's shell line unquoted. So every value is held here, before any job is
+built, to a literal of its kind (resource_literal_problem); nothing else of a profile is evaluated.
 The workflow hands over Snakemake's default-resources and set-resources as they are
 (workflow.resource_settings): Snakemake gives a resource callable no access to other
 resources, so the site facts are read here, once, for every stage.
@@ -13,14 +18,27 @@ resources, so the site facts are read here, once, for every stage.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import difflib
+import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core.topology import STAGE_RULES
 from ddpscale.plan.reservation import stage_runtime
-from ddpscale.plan.resources import SITE_PREFIX, Site, check_stage_entry, shared_resources, site_from_resources
+from ddpscale.plan.resources import (
+    NAME_TEXT,
+    SITE_PREFIX,
+    Site,
+    SiteError,
+    check_stage_entry,
+    shared_resources,
+    signal_problem,
+    site_from_resources,
+    slurm_extra_problem,
+)
 
 # Snakemake's own resources (snakemake.resources), used by any executor.
 SNAKEMAKE = {"mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib", "runtime", "tmpdir", "threads",
@@ -111,9 +129,111 @@ class Profile:
     notes: tuple[str, ...] = ()  # said to the user while the workflow parses
 
 
+def written_value(resource):
+    """One resource as the profile (or the command line) wrote it: an int, or the text Snakemake
+    will evaluate. Snakemake keeps it as `raw`, except for an expression given as mem or disk,
+    which it renames mem_mb or disk_mb in a wrapper without one (snakemake.resources,
+    Resource.standardize_size): the wrapper holds the Resource it wraps, which has it."""
+    raw = getattr(resource, "raw", resource)
+    evaluator = getattr(resource, "_evaluator", None)
+    if raw is None and evaluator is not None:
+        wrapped = inspect.getclosurevars(evaluator).nonlocals.get("self")
+        return getattr(wrapped, "raw", None)
+    return raw
+
+
 def as_written(resources) -> dict:
     """Resources as the values the profile wrote (Snakemake keeps them as Resource objects)."""
-    return {name: getattr(value, "raw", value) for name, value in (resources or {}).items()}
+    return {name: written_value(value) for name, value in (resources or {}).items()}
+
+
+# The resources that are whole numbers: Snakemake's sizes and time, and the counts the plugin
+# writes into sbatch's line unquoted (--mem-per-cpu, --ntasks, --cpus-per-task...). Snakemake
+# reads "8G" or "2h" for mem, disk and runtime into a number before the workflow sees it.
+INTEGER = {"mem", "mem_mb", "mem_mib", "disk", "disk_mb", "disk_mib", "runtime", "threads", "_cores", "_nodes",
+           "mem_mb_per_cpu", "nodes", "tasks", "tasks_per_node", "tasks_per_gpu", "cpus_per_task",
+           "cpus_per_gpu", "gpu"}
+# A count above this is a typo, and SLURM keeps its counts and minutes in 32 bits.
+LARGEST = 2**31 - 1
+# Zero means nothing to SLURM for these (a job without time, on no node).
+POSITIVE = {"runtime", "nodes", "_nodes", "threads", "_cores"}
+# The plugin's own grammars for a GRES and a GPU model (its utils.set_gres_string): it refuses
+# others only when it submits the job.
+GRES = re.compile(r"[a-zA-Z0-9_]+(:[a-zA-Z0-9_.]+)?(:\d+[TGM]?)?")
+GPU_MODEL = re.compile(r"[a-zA-Z0-9_.]+")
+# tmpdir is a path Snakemake creates and exports for the job: no shell syntax, no $ or ~ (which
+# Snakemake expands itself).
+PATH_TEXT = re.compile(r"[A-Za-z0-9_./-]+")
+TEXT = {"gres": (GRES, "a GRES such as gpu:a100:4"), "gpu_model": (GPU_MODEL, "letters, digits, _ and ."),
+        "tmpdir": (PATH_TEXT, "a path of letters, digits and _ . / -")}
+NAME_FIX = "letters, digits and _ . , : & | [ ] * -"
+# The names Snakemake gives a resource expression besides Python's builtins (resources.py,
+# Resource.cli_evaluator; the snakemake.ioutils functions are added in snakemake_names).
+EVALUATOR_NAMES = {"wildcards", "input", "attempt", "threads", "system_tmpdir", "shutil", "async_run", "rulename"}
+
+
+def snakemake_defaults() -> dict:
+    """Snakemake's own default resources as it names them once read (mem -> mem_mb): a profile
+    gets them with a bare --default-resources, and on a cluster executor without any."""
+    from snakemake.resources import Resources
+
+    full = Resources.DEFAULTS["full"]
+    return {f"{name}_mb" if name in ("mem", "disk") else name: text for name, text in full.items()}
+
+
+def snakemake_names() -> set[str]:
+    """Every name a resource expression can use, so that text naming one is no text to Snakemake."""
+    import snakemake.ioutils
+
+    namespace = {}
+    snakemake.ioutils.register_in_globals(namespace)
+    return set(dir(builtins)) | EVALUATOR_NAMES | set(namespace)
+
+
+def evaluated_as_python(text: str, names: set[str]) -> bool:
+    """Whether Snakemake, which evaluates a resource's text and keeps the text only where that
+    fails with a NameError or a SyntaxError, would give the plugin something else than the text."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return False
+    nodes = list(ast.walk(tree))
+    if any(isinstance(node, ast.Lambda) for node in nodes):
+        return True
+    return not {node.id for node in nodes if isinstance(node, ast.Name)} - names
+
+
+def resource_literal_problem(name: str, value, names: set[str]) -> str | None:
+    """Why one resource's value as written is not a literal of its kind, or None: a whole number
+    for sizes, time and counts, else text of a narrow grammar, never Python to evaluate."""
+    if value is not None and value == snakemake_defaults().get(name):
+        return None
+    if name in INTEGER:
+        low = 1 if name in POSITIVE else 0
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= LARGEST:
+            return None
+        unit = {"runtime": "minutes (or a duration such as '2h')"}.get(
+            name, "MB (or a size such as '8G' for mem)" if name.startswith(("mem", "disk")) else "a count")
+        return (f"{name} must be a whole number from {low} to {LARGEST}, in {unit} (got {value!r}); Snakemake "
+                f"evaluates anything else as Python and the SLURM plugin writes it into sbatch's shell line")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return None
+    if not isinstance(value, str):
+        return f"{name} must be text or a whole number (got {value!r})"
+    if name == "slurm_extra":
+        return slurm_extra_problem(value, name)
+    grammar, fix = TEXT.get(name, (NAME_TEXT, NAME_FIX))
+    # Snakemake's own quoting of text (`qos: "'long'"`, or a YAML string of digits)
+    inner = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else None
+    if inner is not None and grammar.fullmatch(inner):
+        return None
+    if not grammar.fullmatch(value):
+        return (f"{name} {value!r} is not a plain value: write {fix} only; Snakemake evaluates other text as "
+                f"Python, and the SLURM plugin passes it to sbatch through a shell")
+    if evaluated_as_python(value, names):
+        return (f"{name} {value!r} is a Python expression to Snakemake, which would give the SLURM plugin its "
+                f"value instead; quote it as text: {name}: \"'{value}'\"")
+    return None
 
 
 def runtime_minutes(resources) -> int | None:
@@ -148,9 +268,22 @@ def problems(where: str, default, overwrite: dict) -> list[str]:
     entries = {"default-resources": as_written(default)}
     entries.update({f"set-resources {rule}": as_written(values) for rule, values in overwrite.items()})
     found = [line for entry, values in entries.items() for line in resource_problems(where, entry, values)]
+    found += literal_problems(where, entries)
     extra = str(entries.get("set-resources train", {}).get(f"{SITE_PREFIX}slurm_extra", ""))
     if extra.strip():
         found += slurm_extra_problems(where, "set-resources train", extra, forbidden_options())
+    return found
+
+
+def literal_problems(where: str, entries: dict) -> list[str]:
+    """One line per resource of every entry (default-resources, set-resources <rule>) that is not
+    a literal of its kind; site facts are the site's to check (ddpscale.plan.resources)."""
+    names = snakemake_names()
+    found = []
+    for entry, values in entries.items():
+        for name, value in values.items():
+            if name in KNOWN and (problem := resource_literal_problem(name, value, names)):
+                found.append(f"{where}: {entry} {problem}")
     return found
 
 
@@ -166,10 +299,12 @@ def read(default, overwrite: dict) -> Profile:
     if "probe" in overwrite:
         notes.append("warning: the profile's set-resources entry `probe` is unused now that the probe runs "
                      "inside each topology's first training job; remove that entry")
-    return Profile(
-        site=site_from_resources(train), shared=shared_resources(train),
-        runtimes={rule: stage_runtime(rule, stages, train_limit, default_limit) for rule in STAGE_RULES.values()},
-        notes=tuple(notes))
+    site = site_from_resources(train)
+    runtimes = {rule: stage_runtime(rule, stages, train_limit, default_limit) for rule in STAGE_RULES.values()}
+    for rule, minutes in runtimes.items():
+        if problem := signal_problem(site, minutes):
+            raise SiteError(f"profile set-resources train: {problem} ({rule}'s runtime is {minutes} min)")
+    return Profile(site=site, shared=shared_resources(train), runtimes=runtimes, notes=tuple(notes))
 
 
 # How Snakemake and the SLURM plugin may spell the retry settings, in a profile and on the

@@ -30,6 +30,13 @@ LAUNCHERS = ("local", "srun")
 # variable's name is an identifier (its value is quoted), an sbatch flag holds only these.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SBATCH_TEXT = re.compile(r"[A-Za-z0-9_.,:@%/+= -]*")
+# An account, partition, QOS, cluster or node constraint: names, and the operators of sbatch's
+# --constraint (& | [ ] *count), but not its parentheses: with them the text could call Python.
+NAME_TEXT = re.compile(r"[A-Za-z0-9_.,:&|\[\]*-]+")
+# A GRES type as the SLURM plugin accepts it in gpu:<type>:<count> (its utils.set_gres_string).
+GPU_TYPE = re.compile(r"[A-Za-z0-9_.]+")
+# sbatch --signal's sig_time "must have an integer value between 0 and 65535" (man sbatch).
+SIGNAL_MAX_S = 65535
 
 
 class SiteError(ValueError):
@@ -127,9 +134,13 @@ def site_from_resources(resources: dict, where: str = "profile set-resources tra
         # bool is an int in Python; `site_cpus_per_gpu: true` would become --cpus-per-task=True
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SiteError(f"{where}: {SITE_PREFIX}{name} must be an integer >= 1 (got {value!r})")
-    if isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int) or site.signal_s < 0:
-        raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer >= 0, seconds before the "
-                        f"time limit (0: no signal) (got {site.signal_s!r})")
+    if (isinstance(site.signal_s, bool) or not isinstance(site.signal_s, int)
+            or not 0 <= site.signal_s <= SIGNAL_MAX_S):
+        raise SiteError(f"{where}: {SITE_PREFIX}signal_s must be an integer from 0 to {SIGNAL_MAX_S} (sbatch "
+                        f"--signal's limit), seconds before the time limit (0: no signal) (got {site.signal_s!r})")
+    if site.gpu_type is not None and not (isinstance(site.gpu_type, str) and GPU_TYPE.fullmatch(site.gpu_type)):
+        raise SiteError(f"{where}: {SITE_PREFIX}gpu_type {site.gpu_type!r} is not a GRES type: write letters, "
+                        f"digits, _ and . only, as `sinfo -o %G` lists it (e.g. a100)")
     for flag in FLAG_FACTS:
         if not isinstance(getattr(site, flag), bool):
             raise SiteError(f"{where}: {SITE_PREFIX}{flag} must be true or false (got {getattr(site, flag)!r})")
@@ -204,26 +215,37 @@ def unknown_sbatch_options(flags: str) -> list[str]:
     return unknown
 
 
-def slurm_extra_problem(flags) -> str | None:
-    """Why site_slurm_extra is not plain sbatch flags, or None. The SLURM plugin runs sbatch
-    through a shell with these flags as written: `;`, `$(...)` or a newline there would run on
-    the login node, and a quote would swallow the flags after it."""
+def slurm_extra_problem(flags, name: str = f"{SITE_PREFIX}slurm_extra") -> str | None:
+    """Why site_slurm_extra (or a profile's slurm_extra for another rule: name) is not plain sbatch
+    flags, or None. The SLURM plugin runs sbatch through a shell with these flags as written: `;`,
+    `$(...)` or a newline there would run on the login node, and a quote would swallow the flags
+    after it."""
     if not isinstance(flags, str):
-        return f"{SITE_PREFIX}slurm_extra must be a string of sbatch flags (got {flags!r})"
+        return f"{name} must be a string of sbatch flags (got {flags!r})"
     bad = sorted(set(SBATCH_TEXT.sub("", flags)))
     if bad:
-        return (f"{SITE_PREFIX}slurm_extra {flags!r} holds {' '.join(map(repr, bad))}, which sbatch flags do not need "
+        return (f"{name} {flags!r} holds {' '.join(map(repr, bad))}, which sbatch flags do not need "
                 "and a shell would read; write flags of letters, digits and . , : @ % / + = - separated by spaces, "
                 'e.g. "--gpu-bind=none --hint=nomultithread"')
     if flags.strip() and not flags.strip().startswith("-"):
-        return f"{SITE_PREFIX}slurm_extra {flags!r} must start with a flag (-x or --name)"
+        return f"{name} {flags!r} must start with a flag (-x or --name)"
     if unknown := unknown_sbatch_options(flags):
         word = unknown[0]
         hint = closest(word.lstrip("-").partition("=")[0], SBATCH_LONG) if word.startswith("--") else ""
         hint = hint.replace("did you mean '", "did you mean '--")
-        return (f"{SITE_PREFIX}slurm_extra {flags!r}: {word!r} is not an sbatch option{hint or ''}"
+        return (f"{name} {flags!r}: {word!r} is not an sbatch option{hint or ''}"
                 "; `man sbatch` on your site lists them")
     return None
+
+
+def signal_problem(site: Site, minutes: int | None) -> str | None:
+    """Why a training job of `minutes` (its time limit; None: the partition's) cannot get the
+    site_signal_s warning, or None: SLURM would signal it at once, and every run would stop to
+    save a checkpoint as soon as it starts."""
+    if site.is_local or not site.signal_s or minutes is None or site.signal_s < minutes * 60:
+        return None
+    return (f"{SITE_PREFIX}signal_s {site.signal_s} s is not below the job's time limit of {minutes * 60} s, so "
+            "SLURM would signal every run as it starts; lower site_signal_s or raise the runtime")
 
 
 def cluster_launched(topo: Topology, site: Site) -> bool:
