@@ -28,7 +28,7 @@ from ddpscale.plan.hostdevices import AcceleratorError, host_memory_mb, usable_c
 from ddpscale.plan.identity import installed_versions  # noqa: E402
 from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
 from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.plan.resources import SiteError  # noqa: E402
+from ddpscale.plan.resources import SiteError, signal_problem  # noqa: E402
 from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
 
 # Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
@@ -284,7 +284,16 @@ def set_time_limits():
     """Each training stage's time limit as the plan sizes it (ddpscale.plan.timelimit), called
     after the rules are defined: Snakemake applies the profile's set-resources last, so a stage
     entry's runtime would otherwise win over throughput mode's shorter limit."""
-    for rule, minutes in PLAN.job_runtimes(PROFILE.runtimes).items():
+    limits = PLAN.job_runtimes(PROFILE.runtimes)
+    # the profile's own limits were checked with the site (profile.read); these may be shorter
+    found = [
+        f"{profile_file(sys.argv, os.environ)}: {rule}: {why}"
+        for rule, minutes in limits.items()
+        if (why := signal_problem(PROFILE.site, minutes))
+    ]
+    if found:
+        raise WorkflowError("\n".join(found))
+    for rule, minutes in limits.items():
         if minutes is not None:
             workflow.get_rule(rule).resources["runtime"] = minutes
 
