@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ddpscale.status import rows as status
 from ddpscale.status import sources
 from test_analysis import make_run
 from test_runplan import in_tmp, plan, source  # noqa: F401 (in_tmp: a fixture)
+from test_status import run_status, write_tree
 
 NONFINITE = json.loads((ROOT / "tests/fixtures/adversarial/record_nonfinite.json.txt").read_text())
 
@@ -177,3 +179,16 @@ def test_a_damaged_record_in_a_read_only_folder_is_named_with_its_fix(in_tmp, mo
     (line,) = problems
     assert "could not be set aside" in line and f"make {damaged.parent.relative_to(in_tmp)} writable" in line
     assert "\n" not in line and damaged.read_text() == '{"cut": "short"}', "nothing lost"
+
+
+def test_the_status_command_names_a_fifo_record_and_ends(tmp_path):
+    """scripts/status.py as make status runs it, over a results folder holding a FIFO record:
+    it ends (run_status's timeout fails the test otherwise) and names the run unreadable."""
+    write_tree(tmp_path, lock=False)
+    fifo = tmp_path / "out/runs/1x2/r0/metrics.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    done = run_status(tmp_path, "--results", "out")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^1x2 +r0 +unreadable +metrics.json unreadable: will rerun \(cannot read: a FIFO", done.stdout,
+                     re.M)
