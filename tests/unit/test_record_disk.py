@@ -191,4 +191,4 @@ def test_the_status_command_names_a_fifo_record_and_ends(tmp_path):
     done = run_status(tmp_path, "--results", "out")
     assert done.returncode == 0, done.stderr
     assert re.search(r"^1x2 +r0 +unreadable +metrics.json unreadable: will rerun \(cannot read: a FIFO", done.stdout,
-                     re.M)
+                     re.MULTILINE)
