@@ -10,6 +10,7 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ddpscale.core import argsfile  # noqa: E402
 from ddpscale.core.io import atomic_write, terminal_safe  # noqa: E402
 from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
                              projection, records, reportdata, verdict)
@@ -64,6 +65,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "runs under and the warning before it (the workflow sets it from a cluster profile), for "
                         "the projection of a training longer than one job")
     p.add_argument("--out-dir", default="results/report", type=Path)
+    p.add_argument(argsfile.FILE_FLAG, metavar="PATH",
+                   help="a JSON file of further flags, as the workflow writes it (their length is not bounded "
+                        "by the command line's); read in its place")
+    p.add_argument(argsfile.DIGEST_FLAG, metavar="SHA256", help="the digest the args file must have")
+    try:
+        argv = argsfile.expand(sys.argv[1:] if argv is None else argv)
+    except ValueError as err:
+        p.error(str(err))
     return p.parse_args(argv)
 
 

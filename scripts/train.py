@@ -1,8 +1,8 @@
 """Train one topology with Lightning DDP and write its metrics.json (rank 0, atomically, last).
 
 Every rank runs this script; the launcher (scripts/launch_local.py or srun) starts them. The
-settings come as flags (ddpscale.plan.runspec); the topology is checked against the process group
-that formed.
+settings come as flags, or in an args file the workflow wrote (ddpscale.plan.runspec); the
+topology is checked against the process group that formed.
 """
 
 import os
@@ -33,6 +33,8 @@ def is_first_rank() -> bool:
 
 def main(argv=None) -> int:
     spec = runspec.parse(argv)
+    if is_first_rank():  # the workflow passes most of them in a file: the log shows what ran
+        print(f"ddpscale: settings: {spec.command()}", flush=True)
     # first: a GPU run torch cannot give a GPU stops here, before any group or data exists
     cudacheck.require_gpu(spec.accelerator)
     topo = spec.topo

@@ -134,17 +134,18 @@ def test_a_cluster_plan_reads_no_host_and_gives_the_plugin_its_resources():
     assert p.launch("2x4").startswith("env -u MASTER_ADDR") and "srun --nodes=2" in p.launch("2x4")
 
 
-def test_report_flags_quote_what_the_config_wrote_and_name_every_expected_topology():
+def test_report_flags_hold_what_the_config_wrote_and_name_every_expected_topology():
     config = default_config(topologies=["1x1", "1x2"], experiment="a-b")
     config["dataset"]["noise"] = 0.25
-    flags = plan(config).report_flags({"train_baseline": None})
-    words = shlex.split(flags)
-    assert words[words.index("--experiment") + 1] == "a-b"
-    assert json.loads(words[words.index("--dataset") + 1])["noise"] == 0.25
+    words = plan(config).report_argv({"train_baseline": None})
+    given = dict(word.split("=", 1) for word in words if "=" in word)
+    assert given["--experiment"] == "a-b"
+    assert json.loads(given["--dataset"])["noise"] == 0.25
     assert words[-3:] == ["--expected", "1x1", "1x2"]
-    assert "--job-limits" not in words  # the local profile has no time limits
-    limited = plan(site=SRUN, topologies=["1x1", "1x2"]).report_flags({"train_baseline": 60, "train_single_node": 30})
-    assert json.loads(shlex.split(limited)[shlex.split(limited).index("--job-limits") + 1])["1x2"]["limit_s"] == 1800
+    assert "--job-limits" not in given  # the local profile has no time limits
+    limited = plan(site=SRUN, topologies=["1x1", "1x2"]).report_argv({"train_baseline": 60, "train_single_node": 30})
+    limits = next(word for word in limited if word.startswith("--job-limits="))
+    assert json.loads(limits.partition("=")[2])["1x2"]["limit_s"] == 1800
 
 
 def test_run_identity_holds_the_generated_data_settings_and_versions_only():
@@ -186,8 +187,8 @@ def test_a_missing_dataset_that_finished_runs_used_names_the_command_that_remake
     p = plan()
     metrics = in_tmp / p.metrics()[0]
     metrics.parent.mkdir(parents=True)
-    metrics.write_text(json.dumps({"model_class": p.config["model"]["class_path"],
-                                   "data_class": p.config["data"]["class_path"]}))
+    metrics.write_text(json.dumps(make_run(model_class=p.config["model"]["class_path"],
+                                           data_class=p.config["data"]["class_path"])))
     (problem,) = runplan.disk_problems(p, source)
     assert problem.startswith(f"data file {p.data_file} is missing but 1 finished run(s) used it.")
     assert f"/v/bin/python scripts/prepare_data.py {p.prepare_flags()}" in problem

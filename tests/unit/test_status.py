@@ -147,6 +147,9 @@ def test_processes_are_told_apart_by_their_command_line():
     assert status.run_named(shell, runs) == {("1x2", 0)}
     assert status.run_named(["srun", "python", "scripts/train.py", "--metrics",
                              "/abs/results/runs/11x2/r0/metrics.json"], runs) == {("11x2", 0)}
+    # the workflow's ranks: their settings in the run's args file
+    assert status.run_named(["python", "scripts/train.py", "--args-file=results/x/args/train/1x2/r1.json",
+                             "--args-digest=ab"], runs) == {("1x2", 1)}
 
 
 def test_live_processes_and_the_fallback_without_proc():
@@ -200,7 +203,7 @@ def write_tree(root, *, lock: bool) -> None:
     for (topology, repeat), thr, world in [(("1x1", 0), 100.0, 1), (("1x1", 1), 110.0, 1), (("1x2", 0), 189.0, 2)]:
         path = root / f"out/runs/{topology}/r{repeat}/metrics.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(make_run(topology, throughput_samples_s=thr, fit_time_s=12.5)))
+        path.write_text(json.dumps(make_run(topology, repeat=repeat, throughput_samples_s=thr, fit_time_s=12.5)))
     log = root / "out/logs/train/2x1/r0.log"
     log.parent.mkdir(parents=True)
     log.write_text(progress_line(1, 3, 1.0, 90.0, 1.0, NOW) + "\nTraceback (most recent call last):\n"

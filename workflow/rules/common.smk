@@ -88,8 +88,7 @@ for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process
 def measured_setups():
     """What this experiment's finished runs held their devices for besides measuring, per
     topology (ddpscale.plan.timelimit): throughput mode sizes the time limits from it."""
-    paths = Path().glob(layout(config).metrics("*", "*"))
-    return timelimit.measured_setups([read_json_dict(path) or {} for path in paths])
+    return timelimit.measured_setups(runplan.finished_records(layout(config)))
 
 
 try:
@@ -308,17 +307,26 @@ def get_launch(wildcards):
     return PLAN.launch(wildcards.topology)
 
 
+def writes_args():
+    """Whether this snakemake writes the jobs' args files: the one the user started, when it
+    runs jobs; a dry run writes nothing, and a cluster job's own snakemake reads what the
+    user's wrote (train.py refuses a file whose digest is not the one in its command line)."""
+    settings = workflow.output_settings
+    return workflow.is_main_process and not (settings is not None and settings.dryrun)
+
+
 def get_run_flags(wildcards):
-    """The run's flags whose change reruns it: a param (every setting explicit, so the log shows
-    what ran)."""
-    return PLAN.spec(wildcards.topology, wildcards.repeat).command(rerun=True)
+    """The run's settings whose change reruns it: their args file and digest, a param, so a
+    change of any setting changes it (ddpscale.core.argsfile: the settings may be longer than
+    a command line can be). train.py prints them all, so the log shows what ran."""
+    return PLAN.run_flags(wildcards.topology, wildcards.repeat, write=writes_args())
 
 
 def get_log_flags(wildcards):
     """The flags that only choose what the log names (the accuracy metric): as an object
     Snakemake cannot serialise, so it keeps no record of it and choosing another metric
     retrains nothing (test_any_logged_metric_is_compared_and_a_missing_one_is_said)."""
-    return runspec.Unrecorded(PLAN.spec(wildcards.topology, wildcards.repeat).command(rerun=False))
+    return runspec.Unrecorded(PLAN.log_flags(wildcards.topology, wildcards.repeat))
 
 
 def get_run_identity(wildcards):
@@ -455,4 +463,5 @@ def get_failures(wildcards):
 
 
 def get_report_flags(wildcards):
-    return PLAN.report_flags(PROFILE.runtimes)
+    """The report's settings as their args file and digest (a param: a change reruns it)."""
+    return PLAN.report_flags(PROFILE.runtimes, write=writes_args())

@@ -37,7 +37,7 @@ rule train_baseline:
         train_slots=1,
     params:
         launch=get_launch,
-        # the run's settings (ddpscale.plan.runspec): a change reruns the job
+        # the run's settings (ddpscale.plan.runspec) as their args file and digest: a change reruns the job
         flags=get_run_flags,
         # not on the command line: its change alone reruns the job (dataset settings, versions)
         identity=get_run_identity,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 # What srun adds once a rank has exited: "srun: error: n1: task 0: Exited with exit code 3",
@@ -105,7 +107,7 @@ def read_json_dict(path: str | os.PathLike) -> dict | None:
     """A JSON object the workflow wrote (a cache, a plan), or None where there is none: the
     file missing or unreadable, cut short, or not an object. Its writer makes it again."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_regular(path))  # a FIFO in its place is refused, not waited on
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -122,3 +124,31 @@ def cause_line(text: str) -> str:
     aftermath (SRUN_AFTERMATH); the last line when there is no other; "" when it has none."""
     causes = "\n".join(line for line in text.splitlines() if not SRUN_AFTERMATH.match(line.strip()))
     return last_nonempty_line(causes) or last_nonempty_line(text)
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words, for a message about a path that is not a regular file."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file (a symbolic link to one too), else OSError saying what it is.
+
+    Opened without blocking and checked on the open descriptor: opening a FIFO for reading
+    waits for a writer, which would hang whatever reads a results folder someone put one in,
+    and a check before the open could be raced by a rename."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{file_kind(mode)}, not a regular file")
+        # the descriptor reads as usual once it is known to be a file: O_NONBLOCK means nothing to one
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)

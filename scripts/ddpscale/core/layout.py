@@ -11,9 +11,14 @@ and the report read every path from here. Pure: no I/O.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from pathlib import PurePath
 
 RESULTS = "results"
+METRICS = "metrics.json"  # a run's record, in the folder of its topology and repeat
+TOPOLOGY_FOLDER, RUN_FOLDER = re.compile(r"\d+x\d+"), re.compile(r"r\d+")
 # what the schema allows for `experiment`: one folder name, never a path out of results/, at most
 # 64 characters (a path of results/<name>/checkpoints/... must stay under the file system's
 # limit). The lookahead: in the regular expressions of Python's jsonschema `$` also matches before
@@ -80,14 +85,36 @@ class Layout:
         """What the workflow resolved for this site (measure, repeats), for `make status`."""
         return f"{self.root}/plan.json"
 
+    @property
+    def args(self) -> str:
+        """The settings the workflow hands its jobs in files (ddpscale.core.argsfile)."""
+        return f"{self.root}/args"
+
+    def run_args(self, topology: str, repeat) -> str:
+        return f"{self.args}/train/{topology}/r{repeat}.json"
+
+    @property
+    def report_args(self) -> str:
+        return f"{self.args}/report.json"
+
     def metrics(self, topology: str, repeat) -> str:
-        return f"{self.runs}/{topology}/r{repeat}/metrics.json"
+        return f"{self.runs}/{topology}/r{repeat}/{METRICS}"
 
     def train_log(self, topology: str, repeat) -> str:
         return f"{self.train_logs}/{topology}/r{repeat}.log"
 
     def checkpoint_dir(self, topology: str, repeat) -> str:
         return f"{self.checkpoints}/{topology}/r{repeat}"
+
+
+def run_of(path: str | os.PathLike) -> tuple[str, int] | None:
+    """(topology, repeat) of a run record's path as Layout.metrics makes it (<topology>/r<k>/
+    metrics.json, below any folder), else None: the run a record in that place must be."""
+    parts = PurePath(path).parts
+    if len(parts) < 3 or parts[-1] != METRICS or not RUN_FOLDER.fullmatch(parts[-2]) \
+            or not TOPOLOGY_FOLDER.fullmatch(parts[-3]):
+        return None
+    return parts[-3], int(parts[-2][1:])
 
 
 def layout(config: dict) -> Layout:

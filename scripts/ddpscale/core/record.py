@@ -10,10 +10,12 @@ for older shapes, so the report's code reads exactly what the job's code writes.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
-from ddpscale.core.io import write_json_atomic
+from ddpscale.core.io import read_regular, write_json_atomic
+from ddpscale.core.layout import run_of
 
 SCHEMA_VERSION = 3
 
@@ -62,6 +64,15 @@ FIELDS = {
     "val_history_reason": (STR, NULL),
 }
 REQUIRED_KEYS = tuple(FIELDS)
+# What each list field's elements may be, beside FIELDS: the report and the workflow sum, sort
+# and index them, so ["a"] in a list of seconds would pass FIELDS and crash them later.
+PAIR = "[epoch, seconds]"
+ELEMENTS = {
+    "epoch_times_s": (NUM,), "hosts": (STR,), "transport": (DICT,), "optimizers": (STR,),
+    "module_callbacks": (STR,), "loggers": (STR,), "window_seconds": (NUM,), "window_samples": (INT,),
+    "checkpoint_save_s": (PAIR,), "epoch_overheads_s": (NUM,), "validation_s": (PAIR,),
+    "after_stop_validation_s": (NUM,), "after_stop_checkpoint_s": (NUM,), "val_history": (DICT,),
+}
 
 
 def kind(value) -> str:
@@ -79,12 +90,45 @@ def kind(value) -> str:
 
 def _fits(value, kinds: tuple) -> bool:
     found = kind(value)
+    if PAIR in kinds and found == LIST and len(value) == 2:
+        return _fits(value[0], (INT,)) and _fits(value[1], (NUM,))
     return found in kinds or (found == INT and NUM in kinds)
+
+
+def _wrong_element(values: list, kinds: tuple) -> str | None:
+    """The kind of the first element of values that is none of kinds, or None."""
+    return next((kind(value) for value in values if not _fits(value, kinds)), None)
+
+
+def non_finite(value, where: str) -> str | None:
+    """Where value holds a number that is not finite (json.loads reads NaN and Infinity, and
+    the report's sums and ratios would carry them into every figure), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found:
+            return found
+    return None
+
+
+def finite(value):
+    """value with each number that is not finite replaced by null: what the record writes,
+    so every record the job writes passes the reader's check (a metric the module logged as
+    inf or NaN is then one it has no value for)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
+    return value
 
 
 def write(path: str | os.PathLike, record: dict) -> None:
     """The run's record, stamped with this schema version, written atomically."""
-    write_json_atomic(path, {**record, "schema_version": SCHEMA_VERSION})
+    write_json_atomic(path, finite({**record, "schema_version": SCHEMA_VERSION}))
 
 
 # the fix that follows each refusal: the workflow sets such a record aside and retrains the run
@@ -92,8 +136,9 @@ def write(path: str | os.PathLike, record: dict) -> None:
 RERUN = "run the workflow again: it sets that file aside and retrains that run"
 
 
-def problem(record: object) -> tuple[str, str] | None:
-    """(why record is not a metrics record of this schema version, what to do), or None."""
+def problem(record: object, run: tuple[str, int] | None = None) -> tuple[str, str] | None:
+    """(why record is not a metrics record of this schema version, what to do), or None.
+    run: the (topology, repeat) its path says it is (layout.run_of), which it must record."""
     if not isinstance(record, dict):
         return f"expected a JSON object, got {type(record).__name__}", RERUN
     version = record.get("schema_version")
@@ -105,8 +150,16 @@ def problem(record: object) -> tuple[str, str] | None:
         return f"missing required key(s): {', '.join(missing)}", f"this ddpscale's train.py writes them all: {RERUN}"
     wrong = [f"{k} is {kind(record[k])}, not {' or '.join(FIELDS[k])}" for k in FIELDS
              if not _fits(record[k], FIELDS[k])]
+    wrong += [f"{k} holds {found}, not {' or '.join(ELEMENTS[k])}" for k in ELEMENTS
+              if kind(record[k]) == LIST and (found := _wrong_element(record[k], ELEMENTS[k]))]
+    where = non_finite(record, "record")
+    if where:
+        wrong.append(f"{where.removeprefix('record.')} is not a finite number")
     if wrong:
         return "; ".join(wrong), f"this ddpscale's train.py never writes that: {RERUN}"
+    if run is not None and (record["topology"], record["repeat"]) != run:
+        theirs = f"{record['topology']} repeat {record['repeat']}"
+        return f"the record of {theirs} in the folder of {run[0]} repeat {run[1]} (copied there?)", RERUN
     return None
 
 
@@ -119,13 +172,15 @@ def validate(record: object, source: str) -> dict:
 
 
 def _load(path: Path) -> tuple[object, tuple[str, str] | None]:
+    """Never opens what is not a regular file (a FIFO would block the dry run and make status
+    until something wrote to it); the run is the one the path names, where it names one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))
     except OSError as exc:
         return None, (f"cannot read: {exc.strerror or exc}", RERUN)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return None, (f"not valid JSON ({exc})", RERUN)
-    return data, problem(data)
+    return data, problem(data, run_of(path))
 
 
 def load(path: str | os.PathLike) -> tuple[dict | None, str | None]:

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Callable
 from pathlib import Path
 
-from ddpscale.core import earliertable, measuremode
+from ddpscale.core import argsfile, earliertable, measuremode
 from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
@@ -124,6 +124,23 @@ class RunPlan:
                 layout=self.layout)
         return self._specs[key]
 
+    def run_flags(self, topology: str, repeat, write: bool) -> str:
+        """train.py's flags whose change reruns the run, as its args file and their digest (a
+        Snakemake param: the digest changes with any of them); write: write the file (where jobs
+        run, not in a dry run)."""
+        return self._args_flags(self.layout.run_args(topology, repeat), self.spec(topology, repeat).argv(rerun=True),
+                                write)
+
+    def log_flags(self, topology: str, repeat) -> str:
+        """The flags that only choose what the log names: short, on the command line."""
+        return self.spec(topology, repeat).command(rerun=False)
+
+    @staticmethod
+    def _args_flags(path: str, argv: list[str], write: bool) -> str:
+        if write:
+            argsfile.write(path, argv)
+        return shlex.join(argsfile.flags(path, argv))
+
     def resources(self, topology: str) -> dict:
         """The SLURM plugin's resources of one topology's training job."""
         return slurm_resources(parse_topology(topology), self.site)
@@ -179,8 +196,10 @@ class RunPlan:
         return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
             jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
 
-    def report_flags(self, runtimes: dict) -> str:
-        """The report's settings as explicit flags (its inputs come separately)."""
+    def report_argv(self, runtimes: dict) -> list[str]:
+        """The report's settings as explicit flags (its inputs come separately), each value in
+        --flag=value form, so one that begins with "-" (a metric named -neg_loss, a negative
+        target) is never read as a flag."""
         config = self.config
         flags = {
             "--baseline": parse_topology(config["baseline"]).name,
@@ -204,8 +223,13 @@ class RunPlan:
         limits = reservation.job_limits(self.training_jobs(runtimes, repeats=[0]), self.site)
         if limits:
             flags["--job-limits"] = json.dumps(limits, sort_keys=True)
-        text = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in flags.items())
-        return f"{text} --expected {' '.join(self.topology_names)}"
+        # topology names are digits and an x: never read as a flag
+        return [f"{flag}={value}" for flag, value in flags.items()] + ["--expected", *self.topology_names]
+
+    def report_flags(self, runtimes: dict, write: bool) -> str:
+        """The report's settings as its args file and their digest (a Snakemake param); the data
+        module's init arguments among them may be longer than a command line can be."""
+        return self._args_flags(self.layout.report_args, self.report_argv(runtimes), write)
 
     def record(self) -> dict:
         """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
@@ -260,19 +284,31 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
 
 def set_aside_unreadable(plan: RunPlan) -> list[str]:
     """Set aside each run record that core/record refuses (unreadable, cut short, of another
-    shape or schema version) as metrics.json.unreadable, and say so in one line each.
+    shape or schema version, not a file, another run's) as metrics.json.unreadable, and say so
+    in one line each.
 
     Snakemake reruns a job only when its output is missing or older than an input: a damaged
     record would otherwise stand for a finished run forever. Renamed, not deleted, so whatever
-    is left of it can still be read; a dry run does it too, as it changes no result.
+    is left of it can still be read; a dry run does it too, as it changes no result. One that
+    cannot be renamed (a read-only folder) stays, and disk_problems refuses to go on.
     """
     lines = []
     for path in sorted(Path().glob(plan.layout.metrics("*", "*"))):
         _, why = run_record.load(path)
-        if why is not None:
+        if why is None:
+            continue
+        try:
             aside = set_aside(path, ".unreadable")
-            lines.append(f"{path} is unreadable ({why}); set aside as {aside.name}: this run will rerun")
+        except OSError:
+            continue
+        lines.append(f"{path} is unreadable ({why}); set aside as {aside.name}: this run will rerun")
     return lines
+
+
+def finished_records(plan_layout: Layout) -> list[dict]:
+    """Every run record of this experiment that core/record accepts (the others are set aside)."""
+    found = (run_record.load(path)[0] for path in sorted(Path().glob(plan_layout.metrics("*", "*"))))
+    return [record for record in found if record is not None]
 
 
 def disk_problems(plan: RunPlan, source) -> list[str]:
@@ -286,13 +322,20 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
       regenerate it and rerun (first deleting) every finished run, but the data is reproducible
       byte for byte, so regenerating it outside Snakemake keeps them.
     - report.compare_with that is not a file, or not a scaling.tsv (its header).
+    - A run record core/record refuses that set_aside_unreadable could not rename.
     """
     problems = []
     records = {}
-    for path in Path().glob(plan.layout.metrics("*", "*")):
-        found, _ = run_record.load(path)
-        if found is not None:  # the others are set aside (set_aside_unreadable)
+    for path in sorted(Path().glob(plan.layout.metrics("*", "*"))):
+        found, why = run_record.load(path)
+        if found is not None:
             records[str(path)] = found
+        elif why is not None:
+            # set_aside_unreadable could not rename it: Snakemake would take it for a finished run
+            problems.append(
+                f"{path} is unreadable ({why}) and could not be set aside as {path.name}.unreadable (its folder "
+                f"is not writable): make {path.parent} writable (chmod u+w), or move the file out of results/, "
+                "and run again: that run then retrains")
     config = plan.config
     clash = other_workload(records, config["model"]["class_path"], config["data"]["class_path"])
     if clash:

@@ -2,10 +2,11 @@
 
 `RunSpec` names, types and documents every setting of one run (one topology, one repeat).
 The workflow builds each run's spec once (`build`, from the config, the site, the topology and
-the repeat), `command` turns it into train.py's flags and `parse` reads them back, its inverse
-(tests/unit/test_runspec.py holds the two to each other). `measured` is the part that defines
-what a run measures: its checkpoint is resumed and its identity computed for these only
-(ddpscale.plan.identity).
+the repeat), `argv` turns it into train.py's flags and `parse` reads them back, its inverse
+(tests/unit/test_runspec.py holds the two to each other); the workflow hands a job the flags in
+an args file (ddpscale.core.argsfile), since they may be longer than a command line can be.
+`measured` is the part that defines what a run measures: its checkpoint is resumed and its
+identity computed for these only (ddpscale.plan.identity).
 
 Torch-free: the workflow imports this module while it parses.
 """
@@ -17,10 +18,11 @@ import dataclasses
 import json
 import math
 import shlex
+import sys
 import typing
 from dataclasses import dataclass, field
 
-from ddpscale.core import measuremode
+from ddpscale.core import argsfile, measuremode
 from ddpscale.core.layout import Layout
 from ddpscale.core.topology import Topology, batch_per_device, parse_topology
 from ddpscale.plan import ddpsettings
@@ -166,9 +168,9 @@ class RunSpec:
             value = getattr(self, f.name)
             if value is None or value is False:
                 continue
-            out.append(_flag(f.name))
-            if value is not True:
-                out.append(_text(value))
+            # --flag=value: a value that begins with "-" (a metric named -neg_loss) is then never
+            # read as a flag of its own
+            out.append(_flag(f.name) if value is True else f"{_flag(f.name)}={_text(value)}")
         return out
 
 
@@ -233,13 +235,22 @@ def parser() -> argparse.ArgumentParser:
         convert = _ddp if f.metadata.get("parse") == "ddp" else _json_of(kind) if kind in (dict, list) else kind
         p.add_argument(_flag(f.name), type=convert, required=required, default=argparse.SUPPRESS,
                        help=f.metadata["help"].replace("%", "%%"))
+    # read by parse before this parser sees the flags (ddpscale.core.argsfile): listed for --help
+    p.add_argument(argsfile.FILE_FLAG, metavar="PATH", default=argparse.SUPPRESS,
+                   help="a JSON file of further flags, as the workflow writes it; read in its place")
+    p.add_argument(argsfile.DIGEST_FLAG, metavar="SHA256", default=argparse.SUPPRESS,
+                   help="the digest the args file must have")
     return p
 
 
 def parse(argv: list[str] | None = None) -> RunSpec:
-    """The spec from train.py's flags (command's inverse); a bad value exits with argparse's
-    one line."""
+    """The spec from train.py's flags (command's inverse), those in an args file (the workflow's
+    way: ddpscale.core.argsfile) read in their place; a bad value exits with argparse's one line."""
     p = parser()
+    try:
+        argv = argsfile.expand(sys.argv[1:] if argv is None else argv)
+    except ValueError as err:
+        p.error(str(err))
     given = vars(p.parse_args(argv))
     try:
         return RunSpec(**given)

@@ -35,6 +35,11 @@ def metrics_path(topology: str, repeat: int) -> str:
     return _BELOW.metrics(topology, repeat).lstrip("/")
 
 
+def args_path(topology: str, repeat: int) -> str:
+    """A run's args file in the experiment's folder: its job's command line names it."""
+    return _BELOW.run_args(topology, repeat).lstrip("/")
+
+
 def log_path(topology: str, repeat: int) -> str:
     """A run's train log in the experiment's folder."""
     return _BELOW.train_log(topology, repeat).lstrip("/")
@@ -212,10 +217,10 @@ def lock_line(lock_files: list[str], snakemake_pids: list[int] | None, profiles:
 
 
 def run_named(argv: list[str], runs: list[tuple[str, int]]) -> set[tuple[str, int]]:
-    """The runs a command line names by their metrics or log path (a training job's shell,
-    launcher and ranks all do)."""
+    """The runs a command line names by their args file, metrics or log path (a training job's
+    shell, launcher and ranks all do)."""
     text = "\0".join(argv)
-    return {(t, r) for t, r in runs if metrics_path(t, r) in text or log_path(t, r) in text}
+    return {(t, r) for t, r in runs if any(path(t, r) in text for path in (args_path, metrics_path, log_path))}
 
 
 def is_snakemake(argv: list[str]) -> bool:
