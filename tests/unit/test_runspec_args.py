@@ -86,13 +86,22 @@ def test_init_args_past_the_command_lines_limit_reach_the_job(tmp_path, monkeypa
 def test_a_setting_changed_changes_the_param_and_the_log_flags_do_not():
     """The param Snakemake records reruns the job when any setting changes, and only then."""
     base = plan(default_config())
-    flags = base.run_flags("1x1", 0, write=False)
-    assert plan(default_config()).run_flags("1x1", 0, write=False) == flags
-    assert plan(default_config(seed=5)).run_flags("1x1", 0, write=False) != flags
+    settings = base.run_settings("1x1", 0)
+    assert plan(default_config()).run_settings("1x1", 0) == settings
+    assert plan(default_config(seed=5)).run_settings("1x1", 0) != settings
     other_metric = default_config()
     other_metric["accuracy"]["metric"] = "val_loss"
-    assert plan(other_metric).run_flags("1x1", 0, write=False) == flags
+    assert plan(other_metric).run_settings("1x1", 0) == settings
+    assert plan(other_metric).run_flags("1x1", 0, write=False) == base.run_flags("1x1", 0, write=False)
     assert plan(other_metric).log_flags("1x1", 0) != base.log_flags("1x1", 0)
+
+
+def test_snakemake_records_the_settings_as_earlier_versions_passed_them():
+    """The recorded param keeps the `--flag value` text the command line held before the args
+    file, so an upgrade retrains no finished run."""
+    spec = plan(dashed_config()).spec("1x2", 0)
+    expected = [word for arg in spec.argv(rerun=True) for word in arg.split("=", 1)]
+    assert shlex.split(spec.recorded()) == expected and "-neg_loss" not in expected
 
 
 def test_a_dry_run_writes_no_file_and_an_unchanged_one_is_not_rewritten(tmp_path, monkeypatch):

@@ -149,7 +149,7 @@ if workflow.is_main_process:
     for line in runplan.set_aside_unreadable(PLAN):
         print(f"ddpscale: {line}", file=sys.stderr)
 # finished runs of another workload, a damaged dataset, a missing report to compare with
-if problems := runplan.disk_problems(PLAN, source):
+if problems := runplan.disk_problems(PLAN, source, set_aside_here=workflow.is_main_process):
     raise WorkflowError("\n".join(problems))
 for note in PLAN.notes:
     print(f"ddpscale: {note}", file=sys.stderr)
@@ -316,10 +316,16 @@ def writes_args():
 
 
 def get_run_flags(wildcards):
-    """The run's settings whose change reruns it: their args file and digest, a param, so a
-    change of any setting changes it (ddpscale.core.argsfile: the settings may be longer than
-    a command line can be). train.py prints them all, so the log shows what ran."""
-    return PLAN.run_flags(wildcards.topology, wildcards.repeat, write=writes_args())
+    """The run's settings as their args file and digest (ddpscale.core.argsfile: the settings may
+    be longer than a command line can be), unrecorded: get_run_settings is what reruns the job.
+    train.py prints them all, so the log shows what ran."""
+    return runspec.Unrecorded(PLAN.run_flags(wildcards.topology, wildcards.repeat, write=writes_args()))
+
+
+def get_run_settings(wildcards):
+    """The run's settings whose change reruns it, as Snakemake records them (a param the shell
+    does not use; RunSpec.recorded)."""
+    return PLAN.run_settings(wildcards.topology, wildcards.repeat)
 
 
 def get_log_flags(wildcards):

@@ -37,8 +37,10 @@ rule train_baseline:
         train_slots=1,
     params:
         launch=get_launch,
-        # the run's settings (ddpscale.plan.runspec) as their args file and digest: a change reruns the job
+        # the run's settings (ddpscale.plan.runspec): for the shell, as their args file and
+        # digest (unrecorded); as Snakemake records them, so that a change reruns the job
         flags=get_run_flags,
+        settings=get_run_settings,
         # not on the command line: its change alone reruns the job (dataset settings, versions)
         identity=get_run_identity,
         # what the log names: a change reruns nothing

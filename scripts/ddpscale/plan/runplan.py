@@ -125,11 +125,15 @@ class RunPlan:
         return self._specs[key]
 
     def run_flags(self, topology: str, repeat, write: bool) -> str:
-        """train.py's flags whose change reruns the run, as its args file and their digest (a
-        Snakemake param: the digest changes with any of them); write: write the file (where jobs
-        run, not in a dry run)."""
+        """train.py's flags whose change reruns the run, as its args file and their digest (the
+        shell's; run_settings is what Snakemake records); write: write the file (where jobs run,
+        not in a dry run)."""
         return self._args_flags(self.layout.run_args(topology, repeat), self.spec(topology, repeat).argv(rerun=True),
                                 write)
+
+    def run_settings(self, topology: str, repeat) -> str:
+        """What Snakemake records of the run's settings (RunSpec.recorded): its change reruns it."""
+        return self.spec(topology, repeat).recorded()
 
     def log_flags(self, topology: str, repeat) -> str:
         """The flags that only choose what the log names: short, on the command line."""
@@ -311,7 +315,7 @@ def finished_records(plan_layout: Layout) -> list[dict]:
     return [record for record in found if record is not None]
 
 
-def disk_problems(plan: RunPlan, source) -> list[str]:
+def disk_problems(plan: RunPlan, source, set_aside_here: bool = True) -> list[str]:
     """What on disk stops the workflow before any job, each in one line with its fix; source(key)
     names the file that set a config key. Checked after the module contract, so a misspelt class
     path is named as that, not as a clash with finished runs.
@@ -322,7 +326,9 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
       regenerate it and rerun (first deleting) every finished run, but the data is reproducible
       byte for byte, so regenerating it outside Snakemake keeps them.
     - report.compare_with that is not a file, or not a scaling.tsv (its header).
-    - A run record core/record refuses that set_aside_unreadable could not rename.
+    - A run record core/record refuses that set_aside_unreadable could not rename, where it ran
+      (set_aside_here: a cluster job's own parse leaves other runs' records to the snakemake that
+      scheduled it, which has refused them already).
     """
     problems = []
     records = {}
@@ -330,7 +336,7 @@ def disk_problems(plan: RunPlan, source) -> list[str]:
         found, why = run_record.load(path)
         if found is not None:
             records[str(path)] = found
-        elif why is not None:
+        elif why is not None and set_aside_here:
             # set_aside_unreadable could not rename it: Snakemake would take it for a finished run
             problems.append(
                 f"{path} is unreadable ({why}) and could not be set aside as {path.name}.unreadable (its folder "

@@ -161,6 +161,17 @@ class RunSpec:
         return shlex.join(self.argv(rerun))
 
     def argv(self, rerun: bool | None = None) -> list[str]:
+        # --flag=value: a value that begins with "-" (a metric named -neg_loss) is then never
+        # read as a flag of its own
+        return [flag if text is None else f"{flag}={text}" for flag, text in self._flags(rerun)]
+
+    def recorded(self) -> str:
+        """What Snakemake records of the settings whose change reruns the job (a param, not in
+        the shell): the text earlier versions passed on the command line, `--flag value`, so a
+        run they finished is not retrained by an upgrade; any change of a setting changes it."""
+        return shlex.join(word for flag, text in self._flags(rerun=True) for word in (flag, text) if word is not None)
+
+    def _flags(self, rerun: bool | None) -> list[tuple[str, str | None]]:
         out = []
         for f in dataclasses.fields(self):
             if rerun is not None and (f.name in FROM_RULE or f.metadata.get("rerun", True) != rerun):
@@ -168,9 +179,7 @@ class RunSpec:
             value = getattr(self, f.name)
             if value is None or value is False:
                 continue
-            # --flag=value: a value that begins with "-" (a metric named -neg_loss) is then never
-            # read as a flag of its own
-            out.append(_flag(f.name) if value is True else f"{_flag(f.name)}={_text(value)}")
+            out.append((_flag(f.name), None if value is True else _text(value)))
         return out
 
 
