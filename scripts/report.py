@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale.core.io import atomic_write, terminal_safe  # noqa: E402
+from ddpscale.core.io import atomic_write, terminal_safe, text_safe  # noqa: E402
 from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
-                             projection, records, reportdata, verdict)
+                             projection, records, reportdata, tsv, verdict)
 from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
@@ -81,8 +82,16 @@ def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
     return tails
 
 
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library's warning, as the log gets it: one about a name from the runs ("Glyph 27 (\\x1b)
+    missing from font") quotes the name, control characters and all."""
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    (file or sys.stderr).write(text_safe(text))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    warnings.showwarning = show_warning
     try:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
@@ -108,7 +117,7 @@ def main(argv=None) -> int:
               "projection.tsv": projection.rounded(data.projection),
               "timetoacc.tsv": timetoacc.rounded(data.timetoacc)}
     for name, table in tables.items():
-        atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
+        atomic_write(out / name, lambda tmp, t=table: tsv.write(tmp, t))
     images = {}
     for name, plot in plots.figures().items():
         atomic_write(out / name, lambda tmp, plot=plot: plot(data, tmp))

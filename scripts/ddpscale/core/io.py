@@ -27,6 +27,45 @@ def terminal_safe(text: str) -> str:
     return CONTROL_CHARACTER.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+# every control character but the newline and tab that lay out a text file, which are white space
+# in HTML and SVG and do nothing on a terminal
+LAYOUT_KEPT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def text_safe(text: str) -> str:
+    """A whole text file (a page, an SVG, a log) with its control characters escaped as
+    terminal_safe escapes them, newlines and tabs kept: a name with ESC or CR in it shows as
+    text, and an SVG stays well-formed XML (which allows no C0 control but those)."""
+    return LAYOUT_KEPT.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+# A spreadsheet opening a TSV takes a cell that starts with one of these for a formula (OWASP,
+# "CSV Injection"): =HYPERLINK(...) in a model's name would become a live link, or worse. OWASP
+# also lists a leading tab and CR: sheet_cell escapes those as it does every control character.
+FORMULA_START = ("=", "+", "-", "@")
+# The defence OWASP gives: a leading single quote, which spreadsheets take as "this is text".
+SHEET_QUOTE = "'"
+# a number with a sign is data, not a formula: "-1.5" or "+2e-3" stays as it is (while "-inf",
+# "-1+1" or "-cmd" are names or sums to a spreadsheet, and get the quote)
+SIGNED_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def sheet_cell(text: str) -> str:
+    """A text cell of a TSV as ddpscale writes it: control characters escaped (a tab, newline or
+    CR would split the row; ESC acts on a terminal that shows the file), then SHEET_QUOTE before
+    a cell that a spreadsheet would evaluate. A cell that starts with the quote itself gets one
+    more, so from_sheet_cell, dropping one, gives back exactly the escaped text."""
+    text = terminal_safe(text)
+    if text.startswith(SHEET_QUOTE) or (text.startswith(FORMULA_START) and not SIGNED_NUMBER.fullmatch(text)):
+        return SHEET_QUOTE + text
+    return text
+
+
+def from_sheet_cell(text: str) -> str:
+    """The text sheet_cell wrote a cell from (its control characters still escaped)."""
+    return text.removeprefix(SHEET_QUOTE)
+
+
 def atomic_write(path: str | os.PathLike, write) -> None:
     """write(tmp_path), then rename: a reader, or Snakemake after a killed job, never sees
     half a file."""
