@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 # What srun adds once a rank has exited: "srun: error: n1: task 0: Exited with exit code 3",
@@ -131,13 +134,84 @@ def keep(paths) -> None:
 
 def restore(paths) -> list[str]:
     """Each missing output whose kept copy exists, put back (its old time stamp makes the next
-    run rebuild it); returns those restored."""
+    run rebuild it); returns those restored. Per folder under publish_lock: a writer that was
+    still moving a new set into place (staged) finishes first, and a file it put there is kept."""
     restored = []
+    folders = {}
     for path in map(Path, paths):
-        if not path.exists() and kept(path).is_file():
-            os.replace(kept(path), path)
-            restored.append(str(path))
+        folders.setdefault(path.parent, []).append(path)
+    for folder, files in folders.items():
+        if not folder.is_dir():
+            continue
+        with publish_lock(folder):
+            for path in files:
+                if not path.exists() and kept(path).is_file():
+                    os.replace(kept(path), path)
+                    restored.append(str(path))
     return restored
+
+
+STAGING = ".staging-"  # + the writer's pid: a folder inside the one a set of files is published to
+
+
+@contextmanager
+def publish_lock(folder: str | os.PathLike):
+    """Held while a set of files moves into folder (staged) and while restore puts files back, so
+    the two never interleave: an flock on the folder itself, which leaves no file behind. Where
+    the folder cannot be locked (gone, or a file system without flock, such as Lustre mounted
+    without -o flock, or NFS for a folder) there is no writer to wait for, or no way to."""
+    with ExitStack() as stack:
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            stack.callback(os.close, fd)  # closing releases the lock
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+
+
+STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _clear_stale_stages(folder: Path) -> None:
+    """Staging folders that killed writers left (their pid is gone) take no more space."""
+    for stage in folder.glob(f"{STAGING}*"):
+        pid = stage.name[len(STAGING):]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(stage, ignore_errors=True)
+        except OSError:  # alive, someone else's
+            pass
+
+
+@contextmanager
+def staged(folder: str | os.PathLike):
+    """A fresh folder to write a set of files into; on a clean exit they all move into folder, in
+    the order they were written, by rename (the same file system, so each is whole), holding
+    publish_lock with SIGINT, SIGTERM and SIGHUP held back until the last one is in place. On an
+    error or a signal before that, folder keeps the files it had: a report is whole, the new one
+    or the previous one, never half of each."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_stale_stages(folder)
+    stage = folder / f"{STAGING}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        yield stage
+        files = sorted(stage.iterdir(), key=lambda path: (path.stat().st_mtime_ns, path.name))
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
+        try:
+            with publish_lock(folder):
+                for path in files:
+                    os.replace(path, folder / path.name)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def read_json_dict(path: str | os.PathLike) -> dict | None:
