@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.core import argsfile  # noqa: E402
-from ddpscale.core.io import atomic_write, terminal_safe  # noqa: E402
+from ddpscale.core.io import staged, terminal_safe, text_safe  # noqa: E402
 from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
-                             projection, records, reportdata, verdict)
+                             projection, records, reportdata, tsv, verdict)
 from ddpscale.report import timetoacc  # noqa: E402
 from ddpscale.report import html as report_html  # noqa: E402
 
@@ -90,8 +93,52 @@ def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
     return tails
 
 
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library's warning, as the log gets it: one about a name from the runs ("Glyph 27 (\\x1b)
+    missing from font") quotes the name, control characters and all."""
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    (file or sys.stderr).write(text_safe(text))
+
+
+def stop(signum, frame) -> None:
+    """SIGTERM (Snakemake ending the job, scancel) ends the report as Ctrl-C does: by an exception,
+    so the unfinished new report is removed and the previous one stays in place."""
+    raise SystemExit(128 + signum)
+
+
+def write_report(data, out: Path) -> None:
+    """Every file of the report, written aside and moved into out together (io.staged): killed or
+    failing at any point, out holds the whole previous report or the whole new one."""
+    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary, data.comparison.metric),
+                                                     data.description),
+              "breakdown.tsv": data.steps,
+              "prediction.tsv": data.prediction,
+              "projection.tsv": projection.rounded(data.projection),
+              "timetoacc.tsv": timetoacc.rounded(data.timetoacc)}
+    with staged(out) as stage:
+        for name, table in tables.items():
+            tsv.write(stage / name, table)
+        images = {}
+        for name, plot in plots.figures().items():
+            plot(data, stage / name)
+            images[name] = (stage / name).read_bytes()
+        for name, content in plots.for_papers(data).items():  # the same figures as SVG and PDF, for papers
+            (stage / name).write_bytes(content)
+        (stage / "report.html").write_text(report_html.build_report(data, images), encoding="utf-8")
+
+
+# what to do when the report folder takes no files, by the cause
+WRITE_FIXES = {errno.ENOSPC: "free space on its file system (df -h shows it)",
+               errno.EDQUOT: "free space within your quota there",
+               errno.EROFS: "it is on a read-only file system: point the workflow's results elsewhere",
+               errno.EACCES: "make it writable for you (ls -ld shows its owner and mode)",
+               errno.EPERM: "make it writable for you (ls -ld shows its owner and mode)"}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    warnings.showwarning = show_warning
+    signal.signal(signal.SIGTERM, stop)
     try:
         runs = records.load_runs(args.metrics)
         data = reportdata.build(
@@ -109,23 +156,13 @@ def main(argv=None) -> int:
         say(f"ddpscale report: {exc}", sys.stderr)
         return 2
     out = args.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary, data.comparison.metric),
-                                                     data.description),
-              "breakdown.tsv": data.steps,
-              "prediction.tsv": data.prediction,
-              "projection.tsv": projection.rounded(data.projection),
-              "timetoacc.tsv": timetoacc.rounded(data.timetoacc)}
-    for name, table in tables.items():
-        atomic_write(out / name, lambda tmp, t=table: t.to_csv(tmp, sep="\t", index=False, na_rep=""))
-    images = {}
-    for name, plot in plots.figures().items():
-        atomic_write(out / name, lambda tmp, plot=plot: plot(data, tmp))
-        images[name] = (out / name).read_bytes()
-    for name, content in plots.for_papers(data).items():  # the same figures as SVG and PDF, for papers
-        atomic_write(out / name, lambda tmp, content=content: tmp.write_bytes(content))
-    page = report_html.build_report(data, images)
-    atomic_write(out / "report.html", lambda tmp: tmp.write_text(page, encoding="utf-8"))
+    try:
+        write_report(data, out)
+    except OSError as exc:
+        fix = WRITE_FIXES.get(exc.errno, "check that it can take new files")
+        say(f"ddpscale report: cannot write the report into {out} ({exc.strerror or exc}): {fix}; "
+            "the report there was left as it was", sys.stderr)
+        return 2
     say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies)")
     say(f"ddpscale report: answer: {firstscreen.answer(data)}")
     say(f"ddpscale report: {data.recommendation}")

@@ -1,5 +1,7 @@
 # The report: scaling table with spread, time breakdown, prediction, verdict, plots, HTML.
 # Helpers: common.smk.
+# exec: the python replaces the job's shell, so a signal that ends the job (Snakemake, scancel)
+# ends the report too, instead of leaving it to write over the previous report put back.
 rule report_scaling:
     input:
         script="scripts/report.py",
@@ -14,7 +16,7 @@ rule report_scaling:
         flags=get_report_flags,
         out_dir=get_report_dir,
     shell:
-        "{params.python:q} {input.script} --metrics {input.metrics} "
+        "exec {params.python:q} {input.script} --metrics {input.metrics} "
         "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -35,5 +37,5 @@ rule partial_report:
         failures=get_failures,
         out_dir=get_report_dir,
     shell:
-        "{params.python:q} {input.script} --metrics {input.metrics} "
+        "exec {params.python:q} {input.script} --metrics {input.metrics} "
         "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ddpscale.core.earliertable import COMPARED, problem
-
+from ddpscale.report import tsv
 
 
 def read_earlier(path: str | Path) -> pd.DataFrame:
@@ -18,7 +18,7 @@ def read_earlier(path: str | Path) -> pd.DataFrame:
     found = problem(path)
     if found:
         raise ValueError(found)
-    return pd.read_csv(path, sep="\t")
+    return tsv.read(path)
 
 
 def compare(summary: pd.DataFrame, earlier: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import base64
 import pandas as pd
 from markupsafe import Markup
 
+from ddpscale.core.io import text_safe
 from ddpscale.report import accuracy, boundness, decision, description, firstscreen, plots, summaries
 from ddpscale.report.analysis import device_word, hours_label
 from ddpscale.report.comparison import Comparison
@@ -273,7 +274,7 @@ def build_report(data, images: dict[str, bytes]) -> str:
     verdict = _verdict(data)
     decision, decision_legend = _decision(data)
     overview = plots.overview_figure(data) if len(data.finished) else None
-    return str(render("report.html.j2", title=description.headline(data.description),
+    page = str(render("report.html.j2", title=description.headline(data.description),
                       answer=firstscreen.answer(data), recommendation=verdict["recommendation"],
                       headline=verdict["headline"], badges=firstscreen.badges(verdict["notes"], verdict["banner"]),
                       failed=verdict["failed"], unfinished=verdict["unfinished"],
@@ -282,3 +283,6 @@ def build_report(data, images: dict[str, bytes]) -> str:
                       overview_files=_files("overview"),
                       decision=decision, decision_legend=decision_legend,
                       sections=_sections(data, images, tta, _methods(data, tta is not None)))) + "\n"
+    # a control character in a name is escaped as text: inert in a browser, it would act on a
+    # terminal that shows the file and makes the inline SVG malformed XML
+    return text_safe(page)

@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ddpscale.core.io import text_safe
 from ddpscale.report.analysis import baseline_world_size, device_word
 from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
 from ddpscale.report.fmt import known
@@ -71,7 +72,9 @@ def svg(fig: Figure) -> str:
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": SVG_SALT}):
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
-    return buf.getvalue().decode("utf-8")
+    # XML allows no control character but tab, newline and CR: a name with ESC in it would leave
+    # a file no browser draws
+    return text_safe(buf.getvalue().decode("utf-8"))
 
 
 def pdf(fig: Figure) -> bytes:
