@@ -362,3 +362,22 @@ def test_throughput_mode_jobs_ask_for_the_sized_limit_over_the_stage_entry():
         rc, output = dry_run("gilbreth-training", ["1x1", "1x4"], measure=measure)
         assert rc == 0, output
         assert {name: resources["runtime"] for name, (resources, _) in train_jobs(output).items()} == expected
+
+
+def test_a_signal_that_fits_the_profiles_limit_but_not_throughput_modes_is_refused(tmp_path):
+    """Throughput mode sizes each job's limit from its caps (25 minutes here), shorter than the
+    profile's 60 and 120: a site_signal_s of 26 minutes would signal every job as it starts."""
+    profile = load_profile("slurm")
+    profile["set-resources"]["train"]["site_signal_s"] = 1600
+    folder = tmp_path / "slurm"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    rc, output = dry_run(str(folder), ["1x1", "2x4"], measure="full")
+    assert rc == 0, output
+    rc, output = dry_run(str(folder), ["1x1", "2x4"], measure="throughput")
+    assert rc != 0
+    # the message names the profile as the run was given it (with_account's copy of it here)
+    refusals = [line for line in output.splitlines() if "/slurm/config.yaml: train_" in line]
+    assert len(refusals) == 2 and all("site_signal_s 1600 s is not below the job's time limit of 1500 s" in line
+                            for line in refusals), output
+    assert "rule train_" not in output
