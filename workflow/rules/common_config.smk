@@ -101,3 +101,5 @@ def apply_lightning_config():
 LIGHTNING = apply_lightning_config()
 if LIGHTNING:
     CONFIG_SOURCE = f"{CONFIG_SOURCE} + {config['lightning_config']}"
+# its optimizer and lr_scheduler, checked with the model and data classes (common.smk, CONTRACT)
+CLI_CLASSES = lightningcli.contract_classes(LIGHTNING)
