@@ -11,7 +11,7 @@ from snakemake.utils import validate
 from conftest import ROOT
 from ddpscale.plan.configcheck import (
     dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
-    setting_problems, yaml_problem,
+    setting_problems,
 )
 from ddpscale.core.topology import Topology, parse_topology
 from ddpscale.plan.configsource import config_source
@@ -243,34 +243,6 @@ def test_config_source_names_the_default_first_and_relative(tmp_path):
     assert config_source([tmp_path / "config/config.yaml"], tmp_path) == "config/config.yaml"
 
 
-@pytest.mark.parametrize("text,line,words", [
-    ("repeats: 1\nbatch:\n\tsize: 64\n", 3, "a tab indents this line"),
-    ('topologies: ["1x1", "1x2"\nmax_epochs: 3\n', 1, "the list opened with '[' on this line is not closed"),
-    ("batch: {size: 64\nrepeats: 1\n", 1, "the mapping opened with '{' on this line is not closed"),
-    ("model:\n  class_path: 'ddpscale.workloads.models.SpiralMLP\nrepeats: 1\n", 2, "the quote opened on this line is not closed"),
-    ("report: compare_with: old.tsv\n", 1, "a second ':' on one line"),
-    ("model:\n  class_path: x\n init_args: {}\n", 3, "this line is indented as no key above it is"),
-    ("repeats: @2\n", 1, "YAML cannot read it"),
-])
-def test_unreadable_yaml_is_one_line_with_its_line_number(text, line, words):
-    message = yaml_problem(text)
-    assert message.startswith(f"config/config.yaml line {line}: ") and words in message
-    assert "\n" not in message
-
-
-def test_readable_yaml_has_no_problem():
-    assert yaml_problem((ROOT / "config/config.yaml").read_text()) is None
-
-
-def test_an_alias_bomb_is_refused_before_anything_expands_it():
-    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
-    assert yaml_problem(bomb, "big.yaml").startswith("big.yaml: more than 100,000 values once its aliases")
-    assert yaml_problem("a: &a [1, *a]\n") is not None  # an alias inside itself: endless once expanded
-    # aliases that expand to a page of settings are fine
-    assert yaml_problem("base: &base {lr: 0.1, depth: 4}\nmodel: {init_args: *base}\ndata: {init_args: *base}\n") is None
-
-
 @pytest.mark.parametrize("ddp, expected", [
     ({"bucket_cap_mb": -1}, "ddp.bucket_cap_mb is -1; it must be greater than 0"),
     ({"bucket_cap_mb": 0}, "ddp.bucket_cap_mb is 0; it must be greater than 0"),
@@ -341,19 +313,3 @@ def test_a_data_file_name_snakemake_cannot_take_is_refused(name):
     assert file_problems(config, "c", lambda path: True, lambda path: True) == [
         f"c: data.files lists {name!r}, whose name holds a brace or a control character, which Snakemake "
         "cannot take as an input; rename the file"]
-
-
-def test_a_config_that_is_not_utf8_or_is_huge_is_named_with_its_line(tmp_path):
-    from ddpscale.plan.configcheck import MAX_CONFIG_BYTES, read_config
-
-    good = tmp_path / "good.yaml"
-    good.write_text("experiment: café\n", encoding="utf-8")
-    assert read_config(good) == ("experiment: café\n", None)
-    latin = tmp_path / "latin.yaml"
-    latin.write_bytes("seed: 1\nexperiment: café\n".encode("latin-1"))
-    assert read_config(latin, "overlay.yaml") == (None, "overlay.yaml line 2: byte 0xe9 is not UTF-8 text; save the "
-                                                         "file as UTF-8 (or retype that line)")
-    huge = tmp_path / "huge.yaml"
-    huge.write_bytes(b"#" * (MAX_CONFIG_BYTES + 1))
-    text, problem = read_config(huge, "huge.yaml")
-    assert text is None and problem.startswith("huge.yaml: 1,048,577 bytes, more than a config's 1,048,576")

@@ -62,3 +62,32 @@ def test_the_file_that_set_a_key_is_named():
     # an overlay naming its own class brings its init_args alone (common.smk own_init_args)
     swapped = layers + [("other.yaml", {"model": {"class_path": "c.D"}})]
     assert key_source(("model", "init_args", "x"), swapped) != "config/config.yaml"
+
+
+def test_a_cli_optimizer_that_is_not_a_class_of_its_kind_is_named_with_the_cli_file():
+    facts = {"model": {"problem": None, "accepts": None, "required": []}, "data": OK, "optimizer": {"problem": "base",
+             "kind": "a builtin_function_or_method, not a class"},
+             "lr_scheduler": {"problem": "base", "kind": "a class of subprocess"}}
+    cli = {"optimizer": {"class_path": "os.system", "init_args": {"command": "touch x"}},
+           "lr_scheduler": {"class_path": "subprocess.Popen", "init_args": {}}}
+    assert contract.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
+        "cli.yaml: optimizer.class_path: 'os.system' is a builtin_function_or_method, not a class, not an optimizer "
+        "(a subclass of torch.optim.Optimizer, as LightningCLI requires), and the run would call it; name one, e.g. "
+        "torch.optim.SGD",
+        "cli.yaml: lr_scheduler.class_path: 'subprocess.Popen' is a class of subprocess, not an LR scheduler (a "
+        "subclass of torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau, as LightningCLI requires), and the "
+        "run would call it; name one, e.g. torch.optim.lr_scheduler.StepLR"]
+
+
+def test_a_cli_optimizer_s_arguments_are_checked_as_a_module_s_are():
+    facts = {"model": {"problem": None, "accepts": None, "required": []}, "data": OK,
+             "optimizer": {"problem": None, "accepts": ["params", "lr", "momentum"], "required": ["params"]},
+             "lr_scheduler": {"problem": None, "accepts": ["optimizer", "step_size", "gamma"],
+                              "required": ["optimizer", "step_size"]}}
+    cli = {"optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1, "momentun": 0.9}},
+           "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {}}}
+    assert contract.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
+        "cli.yaml: optimizer.init_args.momentun: SGD.__init__ takes no 'momentun'; did you mean 'momentum'? "
+        "(it takes: lr, momentum)",
+        "cli.yaml: lr_scheduler.init_args: StepLR.__init__ needs 'step_size' (it has no default); give it under "
+        "lr_scheduler.init_args"]

@@ -159,3 +159,102 @@ def test_a_tensorboard_logger_without_tensorboard_is_refused_before_any_job(monk
     problems = lightningcli.apply({"trainer": {"logger": logger}}, ddpscale_config(), "cli.yaml",
                                   lambda key: False).problems
     assert len(problems) == 1 and "needs tensorboard" in problems[0] and ".venv/bin/pip install tensorboard" in problems[0]
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("limit_train_batches", 0, "0 trains nothing, and an epoch of nothing would be recorded as finished"),
+    ("limit_train_batches", 0.0, "0.0 trains nothing"),
+    ("limit_train_batches", -3, "a count cannot be negative"),
+    ("limit_train_batches", float("nan"), "it is not a number of batches"),
+    ("limit_train_batches", 1.5, "a fraction is from 0.0 to 1.0"),
+    ("limit_train_batches", 20.0, "for 20 batches write 20 without the decimal point"),
+    ("limit_train_batches", True, "it is not a number of batches"),
+    ("limit_val_batches", "all", "it is not a number of batches; give a whole number of batches (at least 0)"),
+    ("limit_test_batches", float("inf"), "it is not a number of batches"),
+    ("gradient_clip_val", -1.0, "it must be a finite number of at least 0"),
+    ("gradient_clip_val", float("nan"), "it must be a finite number of at least 0"),
+    ("gradient_clip_val", "0.5", "it must be a finite number of at least 0"),
+    ("gradient_clip_algorithm", "Norm", "it must be norm or value"),
+    ("deterministic", "yes", "it must be true, false or warn"),
+    ("sync_batchnorm", "true", "it must be true or false"),
+    ("check_val_every_n_epoch", 0, "it must be a whole number of at least 1"),
+    ("check_val_every_n_epoch", 2.0, "it must be a whole number of at least 1"),
+    ("reload_dataloaders_every_n_epochs", -1, "it must be a whole number of at least 0"),
+])
+def test_a_trainer_value_every_job_would_fail_or_mislead_on_is_refused_in_one_line(key, value, words):
+    """Types and ranges as pl.Trainer 2.6 documents them: limit_train_batches: 0 trained nothing
+    and was recorded as finished, 'all' or NaN ended every job."""
+    applied = lightningcli.apply({"trainer": {key: value}}, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert len(applied.problems) == 1 and key not in applied.trainer_args
+    assert applied.problems[0].startswith(f"cli.yaml: trainer.{key} is {value!r}, but ")
+    assert words in applied.problems[0]
+
+
+@pytest.mark.parametrize("key,value", [
+    ("limit_train_batches", 5), ("limit_train_batches", 0.25), ("limit_train_batches", 1.0),
+    ("limit_val_batches", 0), ("limit_test_batches", 0.0), ("gradient_clip_val", 0), ("gradient_clip_val", 0.5),
+    ("gradient_clip_algorithm", "value"), ("deterministic", "warn"), ("benchmark", True),
+    ("check_val_every_n_epoch", 3), ("reload_dataloaders_every_n_epochs", 2), ("inference_mode", False),
+])
+def test_a_trainer_value_lightning_takes_is_passed(key, value):
+    applied = lightningcli.apply({"trainer": {key: value}}, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert applied.problems == [] and applied.trainer_args == {key: value}
+
+
+def test_an_explicit_null_init_argument_reaches_the_module_as_none():
+    """null over a default that is not None means None; the loader knobs are ddpscale's."""
+    cli = {"model": {"class_path": "m.Net", "init_args": {"width": 8, "dropout": None}},
+           "data": {"class_path": "m.Data", "init_args": {"root": None, "num_workers": None, "batch_size": None}}}
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert applied.problems == []
+    assert applied.config["model"]["init_args"] == {"width": 8, "dropout": None}
+    assert applied.config["data"]["init_args"] == {"root": None}
+    assert applied.config["dataloader"]["num_workers"] == ddpscale_config()["dataloader"]["num_workers"]
+
+
+@pytest.mark.parametrize("given,words", [
+    ({"class_path": 5}, "optimizer names 5, which is not a class's import path"),
+    ("os.system; touch x", "optimizer names 'os.system; touch x', which is not a class's import path"),
+    ({"class_path": "torch.optim.SGD", "init_args": [0.1]},
+     "optimizer.init_args is [0.1]; give the arguments by name"),
+    ({"class_path": "torch.optim.SGD", "dict_kwargs": {}}, "optimizer has 'dict_kwargs', which LightningCLI does not"),
+])
+def test_an_optimizer_setting_of_the_wrong_shape_is_refused_in_one_line(given, words):
+    applied = lightningcli.apply({"optimizer": given}, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert len(applied.problems) == 1 and applied.problems[0].startswith("cli.yaml: ") and words in applied.problems[0]
+    assert applied.optimizers == {}
+
+
+def test_the_classes_the_contract_checks_are_named_by_their_import_path():
+    cli = {"optimizer": "Adam", "lr_scheduler": {"class_path": "StepLR", "init_args": {"step_size": 2}}}
+    applied = lightningcli.apply(cli, ddpscale_config(), "cli.yaml", lambda key: False)
+    assert lightningcli.contract_classes(applied) == {
+        "optimizer": {"class_path": "torch.optim.Adam", "init_args": {}},
+        "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 2}}}
+    assert lightningcli.contract_classes(None) == {}
+
+
+@pytest.mark.parametrize("class_path,init_args", [
+    ("os.system", lambda marker: {"command": f"touch {marker}"}),
+    ("subprocess.run", lambda marker: {"args": ["touch", str(marker)]}),
+    ("subprocess.Popen", lambda marker: {"args": ["touch", str(marker)]}),
+])
+def test_the_run_calls_nothing_but_a_class_of_the_right_kind(tmp_path, class_path, init_args):
+    """Defence in depth: the workflow refuses these (tests/workflow/test_workflow_lightningcli.py),
+    and the run itself never calls them either."""
+    marker = tmp_path / "marker"
+    with pytest.raises(TypeError, match=f"optimizer '{class_path}' is not a subclass of torch.optim.Optimizer"):
+        lightningcli._instance({"class_path": class_path, "init_args": init_args(marker)}, "optimizer")
+    assert not marker.exists()
+
+
+def test_the_run_builds_the_optimizer_and_scheduler_it_names():
+    import torch
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    optimizer = lightningcli._instance({"class_path": "SGD", "init_args": {"lr": 0.1}}, "optimizer", params)
+    assert isinstance(optimizer, torch.optim.SGD)
+    plateau = lightningcli._instance("ReduceLROnPlateau", "lr_scheduler", optimizer)
+    assert isinstance(plateau, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    with pytest.raises(TypeError, match="is not a subclass of torch.optim.lr_scheduler.LRScheduler or "):
+        lightningcli._instance("torch.optim.SGD", "lr_scheduler", optimizer)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
+from test_status import run_status
 
 # on one xdist worker: each worker would run the module's fixture (real training) again
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("broken-configs"), pytest.mark.timeout(600)]
@@ -152,8 +153,8 @@ def test_the_workspace_config_itself_plans_jobs(finished):
     assert "rule train_single_node" in result.stdout  # the refusals below are the corpus's doing
 
 
-def refusal(workspace: Workspace, name: str) -> subprocess.CompletedProcess:
-    fixture = CORPUS / f"{name}.yaml"
+def refusal(workspace: Workspace, name: str, corpus: Path = CORPUS) -> subprocess.CompletedProcess:
+    fixture = corpus / f"{name}.yaml"
     if name.endswith(".full"):
         config = workspace.path / "config/config.yaml"
         kept = config.read_bytes()
@@ -169,7 +170,11 @@ def refusal(workspace: Workspace, name: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("name", corpus())
 def test_broken_config_is_refused_in_one_line_before_any_job(finished, name):
     workspace, before = finished
-    result = refusal(workspace, name)
+    assert_one_line_refusal(refusal(workspace, name), name, EXPECTED[name])
+    assert snapshot(workspace.path / "results") == before, "the refusal touched results/"
+
+
+def assert_one_line_refusal(result: subprocess.CompletedProcess, name: str, expected: list[str]) -> None:
     output = result.stdout + result.stderr
     assert result.returncode != 0, f"{name} was accepted:\n{output[-2000:]}"
     assert "Traceback" not in output and "Failed validating" not in output and "On instance" not in output
@@ -179,6 +184,49 @@ def test_broken_config_is_refused_in_one_line_before_any_job(finished, name):
     # after the header, one line of message and then Snakemake's location lines ("  File ...")
     message = [line for line in lines[header + 1:] if not line.startswith("  File ")]
     assert len(message) == 1, f"{name}: expected one line of message, got:\n" + "\n".join(message)
-    for words in EXPECTED[name]:
+    for words in expected:
         assert words in message[0], f"{name}: {words!r} not in {message[0]!r}"
-    assert snapshot(workspace.path / "results") == before, "the refusal touched results/"
+
+
+# Files written to break the reader itself (tests/fixtures/adversarial/config_*): each is refused
+# by ddpscale's one reader (ddpscale.plan.configread) before Snakemake's `configfile:` loads it.
+# An overlay (--configfile) is loaded by Snakemake before the Snakefile runs, so only what its
+# loader reads without harm can be refused here: a key given twice.
+ADVERSARIAL = ROOT / "tests/fixtures/adversarial"
+ADVERSARIAL_EXPECTED = {
+    "config_huge_int.full": ["config/config.yaml line 3: a whole number of 5,000 digits, more than any setting takes",
+                             "fix the value"],
+    "config_duplicate_key.full": ["config/config.yaml line 5: key 'max_epochs' is given on lines 2 and 5 of one "
+                                  "mapping", "keep one"],
+    "config_yte.full": ["config/config.yaml: '__use_yte__' at its top level would make Snakemake evaluate the file "
+                        "as a yte template", "remove the key"],
+    "config_deep_nesting.full": ["config/config.yaml line 4: nested more than 50 levels deep", "flatten it"],
+    "config_duplicate_key": ["broken.yaml line 5: key 'size' is given on lines 3 and 5 of one mapping", "keep one"],
+}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory) -> Workspace:
+    """A workspace whose config plans jobs (a dry run; nothing trains)."""
+    workspace = Workspace(tmp_path_factory.mktemp("adversarial") / "ws")
+    workspace.write_config(tiny_config())
+    return workspace
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL_EXPECTED))
+def test_a_config_made_to_break_the_reader_is_refused_in_one_line(planned, name):
+    assert_one_line_refusal(refusal(planned, name, ADVERSARIAL), name, ADVERSARIAL_EXPECTED[name])
+    assert not (planned.path / "yte-ran").exists(), "Snakemake evaluated the config as a yte template"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ADVERSARIAL_EXPECTED if n.endswith(".full")))
+def test_status_on_a_config_made_to_break_the_reader_is_one_line(tmp_path, name):
+    """`make status` reads config/config.yaml with the workflow's reader: the same line."""
+    (tmp_path / "config").mkdir()
+    shutil.copy(ADVERSARIAL / f"{name}.yaml", tmp_path / "config/config.yaml")
+    result = run_status(tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpscale status: "), result.stderr[-2000:]
+    for words in ADVERSARIAL_EXPECTED[name]:
+        assert words in lines[0]

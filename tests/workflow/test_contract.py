@@ -5,6 +5,7 @@ fix: tests/unit/test_contract.py)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
@@ -69,3 +70,32 @@ def test_a_module_that_ends_the_process_at_import_is_named_in_one_line(tmp_path)
     with pytest.raises(ValueError, match=r"importing mine.nets.Net and mine.nets.Data ended the process "
                                          r"\(exit 1\): no GPU here, bye; fix the module"):
         contractfacts.finish(facts_of(root))
+
+
+@pytest.mark.slow
+def test_a_module_that_prints_at_import_is_a_valid_module(tmp_path):
+    """The facts travel in a file of their own: what a module prints (print, or a write on fd 1)
+    goes to stderr and cannot corrupt them."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", tmp_path / "usermods")
+    pending = facts_of(tmp_path, "usermods.noisy.NoisyNet", "usermods.noisy.NoisyData")
+    assert pending.process is not None
+    facts = contractfacts.finish(pending)
+    assert facts["model"] == {"problem": None, "accepts": ["width", "dropout"], "required": []}
+    assert facts["data"] == {"problem": None, "accepts": ["batch_size", "num_workers"], "required": ["batch_size"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer,kind", [
+    ("os.system", "a builtin_function_or_method, not a class"),
+    ("subprocess.Popen", "a class of subprocess"),
+])
+def test_an_optimizer_that_is_not_an_optimizer_class_is_named_never_called(tmp_path, optimizer, kind):
+    """The contract's process imports the named module and looks at the attribute; it calls nothing."""
+    root = user_root(tmp_path)
+    cli = {"optimizer": {"class_path": optimizer, "init_args": {"command": "touch marker"}},
+           "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 1}}}
+    facts = contractfacts.finish(contractfacts.start(sys.executable, SCRIPT, "mine.nets.Net", "mine.nets.Data",
+                                                     str(root), VERSIONS, cli))
+    assert facts["optimizer"] == {"problem": "base", "kind": kind}
+    assert facts["lr_scheduler"]["problem"] is None
+    assert not (root / "marker").exists()

@@ -84,3 +84,48 @@ def test_a_setting_ddpscale_cannot_measure_under_is_refused_before_any_job(cli_w
     assert ("cli.yaml: trainer.max_steps is 100, but ddpscale measures whole epochs; remove it and set "
             "trainer.max_epochs") in result.stdout
     assert not (workspace.path / "results").exists()
+
+
+@pytest.fixture
+def hand_written(workspace):
+    """A workspace for a LightningCLI config written by hand (hand_written_cli)."""
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    workspace.write_config(tiny_config())
+    (workspace.path / "my.yaml").write_text(yaml.safe_dump({"lightning_config": "cli.yaml"}))
+    return workspace
+
+
+def hand_written_cli(workspace, **sections) -> None:
+    cli = {"model": {"class_path": "usermods.tiny.BlobsClassifier", "init_args": {"width": 8}},
+           "data": {"class_path": "usermods.tiny.BlobsData", "init_args": {}}, **sections}
+    (workspace.path / "cli.yaml").write_text(yaml.safe_dump(cli))
+
+
+@pytest.mark.parametrize("optimizer,kind", [
+    ({"class_path": "os.system", "init_args": {"command": "touch marker"}},
+     "'os.system' is a builtin_function_or_method, not a class, not an optimizer"),
+    ({"class_path": "subprocess.run", "init_args": {"args": ["touch", "marker"]}},
+     "'subprocess.run' is a function, not a class, not an optimizer"),
+])
+def test_an_optimizer_that_runs_a_command_is_refused_before_any_job(hand_written, optimizer, kind):
+    """The run would have called it on every rank; LightningCLI takes only an Optimizer subclass."""
+    workspace = hand_written
+    hand_written_cli(workspace, optimizer=optimizer)
+    result = workspace.snakemake("--dry-run", "--configfile", "my.yaml")
+    assert result.returncode != 0 and "Job stats" not in result.stdout, result.stdout[-3000:]
+    assert f"cli.yaml: optimizer.class_path: {kind} (a subclass of torch.optim.Optimizer" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (workspace.path / "marker").exists()
+
+
+def test_an_explicit_null_init_argument_reaches_the_job_as_none(hand_written):
+    """NoisyNet's dropout defaults to 0.1; the CLI file's null means no dropout, and the job's
+    spec (its command line) carries it. The module prints while it imports: still a valid module."""
+    workspace = hand_written
+    hand_written_cli(workspace,
+                     model={"class_path": "usermods.noisy.NoisyNet", "init_args": {"width": 8, "dropout": None}},
+                     data={"class_path": "usermods.noisy.NoisyData", "init_args": {}})
+    result = workspace.snakemake("--dry-run", "--printshellcmds", "--configfile", "my.yaml")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    commands = [line for line in result.stdout.splitlines() if line.startswith("Shell command:") and "train.py" in line]
+    assert commands and all("--model-args '{\"dropout\": null, \"width\": 8}'" in line for line in commands), commands

@@ -123,6 +123,7 @@ CONTRACT = contractfacts.start(
     config["data"]["class_path"],
     os.getcwd(),
     PLAN.versions,
+    CLI_CLASSES,
 )
 # Keys that only work together, a generated dataset too small for a batch of every topology, and
 # data files that are missing or not regular files.
@@ -137,7 +138,7 @@ def check_contract():
         facts = contractfacts.finish(CONTRACT)
     except ValueError as err:
         raise WorkflowError(f"{source(('model', 'class_path'))}: {err}")
-    problems = owned_init_args(config, source) + contract_problems(facts, config, source)
+    problems = owned_init_args(config, source) + contract_problems(facts, config, source, CLI_CLASSES)
     if problems:
         raise WorkflowError("\n".join(problems))
 

@@ -9,8 +9,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.plan.configcheck import read_config, schema_problems, yaml_problem  # noqa: E402
-from ddpscale.plan.configcheck import input_problems  # noqa: E402
+from ddpscale.plan.configcheck import input_problems, schema_problems  # noqa: E402
+from ddpscale.plan.configread import read_yaml  # noqa: E402
 from ddpscale.plan.configsource import (  # noqa: E402
     DEFAULT_CONFIG,
     config_source,
@@ -24,17 +24,24 @@ from ddpscale.plan import lightningcli  # noqa: E402
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 
 
+def read_layer(path, where):
+    """A config file by ddpscale's one reader (ddpscale.plan.configread): its data, or the
+    workflow stops with one line naming the file, the line and the fix."""
+    data, problem = read_yaml(path, where)
+    if problem:
+        raise WorkflowError(problem)
+    return data
+
+
 def config_layers():
-    """(file, what it sets) in Snakemake's order: config/config.yaml, each --configfile, --config."""
-    layers = (
-        [(DEFAULT_CONFIG, yaml.safe_load(Path(DEFAULT_CONFIG).read_text()))] if Path(DEFAULT_CONFIG).is_file() else []
-    )
+    """(file, what it sets) in Snakemake's order: config/config.yaml, each --configfile, --config.
+
+    Snakemake has loaded the --configfile overlays itself before the Snakefile runs (its
+    ConfigSettings), so what it cannot read has stopped it already; the rest is refused here."""
+    layers = [(DEFAULT_CONFIG, read_layer(DEFAULT_CONFIG, DEFAULT_CONFIG))] if os.path.lexists(DEFAULT_CONFIG) else []
     for path in workflow.config_settings.configfiles:
         where = relative_name(path, os.getcwd())
-        text, problem = read_config(path, where)
-        if problem or (problem := yaml_problem(text, where)):
-            raise WorkflowError(problem)
-        layers.append((where, yaml.safe_load(text) or {}))
+        layers.append((where, read_layer(path, where) or {}))
     if workflow.config_settings.config:
         layers.append(("--config", dict(workflow.config_settings.config)))
     return layers
@@ -80,11 +87,9 @@ def apply_lightning_config():
             f"{source(('lightning_config',))}: lightning_config is {path!r}, which is not a file (paths are "
             "relative to the directory snakemake runs in); fix the path or set it to null"
         )
-    text = Path(path).read_text()
-    problem = yaml_problem(text, where=path)
-    if problem:
-        raise WorkflowError(problem)
-    applied = lightningcli.apply(yaml.safe_load(text), config, path, lambda key: set_beyond_default(key, CONFIG_LAYERS))
+    applied = lightningcli.apply(
+        read_layer(path, path), config, path, lambda key: set_beyond_default(key, CONFIG_LAYERS)
+    )
     if applied.problems:
         raise WorkflowError("\n".join(applied.problems))
     config.clear()
@@ -100,3 +105,5 @@ def apply_lightning_config():
 LIGHTNING = apply_lightning_config()
 if LIGHTNING:
     CONFIG_SOURCE = f"{CONFIG_SOURCE} + {config['lightning_config']}"
+# its optimizer and lr_scheduler, checked with the model and data classes (common.smk, CONTRACT)
+CLI_CLASSES = lightningcli.contract_classes(LIGHTNING)

@@ -13,7 +13,6 @@ import difflib
 import math
 import os
 import re
-from pathlib import Path
 
 import yaml
 
@@ -281,90 +280,6 @@ def setting_problems(config: dict, topologies: list[Topology], where: str = DEFA
     return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
 
 
-# A config is a page of settings; a bigger file is a mistake (a data file named as a config)
-# and is refused before YAML reads it.
-MAX_CONFIG_BYTES = 1 << 20
-
-
-def read_config(path, where: str | None = None) -> tuple[str | None, str | None]:
-    """(text, None) of a config file, or (None, why not) in one line: too big, or not UTF-8 text
-    (YAML would end in a traceback naming no file)."""
-    where = where or str(path)
-    data = Path(path).read_bytes()
-    if len(data) > MAX_CONFIG_BYTES:
-        return None, (f"{where}: {len(data):,} bytes, more than a config's {MAX_CONFIG_BYTES:,}; is it the "
-                      "right file?")
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        return None, (f"{where} line {line}: byte 0x{data[err.start]:02x} is not UTF-8 text; save the file as "
-                      "UTF-8 (or retype that line)")
-
-
-# YAML aliases (*name) repeat a node without copying it, so a file of a few lines can stand for
-# billions of values ("billion laughs"); everything that walks the config after the parse (the
-# schema, a run's flags and identity) expands them, and that ended in a MemoryError. A page of
-# settings has hundreds.
-MAX_CONFIG_VALUES = 100_000
-
-
-def expanded_values(tree, limit: int = MAX_CONFIG_VALUES) -> int:
-    """How many values a parsed config holds with every alias expanded, counted up to just past
-    limit (so a bomb, or an alias that contains itself, costs limit steps at most)."""
-    count, stack = 0, [tree]
-    while stack and count <= limit:
-        node = stack.pop()
-        count += 1
-        if isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
-    return count
-
-
-def size_problem(tree, where: str) -> str | None:
-    if expanded_values(tree) <= MAX_CONFIG_VALUES:
-        return None
-    return (f"{where}: more than {MAX_CONFIG_VALUES:,} values once its aliases (*name) are expanded; a config "
-            "lists settings: write each value out, or load big data from a file in your module")
-
-
-def yaml_problem(text: str, where: str = DEFAULT_CONFIG) -> str | None:
-    """Why YAML cannot read a config, in one line with its line number and the fix; None if it can.
-
-    Snakemake's own message for every such file is "Config file is not valid JSON or YAML",
-    without a line, so the workflow reads config/config.yaml itself first."""
-    try:
-        return size_problem(yaml.safe_load(text), where)
-    except yaml.MarkedYAMLError as error:
-        problem, context = error.problem or "", error.context or ""
-        mark = error.problem_mark or error.context_mark
-        if context.startswith(("while parsing a flow", "while scanning a quoted")) and error.context_mark:
-            mark = error.context_mark  # where the bracket or quote was opened
-        lines = text.splitlines()
-        at = f"{where} line {mark.line + 1}" if mark else where
-        shown_line = lines[mark.line].strip() if mark and mark.line < len(lines) else ""
-    except yaml.YAMLError as error:
-        return f"{where}: YAML cannot read it ({error}); fix the file's syntax"
-    if "'\\t'" in problem:
-        return f"{at}: a tab indents this line, and YAML indents with spaces only: replace the tab with spaces"
-    if context.startswith("while parsing a flow sequence"):
-        return f"{at}: the list opened with '[' on this line is not closed: close it with ']' (`{shown_line}`)"
-    if context.startswith("while parsing a flow mapping"):
-        return f"{at}: the mapping opened with '{{' on this line is not closed: close it with '}}' (`{shown_line}`)"
-    if context.startswith("while scanning a quoted"):
-        return f"{at}: the quote opened on this line is not closed: end the text with the same quote (`{shown_line}`)"
-    if problem.startswith("mapping values are not allowed"):
-        return (f"{at}: a second ':' on one line (`{shown_line}`): quote a value that contains ': ', "
-                "or put a nested key on its own line, indented")
-    if "expected <block end>" in problem:
-        return (f"{at}: this line is indented as no key above it is (`{shown_line}`): indent it exactly as "
-                "far as the keys it belongs with")
-    return f"{at}: YAML cannot read it ({problem or context}): fix that line (`{shown_line}`)"
-
-
 # -- inputs that cannot work, refused before the schema (input_problems: common_config.smk) --
 
 # Files of the running system: no data a run can use, /dev/zero never ends, and a checksum that
@@ -435,7 +350,7 @@ def text_number(tree, path: tuple) -> tuple[tuple, str] | None:
     else:
         try:
             read = yaml.safe_load(tree) if isinstance(tree, str) else tree
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError, RecursionError):  # not YAML, a huge int, deep nesting: text
             return None
         return (path, tree) if isinstance(tree, str) and not isinstance(read, str) else None
     for key, value in items:

@@ -17,6 +17,11 @@ import json
 LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 LOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
 BASES = {"model": "LightningModule", "data": "LightningDataModule"}
+# A LightningCLI config's optimizer and lr_scheduler: what LightningCLI takes (the kinds of
+# ddpscale.plan.lightningcli.CLASS_BASES), with an example, and what ddpscale passes first.
+CLI_KINDS = {"optimizer": ("an optimizer", "torch.optim.Optimizer", "torch.optim.SGD", "params"),
+             "lr_scheduler": ("an LR scheduler", "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau",
+                              "torch.optim.lr_scheduler.StepLR", "optimizer")}
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -41,7 +46,7 @@ def class_problem(section: str, class_path: str, facts: dict) -> str | None:
     """The import, name or base of one class, or None when it is a usable class."""
     module, _, name = class_path.rpartition(".")
     problem = facts.get("problem")
-    base = BASES[section]
+    base = BASES.get(section, "LightningModule")
     if problem == "import":
         missing = facts.get("missing")
         if missing == "lightning":
@@ -54,6 +59,10 @@ def class_problem(section: str, class_path: str, facts: dict) -> str | None:
         classes = facts.get("classes") or []
         listed = f" (it holds: {', '.join(classes)})" if classes and not _did_you_mean(name, classes) else ""
         return f"module '{module}' has no '{name}'{_did_you_mean(name, classes)}{listed}"
+    if problem == "base" and section in CLI_KINDS:
+        what, bases, example, _ = CLI_KINDS[section]
+        return (f"'{class_path}' is {facts.get('kind', 'not a class')}, not {what} (a subclass of {bases}, as "
+                f"LightningCLI requires), and the run would call it; name one, e.g. {example}")
     if problem == "base":
         return (f"'{class_path}' is {facts.get('kind', 'not a class')}, not a {base} (a subclass of "
                 f"pytorch_lightning.{base}); name your {base} subclass")
@@ -88,9 +97,25 @@ def ddpscale_args(config: dict) -> set:
     return given
 
 
-def problems(facts: dict, config: dict, source) -> list[str]:
-    """One line per broken piece of the contract. source(key path) names the file that set it."""
+def cli_class_problems(facts: dict, cli_classes: dict, cli_file: str) -> list[str]:
+    """A LightningCLI config's optimizer and lr_scheduler (cli_classes: {key: {class_path,
+    init_args}}, lightningcli.contract_classes): each a class of its kind taking its arguments."""
     out = []
+    for key, given in cli_classes.items():
+        found = class_problem(key, given["class_path"], facts.get(key, {}))
+        if found:
+            out.append(f"{cli_file}: {key}.class_path: {found}")
+            continue
+        out += [f"{cli_file}: {text}" for _, text in init_arg_problems(
+            key, given["class_path"], facts.get(key, {}), given["init_args"], {CLI_KINDS[key][3]})]
+    return out
+
+
+def problems(facts: dict, config: dict, source, cli_classes: dict | None = None) -> list[str]:
+    """One line per broken piece of the contract. source(key path) names the file that set it;
+    cli_classes: a LightningCLI config's optimizer and lr_scheduler (cli_class_problems)."""
+    out = []
+    cli = cli_class_problems(facts, cli_classes, config["lightning_config"]) if cli_classes else []
 
     def say(path, text):
         out.append(f"{source(path)}: {text}")
@@ -101,7 +126,7 @@ def problems(facts: dict, config: dict, source) -> list[str]:
         if found:
             say((section, "class_path"), f"{section}.class_path: {found}")
     if out:
-        return out  # the arguments of a class that is not there say nothing more
+        return out + cli  # the arguments of a class that is not there say nothing more
     data, data_path = facts["data"], config["data"]["class_path"]
     accepts = data.get("accepts")
     if accepts is not None and "batch_size" not in accepts:
@@ -120,7 +145,7 @@ def problems(facts: dict, config: dict, source) -> list[str]:
                        + init_arg_problems("data", data_path, data, config["data"]["init_args"],
                                            ddpscale_args(config))):
         say(path, text)
-    return out
+    return out + cli
 
 
 def owned_init_args(config: dict, source) -> list[str]:
@@ -143,8 +168,9 @@ def owned_init_args(config: dict, source) -> list[str]:
 
 # -- the facts' cache -------------------------------------------------------------------------
 
-def cache_key(model_class: str, data_class: str, root: str, python: str, versions: dict) -> str:
-    blob = json.dumps([model_class, data_class, root, python, versions], sort_keys=True)
+def cache_key(model_class: str, data_class: str, root: str, python: str, versions: dict,
+              cli_classes: dict | None = None) -> str:
+    blob = json.dumps([model_class, data_class, root, python, versions, cli_classes or {}], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -157,4 +183,4 @@ def still_valid(cached: dict, digest_of) -> bool:
 
 def cacheable(facts: dict) -> bool:
     """An import that failed may work once a package is installed, without any file changing."""
-    return all(facts[s].get("problem") != "import" for s in ("model", "data"))
+    return all(facts[s].get("problem") != "import" for s in ("model", "data", *CLI_KINDS) if s in facts)

@@ -17,6 +17,8 @@ checked with the rest of the contract); a TensorBoardLogger's package is only lo
 from __future__ import annotations
 
 import copy
+import math
+import re
 from dataclasses import dataclass, field
 
 from ddpscale.plan.configcheck import ALIASES
@@ -106,6 +108,15 @@ STRATEGY_OWNED = ("accelerator", "parallel_devices", "cluster_environment", "che
 TOP_LEVEL = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler", "ckpt_path", "weights_only")
 
 
+# optimizer and lr_scheduler: a class by its import path, or by its name in torch's namespace (as
+# LightningCLI reads them), of the kind LightningCLI requires (CLASS_BASES, checked where torch is
+# imported: the contract's process and the run itself).
+CLASS_NAMESPACES = {"optimizer": "torch.optim", "lr_scheduler": "torch.optim.lr_scheduler"}
+CLASS_BASES = {"optimizer": ("torch.optim.Optimizer",),
+               "lr_scheduler": ("torch.optim.lr_scheduler.LRScheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau")}
+IMPORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 @dataclass
 class Applied:
     config: dict  # the ddpscale config with what the CLI file sets
@@ -140,13 +151,17 @@ def _module(section: str, given, config: dict, name: str, user_set, out: Applied
             f"name the class: class_path and init_args under {section} in {name}, or {section}.class_path in "
             "your ddpscale config")
         return
-    args = {k: v for k, v in args.items() if v is not None}  # --print_config writes null for 'not set'
+    # A null is passed as None: --print_config writes null for an argument whose default is None
+    # (the same call), and a user who writes null over another default means None.
     if section == "data":
-        if "batch_size" in args:
-            out.overridden.append(f"data batch_size{_shown(args.pop('batch_size'))} (the batch per device "
+        if args.get("batch_size") is not None:  # null: not set (a required argument --print_config leaves)
+            out.overridden.append(f"data batch_size{_shown(args['batch_size'])} (the batch per device "
                                   "comes from batch.size and batch.scaling)")
+        args.pop("batch_size", None)
         for knob in LOADER_KEYS:
-            if knob in args:  # the data loader's knobs are ddpscale's dataloader settings
+            if knob in args and args[knob] is None:
+                del args[knob]  # not set: ddpscale's dataloader setting stands
+            elif knob in args:  # the data loader's knobs are ddpscale's dataloader settings
                 out.config["dataloader"][knob] = out.layer.setdefault("dataloader", {})[knob] = args.pop(knob)
     out.config[section] = {**out.config[section], "class_path": class_path, "init_args": args}
     out.layer[section] = {"class_path": class_path, "init_args": args}
@@ -168,7 +183,11 @@ def _trainer(given, name: str, out: Applied) -> None:
             value = ALIASES["precision"].get(str(value), value) if key == "precision" else value
             out.config[key] = out.layer[key] = value
         elif key in PASSED:
-            out.trainer_args[key] = value
+            problem = trainer_value_problem(key, value)
+            if problem:
+                out.problems.append(f"{name}: trainer.{key} is {value!r}, but {problem}")
+            else:
+                out.trainer_args[key] = value
         elif key == "logger":
             _loggers(value, name, out)
         elif key in READ:
@@ -177,6 +196,49 @@ def _trainer(given, name: str, out: Applied) -> None:
             out.overridden.append(f"trainer.{key}{_shown(value)}")
         else:
             out.problems.append(f"{name}: trainer.{key} is {value!r}, but {REFUSED[key]}")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _batches_problem(key: str, value) -> str | None:
+    """limit_*_batches as Lightning 2.6 reads them (trainer/setup.py, _determine_batch_limits): a
+    whole number of batches, or a fraction from 0.0 to 1.0 of them; 0 runs none."""
+    least = 1 if key == "limit_train_batches" else 0
+    fix = (f"give a whole number of batches (at least {least}) or a fraction of them "
+           f"{'above 0.0' if least else 'from 0.0'} up to 1.0 (all of them)")
+    if _whole(value):
+        if value >= least:
+            return None
+        why = "0 trains nothing, and an epoch of nothing would be recorded as finished" if value == 0 else (
+            "a count cannot be negative")
+        return f"{why}; {fix}"
+    if isinstance(value, float) and math.isfinite(value):
+        if (0.0 < value <= 1.0) or (value == 0.0 and not least):
+            return None
+        if value > 1.0 and value.is_integer():
+            return f"a fraction is at most 1.0; for {int(value)} batches write {int(value)} without the decimal point"
+        return f"{'0.0 trains nothing' if value == 0.0 else 'a fraction is from 0.0 to 1.0'}; {fix}"
+    return f"it is not a number of batches; {fix}"
+
+
+def trainer_value_problem(key: str, value) -> str | None:
+    """Why a passed Trainer value (PASSED) would fail or mislead in every job, as the rest of one
+    line; None when pl.Trainer 2.6 takes it as documented."""
+    if key.startswith("limit_"):
+        return _batches_problem(key, value)
+    if key in ("inference_mode", "use_distributed_sampler", "detect_anomaly", "sync_batchnorm", "benchmark"):
+        return None if isinstance(value, bool) else "it must be true or false"
+    if key == "deterministic":
+        return None if isinstance(value, bool) or value == "warn" else "it must be true, false or warn"
+    if key == "gradient_clip_val":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        return None if ok else "it must be a finite number of at least 0 (or null for no clipping)"
+    if key == "gradient_clip_algorithm":
+        return None if value in ("norm", "value") else "it must be norm or value (or null for norm)"
+    least = 1 if key == "check_val_every_n_epoch" else 0
+    return None if _whole(value) and value >= least else f"it must be a whole number of at least {least}"
 
 
 def _loggers(given, name: str, out: Applied) -> None:
@@ -310,9 +372,13 @@ def apply(cli, config: dict, name: str, user_set) -> Applied:
     elif seed is True:
         out.overridden.append(f"seed_everything (true: ddpscale seeds repeat r of every topology with seed "
                               f"{config['seed']} + r, so that topologies train alike and repeats are seeds)")
-    for key in ("optimizer", "lr_scheduler"):
+    for key in CLASS_NAMESPACES:
         if cli.get(key) is not None:
-            out.optimizers[key] = cli[key]
+            problem = class_setting_problem(key, cli[key])
+            if problem:
+                out.problems.append(f"{name}: {problem}")
+            else:
+                out.optimizers[key] = cli[key]
     if "lr_scheduler" in out.optimizers and "optimizer" not in out.optimizers:
         out.problems.append(f"{name}: lr_scheduler is set without an optimizer, and LightningCLI schedules only "
                             "an optimizer it made; set optimizer too, or schedule in configure_optimizers")
@@ -320,6 +386,38 @@ def apply(cli, config: dict, name: str, user_set) -> Applied:
         if cli.get(key) is not None:
             out.overridden.append(f"{key}{_shown(cli[key])} (ddpscale resumes from its own checkpoints)")
     return out
+
+
+def class_path_of(given, key: str) -> str:
+    """The import path an optimizer / lr_scheduler setting names (a bare name is torch's)."""
+    class_path = given if isinstance(given, str) else given["class_path"]
+    return class_path if "." in class_path else f"{CLASS_NAMESPACES[key]}.{class_path}"
+
+
+def class_setting_problem(key: str, given) -> str | None:
+    """The shape of an optimizer / lr_scheduler setting: a class name, or class_path and init_args."""
+    fix = (f"write {key}: {{class_path: {CLASS_NAMESPACES[key]}.{'SGD' if key == 'optimizer' else 'StepLR'}, "
+           "init_args: {...}}, as --print_config writes it")
+    if isinstance(given, dict):
+        unknown = sorted(str(k) for k in given if k not in ("class_path", "init_args"))
+        if unknown:
+            return f"{key} has {', '.join(map(repr, unknown))}, which LightningCLI does not read here; {fix}"
+        class_path, init_args = given.get("class_path"), given.get("init_args")
+        if init_args is not None and not (isinstance(init_args, dict) and all(isinstance(k, str) for k in init_args)):
+            return f"{key}.init_args is {init_args!r}; give the arguments by name under it"
+    else:
+        class_path = given
+    if not (isinstance(class_path, str) and IMPORT_NAME.fullmatch(class_path)):
+        return f"{key} names {class_path!r}, which is not a class's import path; {fix}"
+    return None
+
+
+def contract_classes(applied: Applied | None) -> dict[str, dict]:
+    """{'optimizer': {class_path, init_args}, ...}: the classes the contract's process checks for
+    their kind and arguments (ddpscale.plan.contract.cli_class_problems)."""
+    return {key: {"class_path": class_path_of(given, key),
+                  "init_args": {} if isinstance(given, str) else dict(given.get("init_args") or {})}
+            for key, given in (applied.optimizers if applied else {}).items()}
 
 
 def read_line(name: str, applied: Applied) -> str | None:
@@ -338,15 +436,23 @@ def overridden_line(name: str, applied: Applied) -> str | None:
 
 # -- in the run: LightningCLI's optimizer and lr_scheduler ----------------------------------------
 
-def _instance(given, namespace: str, *first):
-    """A class_path (+ init_args) setting, or a bare class name of torch's namespace, built."""
+def _instance(given, key: str, *first):
+    """A class_path (+ init_args) setting, or a bare class name of torch's namespace, built; only a
+    class of the kind LightningCLI takes is called (the workflow checked it too, in the contract's
+    process, but a run never calls a function a config names)."""
     import importlib
+    import inspect
 
-    class_path, init = (given, {}) if isinstance(given, str) else (given["class_path"], given.get("init_args") or {})
-    if "." not in class_path:
-        class_path = f"{namespace}.{class_path}"
+    class_path = class_path_of(given, key)
+    init = {} if isinstance(given, str) else given.get("init_args") or {}
+    bases = tuple(getattr(importlib.import_module(b.rpartition(".")[0]), b.rpartition(".")[2])
+                  for b in CLASS_BASES[key])
     module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)(*first, **init)
+    found = getattr(importlib.import_module(module), name, None)
+    if not (inspect.isclass(found) and issubclass(found, bases)):
+        raise TypeError(f"{key} {class_path!r} is not a subclass of {' or '.join(CLASS_BASES[key])}; "
+                        "LightningCLI takes only such a class")
+    return found(*first, **init)
 
 
 def attach_optimizers(model, spec: dict) -> None:
@@ -356,10 +462,10 @@ def attach_optimizers(model, spec: dict) -> None:
     import types
 
     def configure_optimizers(self):
-        optimizer = _instance(spec["optimizer"], "torch.optim", self.parameters())
+        optimizer = _instance(spec["optimizer"], "optimizer", self.parameters())
         if "lr_scheduler" not in spec:
             return optimizer
-        scheduler = _instance(spec["lr_scheduler"], "torch.optim.lr_scheduler", optimizer)
+        scheduler = _instance(spec["lr_scheduler"], "lr_scheduler", optimizer)
         monitor = getattr(scheduler, "monitor", None)
         if monitor:
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": monitor}}

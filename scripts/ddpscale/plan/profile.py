@@ -24,7 +24,6 @@ import difflib
 import inspect
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddpscale.core.topology import STAGE_RULES
 from ddpscale.plan.reservation import stage_runtime
@@ -320,12 +319,9 @@ RETRY_FIX = "retries: 2 and slurm-no-requeue: true"
 def written(path: str) -> dict:
     """The profile's file as YAML; {} where there is none to read (a profile Snakemake found by
     name elsewhere, or "the profile" of profile_file)."""
-    import yaml
+    from ddpscale.plan import configread
 
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
+    data = configread.read_yaml(path)[0]  # None where it cannot be read, as before, but never a traceback
     return data if isinstance(data, dict) else {}
 
 

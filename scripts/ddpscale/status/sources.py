@@ -8,29 +8,35 @@ import os
 import time
 from pathlib import Path
 
-import yaml
-
-from ddpscale.plan.configsource import set_beyond_default
 from ddpscale.core import record as run_record
 from ddpscale.core.io import read_json_dict
 from ddpscale.core.layout import Layout
+from ddpscale.plan import configread
+from ddpscale.plan.configsource import set_beyond_default
 from ddpscale.plan.squeue import active_jobs, query_squeue
 from ddpscale.status import rows as status
+
+
+def read_yaml(path) -> object:
+    """A config file by the workflow's own reader; a ValueError with its one line otherwise."""
+    data, problem = configread.read_yaml(path)
+    if problem:
+        raise ValueError(problem)
+    return data
 
 
 def read_config(path: Path, overlays: list[Path]) -> dict:
     """config/config.yaml with the --configfile overlays (paths as the user gave them), and a
     LightningCLI config's model and data where it names one (the experiment's folder follows them)."""
-    base = yaml.safe_load(path.read_text())
-    layers = [(str(path), base)] + [(str(p), yaml.safe_load(Path(p).read_text()) or {}) for p in overlays]
+    base = read_yaml(path)
+    layers = [(str(path), base)] + [(str(p), read_yaml(p) or {}) for p in overlays]
     config = status.merge_configs(base, [tree for _, tree in layers[1:]])
     cli = config.get("lightning_config")
     if cli and Path(cli).is_file() and isinstance(config.get("dataset"), dict):
         # only for such a config: the reader's config checks load numpy, which status otherwise never needs
         from ddpscale.plan import lightningcli
 
-        applied = lightningcli.apply(yaml.safe_load(Path(cli).read_text()), config, cli,
-                                     lambda key: set_beyond_default(key, layers))
+        applied = lightningcli.apply(read_yaml(cli), config, cli, lambda key: set_beyond_default(key, layers))
         config = applied.config
     return config
 
