@@ -195,3 +195,16 @@ def test_the_status_command_names_a_fifo_record_and_ends(tmp_path):
     assert done.returncode == 0, done.stderr
     assert re.search(r"^1x2 +r0 +unreadable +metrics.json unreadable: will rerun \(cannot read: a FIFO", done.stdout,
                      re.MULTILINE)
+
+
+def test_the_status_command_names_a_fifo_log_and_ends(tmp_path):
+    """A run's log that is a FIFO waited for a writer for ever (read_text): status names it as
+    the run's cause and ends."""
+    write_tree(tmp_path, lock=False)
+    fifo = tmp_path / "out/logs/train/2x1/r0.log"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    done = run_status(tmp_path, "--results", "out")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^2x1 +r0 .*cannot read the log .*r0\.log: a FIFO, not a regular file", done.stdout,
+                     re.MULTILINE), done.stdout

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ddpscale.core import record as run_record
-from ddpscale.core.io import read_json_dict
+from ddpscale.core.io import read_json_dict, read_regular
 from ddpscale.core.layout import Layout
 from ddpscale.plan import configread
 from ddpscale.plan.configsource import set_beyond_default
@@ -41,6 +41,15 @@ def read_config(path: Path, overlays: list[Path]) -> dict:
     return config
 
 
+def read_log(path: Path) -> str:
+    """A run's log as text; one that is not a regular file (a FIFO, which would wait for a writer
+    for ever) or cannot be read is the line saying so, which status shows as its cause."""
+    try:
+        return read_regular(path).decode("utf-8", errors="replace")
+    except OSError as err:
+        return f"cannot read the log {path}: {err.strerror or err}"
+
+
 def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[str, int], status.Run]:
     runs = {}
     for t in topologies:
@@ -48,7 +57,7 @@ def read_runs(results: Path, topologies: list[str], repeats: int) -> dict[tuple[
             metrics_file = results / status.metrics_path(t, r)
             log_file = results / status.log_path(t, r)
             metrics, unreadable = run_record.load(metrics_file) if metrics_file.exists() else (None, None)
-            log = log_file.read_text(encoding="utf-8", errors="replace") if log_file.exists() else None
+            log = read_log(log_file) if log_file.exists() else None
             runs[(t, r)] = status.Run(metrics, log, unreadable)
     return runs
 
