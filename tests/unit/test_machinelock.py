@@ -97,25 +97,30 @@ def test_the_lock_it_creates_is_readable_by_all_and_writable_by_its_owner_only(f
     assert (folder / LOCK_NAME).read_text() == HOLDER
 
 
+LEFT = "topology 2x2 in /home/other (pid 1), training since yesterday"
+
+
+def planted(folder, bits: int, uid: int | None = None):
+    """A lock left at the path by someone else: its line, its mode and, given, its owner."""
+    lock = folder / LOCK_NAME
+    lock.write_text(LEFT)
+    lock.chmod(bits)
+    if uid is not None:
+        os.chown(lock, uid, uid)
+    return lock
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root (os.chown)")
 def test_another_users_lock_is_refused_and_never_changed(folder):
     """Another user's lock is theirs to hold for ever: it is refused, not waited on."""
-    lock = folder / LOCK_NAME
-    left = "topology 2x2 in /home/other (pid 1), training since yesterday"
-    lock.write_text(left)
-    lock.chmod(0o644)
-    os.chown(lock, 12345, 12345)
+    lock = planted(folder, 0o644, uid=12345)
     said = hold(lock)
     assert "belongs to another user (uid 12345)" in said[0]
-    assert lock.read_text() == left and mode(lock) == 0o644 and lock.stat().st_uid == 12345
+    assert lock.read_text() == LEFT and mode(lock) == 0o644 and lock.stat().st_uid == 12345
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root (os.chown)")
-def test_a_root_lock_in_a_shared_folder_is_held_read_only_and_never_changed(folder):
-    lock = folder / LOCK_NAME
-    left = "topology 2x2 in /home/other (pid 1), training since yesterday"
-    lock.write_text(left)
-    lock.chmod(0o444)
+def test_a_lock_it_did_not_create_keeps_its_mode_and_still_excludes(folder):
+    lock = planted(folder, 0o444 if os.geteuid() == 0 else 0o644)
     with machinelock.held(lock, HOLDER, [].append):
         # it still excludes: a second descriptor cannot take it meanwhile
         other = os.open(lock, os.O_RDONLY)
@@ -124,8 +129,7 @@ def test_a_root_lock_in_a_shared_folder_is_held_read_only_and_never_changed(fold
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(other)
-    # root may write any file: the line goes in, the mode stays
-    assert mode(lock) == 0o444
+    assert mode(lock) == (0o444 if os.geteuid() == 0 else 0o644)
 
 
 def test_the_default_lock_is_in_a_folder_of_this_users_own():

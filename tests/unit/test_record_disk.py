@@ -184,27 +184,18 @@ def test_a_damaged_record_in_a_read_only_folder_is_named_with_its_fix(in_tmp, mo
                 if str(damaged.relative_to(in_tmp)) in line]
 
 
-def test_the_status_command_names_a_fifo_record_and_ends(tmp_path):
-    """scripts/status.py as make status runs it, over a results folder holding a FIFO record:
-    it ends (run_status's timeout fails the test otherwise) and names the run unreadable."""
+@pytest.mark.parametrize("planted, said", [
+    ("runs/1x2/r0/metrics.json", r"^1x2 +r0 +unreadable +metrics.json unreadable: will rerun \(cannot read: a FIFO"),
+    # a log was read with read_text, which waits for a FIFO's writer for ever
+    ("logs/train/2x1/r0.log", r"^2x1 +r0 .*cannot read the log .*r0\.log: a FIFO, not a regular file"),
+])
+def test_the_status_command_names_a_fifo_record_or_log_and_ends(tmp_path, planted, said):
+    """scripts/status.py as make status runs it, over a results folder holding a FIFO: it ends
+    (run_status's timeout fails the test otherwise) and names it as the run's cause."""
     write_tree(tmp_path, lock=False)
-    fifo = tmp_path / "out/runs/1x2/r0/metrics.json"
+    fifo = tmp_path / "out" / planted
     fifo.unlink()
     os.mkfifo(fifo)
     done = run_status(tmp_path, "--results", "out")
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^1x2 +r0 +unreadable +metrics.json unreadable: will rerun \(cannot read: a FIFO", done.stdout,
-                     re.MULTILINE)
-
-
-def test_the_status_command_names_a_fifo_log_and_ends(tmp_path):
-    """A run's log that is a FIFO waited for a writer for ever (read_text): status names it as
-    the run's cause and ends."""
-    write_tree(tmp_path, lock=False)
-    fifo = tmp_path / "out/logs/train/2x1/r0.log"
-    fifo.unlink()
-    os.mkfifo(fifo)
-    done = run_status(tmp_path, "--results", "out")
-    assert done.returncode == 0, done.stderr
-    assert re.search(r"^2x1 +r0 .*cannot read the log .*r0\.log: a FIFO, not a regular file", done.stdout,
-                     re.MULTILINE), done.stdout
+    assert re.search(said, done.stdout, re.MULTILINE), done.stdout
