@@ -150,7 +150,8 @@ def training_processes(cwd: Path, topology: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
-        if proc.info["cwd"] == str(cwd) and topology in cmdline and any(a.endswith("train.py") for a in cmdline):
+        if (proc.info["cwd"] == str(cwd) and f"--topology={topology}" in cmdline
+                and any(a.endswith("train.py") for a in cmdline)):
             found.append(proc)
     return found
 
@@ -197,7 +198,7 @@ def rank_process(cwd: Path, topology: str, rank: int) -> psutil.Process | None:
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
         if (proc.info["cwd"] == str(cwd) and cmdline and "python" in Path(cmdline[0]).name
-                and topology in cmdline and any(a.endswith("train.py") for a in cmdline)):
+                and f"--topology={topology}" in cmdline and any(a.endswith("train.py") for a in cmdline)):
             try:
                 if proc.environ().get("SLURM_PROCID") == str(rank):
                     return proc

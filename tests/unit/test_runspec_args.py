@@ -39,6 +39,12 @@ def dashed_config(**changes) -> dict:
     return config
 
 
+def huge_config() -> dict:
+    config = default_config()
+    config["data"]["init_args"] = huge_init_args()
+    return config
+
+
 def huge_init_args() -> dict:
     """A data module's init arguments of about 200 KB: a list of 5,000 shard paths."""
     return {"shards": [f"/data/shards/part-{i:05d}-of-05000.tar" for i in range(5000)]}
@@ -104,9 +110,18 @@ def test_snakemake_records_the_settings_as_earlier_versions_passed_them():
     assert shlex.split(spec.recorded()) == expected and "-neg_loss" not in expected
 
 
-def test_a_dry_run_writes_no_file_and_an_unchanged_one_is_not_rewritten(tmp_path, monkeypatch):
+def test_settings_that_fit_stay_on_the_command_line_where_a_dry_run_shows_them(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     p = plan(default_config())
+    flags = p.run_flags("1x2", 0, write=True)
+    assert argsfile.FILE_FLAG not in flags and "--nodes=1 --devices=2 " in flags
+    assert not (tmp_path / "results").exists()
+    assert argsfile.FILE_FLAG in plan(huge_config()).run_flags("1x2", 0, write=False)
+
+
+def test_a_dry_run_writes_no_file_and_an_unchanged_one_is_not_rewritten(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = plan(huge_config())
     p.run_flags("1x1", 0, write=False)
     p.report_flags({}, write=False)
     assert not (tmp_path / "results").exists()
@@ -126,7 +141,7 @@ def test_a_dry_run_writes_no_file_and_an_unchanged_one_is_not_rewritten(tmp_path
 ])
 def test_a_changed_or_damaged_args_file_is_refused_in_one_line(tmp_path, monkeypatch, capsys, damage, said):
     monkeypatch.chdir(tmp_path)
-    p = plan(default_config())
+    p = plan(huge_config())
     flags = shlex.split(p.run_flags("1x1", 0, write=True))
     path = tmp_path / p.layout.run_args("1x1", 0)
     damage(path)

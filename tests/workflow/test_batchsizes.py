@@ -15,7 +15,7 @@ def test_the_workflow_gives_the_baseline_every_topologys_per_device_batch(worksp
     rc, output = dry_run(workspace, config, cuda_visible_devices="")
     assert rc == 0, output
     commands = [line for line in output.splitlines() if line.startswith("Shell command: ")]
-    sized = [c for c in commands if "--probe-batch-sizes '[" in c and "--probe-batch-sizes '[]'" not in c]
+    sized = [c for c in commands if "'--probe-batch-sizes=[" in c and "'--probe-batch-sizes=[]'" not in c]
     # the baseline's first repeat, the one that probes
-    assert len(sized) == 1 and "--topology 1x1 " in sized[0] and "--repeat 0 " in sized[0], sized
-    assert " --probe --probe-batch-sizes '[16, 32, 64]' " in sized[0]
+    assert len(sized) == 1 and "--topology=1x1 " in sized[0] and "--repeat=0 " in sized[0], sized
+    assert " --probe '--probe-batch-sizes=[16, 32, 64]' " in sized[0]

@@ -106,4 +106,4 @@ def test_cluster_dry_runs_pass_the_gpu_accelerator_and_the_local_profile_cpu():
         jobs = train_jobs(output)
         expected = "cpu" if profile == "local" else "gpu"  # no visible GPU here: the local profile simulates
         for name, (_, shell) in jobs.items():
-            assert f" --accelerator {expected} " in shell, (profile, name, shell)
+            assert f" --accelerator={expected} " in shell, (profile, name, shell)

@@ -36,7 +36,7 @@ def train_commands(output: str) -> dict[str, str]:
     """{topology: shell command} of the planned train jobs."""
     commands = {}
     for line in output.splitlines():
-        match = re.search(r"scripts/train\.py --topology (\d+x\d+) ", line)
+        match = re.search(r"scripts/train\.py --topology=(\d+x\d+) ", line)
         if line.startswith("Shell command: ") and match:
             commands[match.group(1)] = line[len("Shell command: "):]
     return commands
@@ -52,7 +52,7 @@ def test_dry_run_one_gpu_too_few_for_1x2_runs_everything_on_cpu(workspace):
     commands = train_commands(output)
     assert sorted(commands) == ["1x1", "1x2"]
     for command in commands.values():
-        assert "--accelerator cpu " in command and "--gpu-ids" not in command
+        assert "--accelerator=cpu " in command and "--gpu-ids" not in command
         assert command.startswith("env CUDA_VISIBLE_DEVICES= ")
 
 
@@ -65,9 +65,9 @@ def test_dry_run_four_gpus_gives_each_topology_its_gpus(workspace):
             and not line.startswith(("ddpscale: measure ", "ddpscale: cost: ", "ddpscale: this benchmark"))]
     assert said == ["ddpscale: experiment spiralmlp: results in results/spiralmlp/"], said
     commands = train_commands(output)
-    assert all("--accelerator gpu " in c for c in commands.values()), commands
+    assert all("--accelerator=gpu " in c for c in commands.values()), commands
     cores = len(os.sched_getaffinity(0))  # each GPU rank: its GPU's share of this host's cores
-    assert all(f" --threads {max(1, cores // 4)} " in c for c in commands.values()), commands
+    assert all(f" --threads={max(1, cores // 4)} " in c for c in commands.values()), commands
     assert "--nodes 1 --procs-per-node 1 --gpu-ids 0 -- " in commands["1x1"]
     assert "--nodes 1 --procs-per-node 2 --gpu-ids 0,1 -- " in commands["1x2"]
     assert "--nodes 2 --procs-per-node 1 --gpu-ids 0,1 -- " in commands["2x1"]
@@ -98,4 +98,4 @@ def test_dry_run_warns_about_topologies_beyond_the_cores(workspace):
     assert len(warning) == 1, output
     assert warning[0].startswith(f"ddpscale: warning: {big}: more simulated devices than the {cores} usable core")
     assert f"Remove the topologies larger than {cores} device" in warning[0]
-    assert "--accelerator cpu " in train_commands(output)[big]
+    assert "--accelerator=cpu " in train_commands(output)[big]

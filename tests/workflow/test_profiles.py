@@ -75,9 +75,9 @@ def test_train_jobs_get_the_mapped_resources_and_launch(planned):
         for key, value in slurm_resources(topo, site).items():
             assert resources[key] == str(value), (profile, name, key)
         assert shell.startswith(launch_prefix(topo, site, WORKFLOW_PYTHON) + " scripts/train.py "), shell
-        flags = f"--nodes {topo.num_nodes} --devices {topo.devices_per_node} "
+        flags = f"--nodes={topo.num_nodes} --devices={topo.devices_per_node} "
         assert flags in shell
-        assert f"--cluster-env {cluster_env(topo, site)} " in shell
+        assert f"--cluster-env={cluster_env(topo, site)} " in shell
 
 
 def test_multi_rank_launch_commands(planned):
@@ -97,14 +97,14 @@ def test_multi_rank_launch_commands(planned):
                                 f"--procs-per-node 4 -- {py} scripts/train.py ")
         assert jobs["4x1"][1].startswith(f"env CUDA_VISIBLE_DEVICES= {py} scripts/launch_local.py "
                                          f"--nodes 4 --procs-per-node 1 -- {py} scripts/train.py ")
-        assert "--accelerator cpu " in shell
+        assert "--accelerator=cpu " in shell
     else:
         assert resources["mpi"] == "srun"
         srun = r"\bsrun --nodes=2 --ntasks-per-node=4 --cpus-per-task=\d+ --kill-on-bad-exit=1 "
         assert re.search(srun + re.escape(f"{py} scripts/train.py "), shell)
         # the allocation's GPUs, asked for explicitly: `auto` would train on a node's CPU
         # without a word where torch cannot start CUDA (tests/workflow/test_cudacheck.py)
-        assert "--accelerator gpu " in shell and "CUDA_VISIBLE_DEVICES" not in shell
+        assert "--accelerator=gpu " in shell and "CUDA_VISIBLE_DEVICES" not in shell
 
 
 def test_too_many_devices_per_node_stops_the_dry_run():
@@ -351,7 +351,7 @@ def test_the_train_command_carries_the_site_interconnect_only_where_the_profile_
         rc, output = dry_run(folder, ["1x1", "2x2"])
         assert rc == 0, output
         for _, shell in train_jobs(output).values():
-            assert (" --site-interconnect infiniband " in shell + " ") is expected, shell
+            assert (" --site-interconnect=infiniband " in shell + " ") is expected, shell
 
 
 def test_throughput_mode_jobs_ask_for_the_sized_limit_over_the_stage_entry():

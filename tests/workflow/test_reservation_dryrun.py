@@ -108,7 +108,7 @@ def test_whole_nodes_are_what_a_run_is_billed_for_with_site_exclusive(workspace)
     _, _, stderr = dry_run(workspace, (), "--printshellcmds", exclusive=True)
     assert "1 GPU x" not in stderr and "1x1 r0 (train_baseline): 2 GPUs (whole nodes: site_exclusive)" in stderr
     commands = [line for line in stderr.splitlines() if "scripts/train.py" in line and "--topology" in line]
-    held = {line.split("--topology ")[1].split()[0]: line.split("--held-devices ")[1].split()[0] for line in commands}
+    held = {line.split("--topology=")[1].split()[0]: line.split("--held-devices=")[1].split()[0] for line in commands}
     assert held == {"1x1": "2", "1x2": "2", "2x2": "4"}, commands
 
 
@@ -120,7 +120,7 @@ def test_the_report_is_told_each_topology_s_job_time_limit(workspace):
     report = [line for line in stderr.splitlines() if "scripts/report.py" in line and "--metrics" in line]
     assert report, stderr[-3000:]
     words = shlex.split(report[0])
-    limits = json.loads(words[words.index("--job-limits") + 1])
+    limits = json.loads(next(w.removeprefix("--job-limits=") for w in words if w.startswith("--job-limits=")))
     signal = profile["set-resources"]["train"]["site_signal_s"]
     assert limits == {name: {"limit_s": profile_runtime(profile, rule) * 60, "signal_s": signal}
                       for name, rule in TOPOLOGIES.items()}
@@ -144,7 +144,7 @@ def test_throughput_mode_sizes_each_stage_limit_and_says_where_it_came_from(work
     assert "1 GPU x 18 min = 0.3 GPU-hours reserved" in stderr
     report = next(line for line in stderr.splitlines() if "scripts/report.py" in line and "--metrics" in line)
     words = shlex.split(report)
-    limits = json.loads(words[words.index("--job-limits") + 1])
+    limits = json.loads(next(w.removeprefix("--job-limits=") for w in words if w.startswith("--job-limits=")))
     assert limits["1x1"]["limit_s"] == profile_runtime(profile, "train_baseline") * 60
 
     _, _, stderr = dry_run(Workspace(tmp_path / "full"), measure="full")

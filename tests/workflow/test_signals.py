@@ -254,7 +254,8 @@ def test_stuck_rank_ends_its_job_at_the_collective_timeout(tmp_path, long_data):
 def launcher_of(cwd: Path, topology: str) -> psutil.Process | None:
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmdline = proc.info["cmdline"] or []
-        if proc.info["cwd"] == str(cwd) and topology in cmdline and any(a.endswith("launch_local.py") for a in cmdline):
+        if (proc.info["cwd"] == str(cwd) and f"--topology={topology}" in cmdline
+                and any(a.endswith("launch_local.py") for a in cmdline)):
             return proc
     return None
 

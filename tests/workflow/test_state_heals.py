@@ -59,11 +59,15 @@ def test_a_report_job_that_fails_keeps_the_previous_report(workspace):
         refused.stderr, refused.stderr[-4000:]
     assert html.read_text() == before
 
-    # a right header over rows the report cannot read: the report job itself fails
-    broken = workspace.path / "broken.tsv"
-    broken.write_text('topology\tthroughput_samples_s\tefficiency\tfit_time_s\n1x1\t"1\t1\t1\n')  # a quote unclosed
-    config["report"]["compare_with"] = "broken.tsv"
+    # the report job itself fails, half way through a report.html (every table the report reads is
+    # checked before any job now, so the workspace's report.py stands in for a crash or a kill)
+    config["report"]["compare_with"] = None
     workspace.write_config(config)
+    script = workspace.path / "scripts/report.py"
+    original = script.read_text()
+    script.write_text("import sys\nfrom pathlib import Path\n"
+                      "Path(sys.argv[sys.argv.index('--out-dir') + 1], 'report.html').write_text('half')\n"
+                      "sys.exit('the report crashed')\n")
     failed = workspace.snakemake()
     assert failed.returncode != 0 and "report_scaling" in failed.stderr, failed.stderr[-4000:]
     assert html.read_text() == before, "the previous report was lost with the failed job"
@@ -73,8 +77,7 @@ def test_a_report_job_that_fails_keeps_the_previous_report(workspace):
         assert re.search(rf"kept the previous \S*/report/{re.escape(name)}$", failed.stderr, re.M), name
         assert (workspace.results / "report" / name).read_bytes() == content, name
 
-    config["report"]["compare_with"] = None  # fixed: the report is rebuilt
-    workspace.write_config(config)
+    script.write_text(original)  # fixed: the report is rebuilt
     again = workspace.snakemake()
     assert again.returncode == 0, again.stderr[-4000:]
     assert "report_scaling" in again.stderr and html.exists()

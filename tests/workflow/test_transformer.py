@@ -81,8 +81,8 @@ def test_preset_on_top_of_config_yaml_passes_only_its_own_init_args(tmp_path):
                              "config/transformer_tiny.yaml", "-n", "-p"],
                             cwd=workspace.path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    model_args = re.search(r"--model-args '([^']*)'", result.stdout + result.stderr).group(1)
-    data_args = re.search(r"--data-args '([^']*)'", result.stdout + result.stderr).group(1)
+    model_args = re.search(r"'--model-args=([^']*)'", result.stdout + result.stderr).group(1)
+    data_args = re.search(r"'--data-args=([^']*)'", result.stdout + result.stderr).group(1)
     assert json.loads(model_args) == TINY_PRESET["model"]["init_args"]
     assert json.loads(data_args) == TINY_PRESET["data"]["init_args"]
 

@@ -128,4 +128,4 @@ def test_an_explicit_null_init_argument_reaches_the_job_as_none(hand_written):
     result = workspace.snakemake("--dry-run", "--printshellcmds", "--configfile", "my.yaml")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     commands = [line for line in result.stdout.splitlines() if line.startswith("Shell command:") and "train.py" in line]
-    assert commands and all("--model-args '{\"dropout\": null, \"width\": 8}'" in line for line in commands), commands
+    assert commands and all("'--model-args={\"dropout\": null, \"width\": 8}'" in line for line in commands), commands

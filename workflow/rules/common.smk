@@ -317,7 +317,7 @@ def writes_args():
 
 
 def get_run_flags(wildcards):
-    """The run's settings as their args file and digest (ddpscale.core.argsfile: the settings may
+    """The run's settings, inline or as their args file and digest (ddpscale.core.argsfile: they may
     be longer than a command line can be), unrecorded: get_run_settings is what reruns the job.
     train.py prints them all, so the log shows what ran."""
     return runspec.Unrecorded(PLAN.run_flags(wildcards.topology, wildcards.repeat, write=writes_args()))
@@ -470,5 +470,5 @@ def get_failures(wildcards):
 
 
 def get_report_flags(wildcards):
-    """The report's settings as their args file and digest (a param: a change reruns it)."""
+    """The report's settings, inline or as their args file and digest (a param: a change reruns it)."""
     return PLAN.report_flags(PROFILE.runtimes, write=writes_args())

@@ -55,20 +55,22 @@ def source(path):
     return key_source(path, CONFIG_LAYERS)
 
 
+SCHEMA = yaml.safe_load((Path(workflow.basedir) / "schemas/config.schema.yaml").read_text())
+
+
 def check_config_schema():
     """Snakemake's validate prints the whole schema and config for one bad key; say it in one line.
 
     validate() still runs after this: it fills in the schema's defaults.
     """
-    schema = yaml.safe_load((Path(workflow.basedir) / "schemas/config.schema.yaml").read_text())
-    problems = schema_problems(config, schema, source)
+    problems = schema_problems(config, SCHEMA, source)
     if problems:
         raise WorkflowError("\n".join(problems))
 
 
 # Inputs that cannot work (nested numbers given with --config, an experiment named like a legacy
 # folder of results/, data that is the experiment's own output): named before the schema's words.
-if problems := input_problems(config, workflow.config_settings.config, source):
+if problems := input_problems(config, workflow.config_settings.config, source, SCHEMA):
     raise WorkflowError("\n".join(problems))
 own_init_args(config, workflow.config_settings.overwrite_config or {})
 check_config_schema()

@@ -3,11 +3,12 @@
 A job's command line is bounded by the kernel: one argument is at most MAX_ARG_STRLEN (128 KiB
 on Linux), and a rule's shell line is one argument of `bash -c`. A config whose settings are
 longer (data init arguments listing thousands of files) would fail every job with "Argument
-list too long". So the workflow writes the flags, as a JSON list, to a file whose path comes
-from ddpscale.core.layout, and passes the path and the list's digest: the digest is a Snakemake
-param, so a change of any setting still reruns the job, and the script refuses a file whose
-digest is not the one on its command line (written by another snakemake, or edited since).
-The script then parses the list with its own parser, as if it had come on the command line.
+list too long". So where the flags pass INLINE_LIMIT the workflow writes them, as a JSON list, to
+a file whose path comes from ddpscale.core.layout, and passes the path and the list's digest; the
+script refuses a file whose digest is not the one on its command line (written by another
+snakemake, or edited since) and parses the list with its own parser, as if it had come on the
+command line. Flags within the limit stay on the command line, where `snakemake -n -p` shows
+them and the printed command can be run again by hand.
 
 Torch-free: the workflow imports this module while it parses.
 """
@@ -21,6 +22,8 @@ import os
 
 from ddpscale.core.io import read_json_dict, read_regular, write_json_atomic
 
+# far below MAX_ARG_STRLEN, which the launch prefix and the log's flags share with these
+INLINE_LIMIT = 32 * 1024
 FILE_FLAG = "--args-file"
 DIGEST_FLAG = "--args-digest"
 
@@ -30,11 +33,21 @@ def digest(argv: list[str]) -> str:
     return hashlib.sha256(json.dumps(argv, separators=(",", ":")).encode()).hexdigest()
 
 
-def write(path: str | os.PathLike, argv: list[str]) -> None:
+def write_file(path: str | os.PathLike, argv: list[str]) -> None:
     """The flags to path, atomically, and only where they changed: Snakemake asks for a job's
     params more than once, and a file rewritten with the same content would be churn."""
     if read_json_dict(path) != {"argv": argv}:
         write_json_atomic(path, {"argv": argv})
+
+
+def command(path: str | os.PathLike, argv: list[str], write: bool) -> list[str]:
+    """What the command line carries: argv itself, or where it passes INLINE_LIMIT, the file
+    holding it (written where `write`: by the snakemake that runs the jobs, not a dry run)."""
+    if sum(len(arg) + 1 for arg in argv) <= INLINE_LIMIT:
+        return list(argv)
+    if write:
+        write_file(path, argv)
+    return flags(path, argv)
 
 
 def flags(path: str | os.PathLike, argv: list[str]) -> list[str]:

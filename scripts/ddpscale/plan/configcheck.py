@@ -325,14 +325,16 @@ def experiment_problems(config: dict, source) -> list[str]:
     return [f"{source(('experiment',))}: {said} {name!r}, but {why}; set experiment: to another name"]
 
 
-def override_problems(overrides) -> list[str]:
+def override_problems(overrides, schema: dict | None = None) -> list[str]:
     """A mapping or list given with --config (`--config report='{efficiency_threshold: 0.8}'`):
     Snakemake reads it with YAML's BaseLoader (snakemake.cli.parse_config), which keeps every value
     as text, so a number there arrives as '0.8' and the schema would ask to drop quotes the user
-    never wrote. A dotted key (report.x=3) Snakemake itself refuses before the workflow runs."""
+    never wrote. Text where the schema takes text (a topology '0x2', which YAML would read as a
+    hexadecimal 2) is what it is. A dotted key (report.x=3) Snakemake itself refuses before the
+    workflow runs."""
     problems = []
     for key, value in (overrides or {}).items():
-        found = text_number(value, (key,)) if isinstance(value, (dict, list)) else None
+        found = text_number(value, (key,), schema or {}) if isinstance(value, (dict, list)) else None
         if found:
             path, text = found
             problems.append(f"--config: {key_name(path)} arrives as the text {text!r}: Snakemake reads a mapping or "
@@ -341,26 +343,45 @@ def override_problems(overrides) -> list[str]:
     return problems
 
 
-def text_number(tree, path: tuple) -> tuple[tuple, str] | None:
-    """The first text in tree that YAML would read as a number, true/false or null, with its path."""
+def schema_at(schema: dict, path: tuple) -> dict:
+    """The part of a JSON schema that describes the value at path; {} where it does not say."""
+    for part in path:
+        if isinstance(part, int):
+            schema = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        else:
+            schema = (schema.get("properties") or {}).get(part) or {}
+    return schema
+
+
+def takes_text(schema: dict) -> bool:
+    kinds = schema.get("type")
+    return kinds == "string" or (isinstance(kinds, list) and "string" in kinds)
+
+
+def text_number(tree, path: tuple, schema: dict | None = None) -> tuple[tuple, str] | None:
+    """The first text in tree that YAML would read as a number, true/false or null, with its path,
+    where the schema (the whole config's) does not take text there."""
     if isinstance(tree, dict):
         items = tree.items()
     elif isinstance(tree, list):
         items = enumerate(tree)
     else:
+        if not isinstance(tree, str) or takes_text(schema_at(schema or {}, path)):
+            return None
         try:
-            read = yaml.safe_load(tree) if isinstance(tree, str) else tree
+            read = yaml.safe_load(tree)
         except (yaml.YAMLError, ValueError, RecursionError):  # not YAML, a huge int, deep nesting: text
             return None
-        return (path, tree) if isinstance(tree, str) and not isinstance(read, str) else None
+        return None if isinstance(read, str) else (path, tree)
     for key, value in items:
-        if found := text_number(value, (*path, key)):
+        if found := text_number(value, (*path, key), schema):
             return found
     return None
 
 
-def input_problems(config: dict, overrides, source) -> list[str]:
+def input_problems(config: dict, overrides, source, schema: dict | None = None) -> list[str]:
     """Inputs that cannot work, one line each, checked before the schema: nested numbers given
     with --config (overrides: what --config set), an experiment named like a folder results/
     already uses, and data files that are the experiment's own output or the system's."""
-    return override_problems(overrides) + experiment_problems(config, source) + data_source_problems(config, source)
+    return (override_problems(overrides, schema) + experiment_problems(config, source)
+            + data_source_problems(config, source))

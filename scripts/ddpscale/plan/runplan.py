@@ -125,8 +125,8 @@ class RunPlan:
         return self._specs[key]
 
     def run_flags(self, topology: str, repeat, write: bool) -> str:
-        """train.py's flags whose change reruns the run, as its args file and their digest (the
-        shell's; run_settings is what Snakemake records); write: write the file (where jobs run,
+        """train.py's flags whose change reruns the run, inline or, past argsfile.INLINE_LIMIT, as
+        their args file and digest (the shell's; run_settings is what Snakemake records); write: write the file (where jobs run,
         not in a dry run)."""
         return self._args_flags(self.layout.run_args(topology, repeat), self.spec(topology, repeat).argv(rerun=True),
                                 write)
@@ -141,9 +141,7 @@ class RunPlan:
 
     @staticmethod
     def _args_flags(path: str, argv: list[str], write: bool) -> str:
-        if write:
-            argsfile.write(path, argv)
-        return shlex.join(argsfile.flags(path, argv))
+        return shlex.join(argsfile.command(path, argv, write))
 
     def resources(self, topology: str) -> dict:
         """The SLURM plugin's resources of one topology's training job."""
@@ -231,8 +229,9 @@ class RunPlan:
         return [f"{flag}={value}" for flag, value in flags.items()] + ["--expected", *self.topology_names]
 
     def report_flags(self, runtimes: dict, write: bool) -> str:
-        """The report's settings as its args file and their digest (a Snakemake param); the data
-        module's init arguments among them may be longer than a command line can be."""
+        """The report's settings, inline or, past argsfile.INLINE_LIMIT, as their args file and digest
+        (a Snakemake param); the data module's init arguments among them may be longer than a
+        command line can be."""
         return self._args_flags(self.layout.report_args, self.report_argv(runtimes), write)
 
     def record(self) -> dict:
