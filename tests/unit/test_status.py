@@ -38,7 +38,7 @@ def test_squeue_lines_become_jobs_of_this_directory_by_run():
     text = "\n".join([
         f"101|RUNNING|None|rule_train_wildcards_1x2_0|{HERE}|1:05",
         f"102|PENDING|Resources|rule_multi_node_wildcards_2x1_1|{HERE}|0:00",
-        f"103|PENDING|Priority|rule_train_wildcards_1x1_0|/elsewhere|0:00",     # another checkout
+        "103|PENDING|Priority|rule_train_wildcards_1x1_0|/elsewhere|0:00",     # another checkout
         f"104|COMPLETED|None|rule_baseline_wildcards_1x1_0|{HERE}|0:12",       # ended: files decide
         f"105|RUNNING|None|rule_probe_wildcards_1x2|{HERE}|0:03",              # not a training run
         f"106|PENDING|JobHeldUser|rule_train_single_node_wildcards_1x2_0|{HERE}|0:00",  # a retry waits

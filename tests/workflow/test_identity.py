@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT, launched, tiny_config
-from ddpscale.report import analysis, records, reportdata
+from ddpscale.report import analysis, records
 from ddpscale.job import checksum
 from ddpscale.plan import identity
 from test_analysis import make_run

@@ -293,7 +293,7 @@ def _loggers(given, name: str, out: Applied) -> None:
 def _strategy(given, name: str, out: Applied) -> None:
     """trainer.strategy: DDP (by name or as DDPStrategy with init_args) becomes config ddp, the
     CLI file's value winning as it does for max_epochs; any other strategy is refused."""
-    refuse = (f"but ddpscale measures DDP, built per topology; use ddp, ddp_find_unused_parameters_true "
+    refuse = ("but ddpscale measures DDP, built per topology; use ddp, ddp_find_unused_parameters_true "
               "or pytorch_lightning.strategies.DDPStrategy, or remove it and set ddp: in your ddpscale config")
     if isinstance(given, str) and given.lower() in DDP_NAMES:
         settings, shown = dict(DDP_NAMES[given.lower()]), given
