@@ -126,8 +126,8 @@ class RunPlan:
 
     def run_flags(self, topology: str, repeat, write: bool) -> str:
         """train.py's flags whose change reruns the run, inline or, past argsfile.INLINE_LIMIT, as
-        their args file and digest (the shell's; run_settings is what Snakemake records); write: write the file (where jobs run,
-        not in a dry run)."""
+        their args file and digest (the shell's; run_settings is what Snakemake records); write:
+        write the file (where jobs run, not in a dry run)."""
         return self._args_flags(self.layout.run_args(topology, repeat), self.spec(topology, repeat).argv(rerun=True),
                                 write)
 
