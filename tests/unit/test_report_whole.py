@@ -91,7 +91,8 @@ def shell_line(rule: str, metrics, out_dir: Path, log: Path) -> str:
     """The rule's shell line as Snakemake runs it (its bash prefix too), with this test's values;
     a placeholder the test does not know fails here, so a changed rule is noticed."""
     values = {"params.python:q": shlex.quote(sys.executable), "input.script": shlex.quote(str(SCRIPT)),
-              "input.metrics": " ".join(shlex.quote(str(m)) for m in metrics), "params.flags": "",
+              # the records travel among the flags (runplan.report_flags)
+              "params.flags": shlex.join(["--metrics", *map(str, metrics)]),
               "params.out_dir": shlex.quote(str(out_dir)), "log": shlex.quote(str(log))}
     return "set -euo pipefail; " + re.sub(r"\{([^{}]+)\}", lambda m: values[m.group(1)], shell_template(rule))
 

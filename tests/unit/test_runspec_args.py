@@ -89,6 +89,18 @@ def test_init_args_past_the_command_lines_limit_reach_the_job(tmp_path, monkeypa
     assert args.data_args == huge_init_args()
 
 
+def test_the_records_of_thousands_of_runs_reach_the_report(tmp_path, monkeypatch):
+    """The report's --metrics lists every run: 40 topologies of 100 repeats are 4,000 paths."""
+    monkeypatch.chdir(tmp_path)
+    p = plan(default_config())
+    paths = [p.layout.metrics(f"{n}x8", r) for n in range(1, 41) for r in range(100)]
+    flags = p.report_flags({}, write=True, metrics=paths, rule="partial_report")
+    assert len(flags) < MAX_ARG_STRLEN // 32 and "args/partial_report.json" in flags
+    assert report_script().parse_args(shlex.split(flags)).metrics == paths
+    short = p.report_flags({}, write=False, metrics=paths[:3])
+    assert argsfile.FILE_FLAG not in short and report_script().parse_args(shlex.split(short)).metrics == paths[:3]
+
+
 def test_a_setting_changed_changes_the_param_and_the_log_flags_do_not():
     """The param Snakemake records reruns the job when any setting changes, and only then."""
     base = plan(default_config())

@@ -470,5 +470,11 @@ def get_failures(wildcards):
 
 
 def get_report_flags(wildcards):
-    """The report's settings, inline or as their args file and digest (a param: a change reruns it)."""
-    return PLAN.report_flags(PROFILE.runtimes, write=writes_args())
+    """The report's settings and records, inline or as their args file and digest (a param: a
+    change reruns it). The records come from the input function, not `input`: Snakemake records
+    no param that takes `input`, and another accuracy metric must rebuild the report."""
+    return PLAN.report_flags(PROFILE.runtimes, writes_args(), get_all_metrics(wildcards), "report_scaling")
+
+
+def get_partial_report_flags(wildcards):
+    return PLAN.report_flags(PROFILE.runtimes, writes_args(), get_finished_metrics(wildcards), "partial_report")

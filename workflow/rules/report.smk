@@ -16,8 +16,7 @@ rule report_scaling:
         flags=get_report_flags,
         out_dir=get_report_dir,
     shell:
-        "exec {params.python:q} {input.script} --metrics {input.metrics} "
-        "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"
+        "exec {params.python:q} {input.script} {params.flags} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 # After a failure: `snakemake --profile ... partial_report` builds the report from the runs
@@ -33,9 +32,8 @@ rule partial_report:
         f"{PLAN.layout.logs}/partial_report.log",
     params:
         python=PLAN.python,
-        flags=get_report_flags,
+        flags=get_partial_report_flags,
         failures=get_failures,
         out_dir=get_report_dir,
     shell:
-        "exec {params.python:q} {input.script} --metrics {input.metrics} "
-        "{params.flags} --out-dir {params.out_dir} > {log} 2>&1"
+        "exec {params.python:q} {input.script} {params.flags} --out-dir {params.out_dir} > {log} 2>&1"

@@ -93,9 +93,9 @@ class Layout:
     def run_args(self, topology: str, repeat) -> str:
         return f"{self.args}/train/{topology}/r{repeat}.json"
 
-    @property
-    def report_args(self) -> str:
-        return f"{self.args}/report.json"
+    def report_args(self, rule: str) -> str:
+        """One file per report rule (report_scaling, partial_report): their runs differ."""
+        return f"{self.args}/{rule}.json"
 
     def metrics(self, topology: str, repeat) -> str:
         return f"{self.runs}/{topology}/r{repeat}/{METRICS}"

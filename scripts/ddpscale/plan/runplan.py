@@ -228,11 +228,14 @@ class RunPlan:
         # topology names are digits and an x: never read as a flag
         return [f"{flag}={value}" for flag, value in flags.items()] + ["--expected", *self.topology_names]
 
-    def report_flags(self, runtimes: dict, write: bool) -> str:
-        """The report's settings, inline or, past argsfile.INLINE_LIMIT, as their args file and digest
-        (a Snakemake param); the data module's init arguments among them may be longer than a
-        command line can be."""
-        return self._args_flags(self.layout.report_args, self.report_argv(runtimes), write)
+    def report_flags(self, runtimes: dict, write: bool, metrics: list[str] | None = None,
+                     rule: str = "report_scaling") -> str:
+        """The report's settings and the records it reads (metrics), inline or, past
+        argsfile.INLINE_LIMIT, as the rule's args file and digest (a Snakemake param): the data
+        module's init arguments, or the paths of thousands of runs, may be longer than a command
+        line can be."""
+        argv = self.report_argv(runtimes) + (["--metrics", *metrics] if metrics else [])
+        return self._args_flags(self.layout.report_args(rule), argv, write)
 
     def record(self) -> dict:
         """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
