@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from ddpscale.core.io import terminal_safe
+from ddpscale.core.io import file_kind, terminal_safe
 
 LOCK_NAME = "ddpscale-local-training.lock"
 LOCK_DIR_ENV = "DDPSCALE_LOCK_DIR"
@@ -89,9 +89,7 @@ def file_problem(mode: int, links: int, owner: int = 0, me: int = 0) -> str | No
     """Why the file opened at the lock's path (its st_mode, st_nlink and st_uid) is not a lock
     for user `me`, or None."""
     if not stat.S_ISREG(mode):
-        kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a device",
-                 stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
-        return f"is {kinds.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
+        return f"is {file_kind(mode)}, not a regular file"
     if links != 1:
         return f"has {links} names (a hard link to another file)"
     if owner not in (0, me):
