@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, launched, require_cuda
+from ddpscale.job import checksum
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -59,13 +60,15 @@ def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devi
 
 
 def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> None:
-    """Start a training run and SIGKILL it once its first checkpoint exists."""
+    """Start a training run and SIGKILL it once its first checkpoint is whole: signed. The file
+    alone is not enough: a kill between Lightning's write and the signature leaves an unsigned
+    checkpoint, which is rightly never resumed (on a busy host that window is long)."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    last = tmp_path / "ckpt/last.ckpt"
+    signed = checksum.sidecar(tmp_path / "ckpt/last.ckpt")
     deadline = time.monotonic() + 120
-    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+    while not signed.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    assert last.exists(), "no checkpoint appeared before the run ended"
+    assert signed.exists(), "no signed checkpoint appeared before the run ended"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
