@@ -72,7 +72,7 @@ def difference_bounds(a: list[float], b: list[float]) -> tuple[float, float, flo
     """(mean(a) - mean(b), its one-sided 95% lower bound, its one-sided 95% upper bound), by
     Welch's t (welch); NaN bounds below 2 values a group."""
     diff, se, dof = welch(a, b)
-    if se != se:
+    if math.isnan(se):
         return diff, float("nan"), float("nan")
     if se == 0:
         return diff, diff, diff
@@ -193,6 +193,35 @@ def mean_interval_correlated(values: list[float], k: int = 1) -> tuple[float, fl
     spread = sum(e * e for e in residuals) / (m - k)
     dof = max(DOF_FLOOR, m * (1 - r * r) / (1 + r * r) - k)
     return mean, t975(dof) * math.sqrt(spread * (1 + phi) / (1 - phi) / m)
+
+
+def ratio_terms(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Each pair's share of the ratio of sums R = sum(numerators) / sum(denominators), linearised
+    (the delta method): R + (a_i - R b_i) / mean(b). Their mean is R exactly, and the variance of
+    their mean is, to first order, that of R itself: the ratio estimator's error is the error of
+    the mean of a_i - R b_i over mean(b) (Cochran, Sampling Techniques, 3rd ed., chapter 6; the
+    regenerative method's interval for a ratio of cycle sums, Crane and Iglehart 1975, is the
+    same). Where every b_i is equal, each term is a_i / b_i; a pair of small b weighs by its b,
+    not as much as any other. NaN terms where the denominators sum to zero or less."""
+    total = sum(denominators)
+    if not numerators or total <= 0:
+        return [float("nan")] * len(numerators)
+    ratio, mean_b = sum(numerators) / total, total / len(denominators)
+    return [ratio + (a - ratio * b) / mean_b for a, b in zip(numerators, denominators)]
+
+
+def ratio_interval_correlated(numerators: list[float], denominators: list[float], k: int = 1) -> tuple[float, float]:
+    """(sum(numerators) / sum(denominators), half-width of its 95% interval) over the latest whole
+    periods of k pairs, for pairs in a row that may be autocorrelated and repeat a pattern of
+    period k, as timed windows of training steps are: mean_interval_correlated of the ratio's
+    linearised terms (ratio_terms), so the autocorrelation and the pattern are allowed for as
+    they are for a plain mean. NaN ratio where the denominators sum to zero or less."""
+    drop = len(numerators) % k
+    a, b = list(numerators[drop:]), list(denominators[drop:])
+    if not a or sum(b) <= 0:
+        return float("nan"), float("nan")
+    _, half = mean_interval_correlated(ratio_terms(a, b), k)
+    return sum(a) / sum(b), half
 
 
 def trend(values: list[float]) -> tuple[float, float]:

@@ -25,12 +25,17 @@ synthetic series whose truth is known):
   when another job lands on the node), and measuring goes on.
 - The first third of the windows after the cut are left out too: the tail of a transient
   too small for the trend to show lives there.
-- The figure is the rest's mean seconds per sample (the steady windows' samples over their
-  seconds: a mean of window rates would overstate a throughput whose windows vary). Its 95%
-  interval is the autocorrelated noise's (ddpscale.core.stats.mean_interval_correlated) plus
-  the change the kept windows' least-squares line shows over them: a level still moving too
-  slowly for the trend test to tell from noise may be as far again from where it settles (a
-  settling slower than the kept windows' span is beyond what they can tell).
+- The figure is the rest's samples over their seconds: a ratio of sums, in which a window
+  weighs by its samples, so windows of any size (one step, an epoch's short last batch) give
+  the throughput the steps had. A mean of window rates would overstate it where windows vary,
+  and a mean of each window's seconds per sample would let a window of a few samples weigh as
+  much as a full one (2.6x to 6.3x too low with one-step windows and a short last batch). Its
+  95% interval is the autocorrelated noise's, of the ratio's linearised terms
+  (ddpscale.core.stats.ratio_interval_correlated), plus the change the kept windows' least-
+  squares line shows over them: a level still moving too slowly for the trend test to tell from
+  noise may be as far again from where it settles (a settling slower than the kept windows'
+  span is beyond what they can tell). The warm-up cut, the trend and the pattern read the same
+  linearised terms: for windows of equal samples, each window's seconds per sample.
 - Windows that never settled give the later half's figure, its interval widened by the later
   half's own change likewise, and say so (`settled` False).
 - Fewer than MIN_STEADY steady windows give the figure without an interval: too short to
@@ -45,7 +50,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.core.stats import mean_interval_correlated, period, phase_means, trend
+from ddpscale.core.stats import (
+    period,
+    phase_means,
+    ratio_interval_correlated,
+    ratio_terms,
+    trend,
+)
 
 PRECISION = "precision reached"
 STEP_CAP = "step cap reached"
@@ -139,17 +150,28 @@ def _without_pattern(costs: list[float], k: int) -> list[float]:
     return [c - means[(t - first) % k] + grand for t, c in enumerate(costs)]
 
 
+def _without_size(costs: list[float], counts: list[int]) -> list[float]:
+    """The costs less their part linear in the windows' samples (least squares), so that a
+    window of few samples, whose steps' fixed cost falls on few samples, reads as neither noise
+    nor trend; unchanged where every window has as many samples."""
+    n = len(costs)
+    mean_c, mean_cost = sum(counts) / n, sum(costs) / n
+    sxx = sum((c - mean_c) ** 2 for c in counts)
+    if sxx <= 0:
+        return costs
+    slope = sum((c - mean_c) * (v - mean_cost) for c, v in zip(counts, costs)) / sxx
+    return [v - slope * (c - mean_c) for c, v in zip(counts, costs)]
+
+
 def decide(window_seconds: list[float], samples_per_window: int | list[int], rule: Rule,
            elapsed_s: float | None = None, ended: bool = False) -> Decision:
     """Whether to stop after these windows (in order), and the figure so far. samples_per_window:
     one count for every window, or each window's own (an epoch's last batch may be short).
     ended: training ended on its own (the configured epochs), so these windows are all there is.
     Between looks only the caps are checked, and the figure is not computed (NaN)."""
-    counts = _samples(samples_per_window, len(window_seconds))
-    # seconds per sample, whose mean is total time over total samples: the throughput a run
-    # of these windows has
-    costs = [s / c for c, s in zip(counts, window_seconds) if c > 0 and s > 0]
-    n = len(costs)
+    seconds = list(window_seconds)
+    counts = _samples(samples_per_window, len(seconds))
+    n = len(seconds)
     steps = n * rule.window_steps
     if rule.max_steps is not None and steps >= rule.max_steps:
         capped = STEP_CAP
@@ -158,10 +180,14 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     else:
         capped = ENDED if ended else None
     looking = n >= rule.min_windows and rule.looks_at(n)
-    if capped is None and not looking:
-        return Decision(False, MEASURING, 0, 0, math.nan, math.nan)
+    if (capped is None and not looking) or sum(counts) <= 0:
+        return Decision(capped is not None, capped or MEASURING, 0, 0, math.nan, math.nan)
+    # each window's seconds per sample as the ratio of sums weighs it (stats.ratio_terms): a
+    # window of an epoch's short last batch counts by its samples, not as a whole window, and
+    # for windows of equal samples these are their seconds per sample
+    costs = ratio_terms(seconds, counts)
     k = period(costs[n // 2:])
-    plain = _without_pattern(costs, k)
+    plain = _without_size(_without_pattern(costs, k), counts)
     # a run that stops anyway uses every steady window it has, however few
     cut = transient_end(plain, rule.precision, min(rule.min_windows, MIN_KEPT) if capped else rule.min_windows)
     settled = cut is not None
@@ -170,9 +196,9 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     else:
         cut = steady_from = n // 2  # the later half's figure, its interval widened by its drift
     steady_from += (n - steady_from) % k  # whole periods
-    steady = costs[steady_from:]
-    cost, half = mean_interval_correlated(steady, k)
-    too_short = len(steady) < MIN_STEADY or math.isnan(half)
+    # the steady windows' seconds per sample: their seconds over their samples
+    cost, half = ratio_interval_correlated(seconds[steady_from:], counts[steady_from:], k)
+    too_short = n - steady_from < MIN_STEADY or math.isnan(half)
     if too_short:
         half = math.nan
     else:
