@@ -59,9 +59,10 @@ SPREAD_COLUMNS = tuple(f"{col}_{stat}" for col in ("fit_time_s", "throughput_sam
                        for stat in ("min", "max", "ci_low", "ci_high"))
 
 # How the throughput was measured (records.measure_mode): the half-width of the 95% interval of
-# the mean window throughput within a run (median over repeats; NaN: too short to tell), why the
-# runs stopped ("precision reached", "step cap reached", ...; the repeats' reasons joined), and
-# whether their windows settled (False: not steady, a drift or shift the rule could not cut off).
+# a run's window throughput, its steady windows' samples over their seconds (median over repeats;
+# NaN: too short to tell), why the runs stopped ("precision reached", "step cap reached", ...;
+# the repeats' reasons joined), and whether their windows settled (False: not steady, a drift or
+# shift the rule could not cut off).
 MEASURE_COLUMNS = ("measure", "throughput_half_width", "stop_reason", "windows_settled")
 
 # The 95% intervals a decision is made by, on the log scale, where a throughput stays positive and
@@ -154,10 +155,10 @@ def _spreads(grouped) -> pd.DataFrame:
 
 def log_half_width(relative: float) -> float:
     """The half-width of log throughput from a run's own interval, whose relative half-width r is of
-    a mean of seconds per sample (core.steadystate): that interval, c(1 - r) to c(1 + r), is
-    log((1 + r) / (1 - r)) wide on the log scale, so half of it, atanh(r) (r for a narrow one;
-    taking r itself covered 91% of simulated ratios at r = 0.6, this 94%). NaN where it reaches
-    zero (r >= 1): no upper bound, too short to tell."""
+    the steady windows' seconds per sample, their seconds over their samples (core.steadystate):
+    that interval, c(1 - r) to c(1 + r), is log((1 + r) / (1 - r)) wide on the log scale, so half
+    of it, atanh(r) (r for a narrow one; taking r itself covered 91% of simulated ratios at
+    r = 0.6, this 94%). NaN where it reaches zero (r >= 1): no upper bound, too short to tell."""
     return math.atanh(relative) if 0 <= relative < 1 else math.nan
 
 

@@ -46,8 +46,8 @@ def repeats_cell(row, col: str, write) -> Markup | str:
 
 def within_run(row) -> str:
     """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'.
-    The interval is of each run's mean window throughput (the cell's figure is the median over
-    repeats), which throughput_note says."""
+    The interval is of each run's window throughput, its steady windows' samples over their
+    seconds (the cell's figure is the median over repeats), which throughput_note says."""
     half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
     interval = plus_minus(half / mean) if known(half) and mean else steadystate.TOO_SHORT
     reason = row.get("stop_reason")
@@ -118,8 +118,8 @@ def held_cell(row, tolerance: float, way: str, throughput_mode: bool = False) ->
 
 # What every interval in the scaling and decision tables is, said once under each.
 INTERVALS = Markup(
-    "Beside each throughput its 95% interval: the wider of the run's own (the mean window throughput's "
-    "within the run, allowing for windows that move together) and, with 3 or more repeats, the median's over "
+    "Beside each throughput its 95% interval: the wider of the run's own (of its steady windows' samples "
+    "over their seconds, allowing for windows that move together) and, with 3 or more repeats, the median's over "
     "repeats; <i>too short to tell</i> where a run had too few steady windows for any. Speedup and efficiency "
     "carry both their own and the baseline's uncertainty, on the log scale, so no bound falls below zero; the "
     "baseline's own interval is its throughput's, around 1. Each figure is written to the digits its interval "
