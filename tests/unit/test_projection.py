@@ -82,6 +82,18 @@ def test_a_run_without_a_steady_window_throughput_is_not_projected_and_says_why(
     assert "n/a" in html and "not recorded: window_throughput_samples_s" in html
 
 
+def test_an_epoch_of_unknown_size_says_why_and_what_would_give_it():
+    """Issue 45 item 8: a loader without a length whose run trained no whole epoch has no size of
+    an epoch to project; the reason names the setting that would let it count one."""
+    projected, why = projection.project_run(pd.Series(windows_run(samples_per_epoch=None,
+                                                                  samples_per_epoch_from=None)))
+    assert math.isnan(projected) and why == projection.NO_EPOCH_SIZE
+    assert "no length" in why and "throughput.min_windows" in why and "__len__" in why
+    # counted in whole epochs, it projects as a loader's length would
+    counted = windows_run(samples_per_epoch=36000, samples_per_epoch_from="counted in 2 whole epochs")
+    assert projection.project_run(pd.Series(counted)) == (pytest.approx(KNOWN_S), None)
+
+
 def test_the_first_epoch_s_one_off_cost_is_added_once_not_every_epoch():
     """Issue 29 item 3: the first epoch's cold validation and first save (30 s) against 6 s in
     the epochs after it: 10 epochs cost 10 x 6 + 24 once, not 10 x the mean of the three."""

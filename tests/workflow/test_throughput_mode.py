@@ -179,3 +179,125 @@ def test_windows_do_not_count_the_padding_repeat_of_a_shard():
             timed.on_train_batch_end(trainer, module, None, batch, step)
         timed.on_train_epoch_end(trainer, module)
     assert timed.samples == [2, 2]
+
+
+def streamed(tmp_path: Path, devices: int, iterable: bool, *flags: str) -> dict:
+    """train.py on 1x`devices` with the user's StreamData (tests/fixtures/usermods/streamed.py) in
+    throughput mode, windows of one step: every epoch's short last batch is a window of its own."""
+    import os
+    import sys
+
+    from conftest import launched
+
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
+             "--devices", str(devices), "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32",
+             "--model-class", "usermods.streamed.StreamNet", "--data-class", "usermods.streamed.StreamData",
+             "--data-args", json.dumps({"iterable": iterable}), "--ckpt-dir", str(tmp_path / "ckpt"),
+             "--metrics", str(tmp_path / "metrics.json"), "--measure", "throughput", "--max-epochs", "50",
+             "--window-steps", "1", "--min-windows", "30", *flags]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT / "scripts")])}
+    result = subprocess.run(launched(train, 1, devices), check=False, capture_output=True, text=True, timeout=150,
+                            cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "metrics.json").read_text())
+
+
+def stream_data(**kwargs):
+    """The user's StreamData, set up here as the run sets it up, for the truth the test asserts."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("streamed", ROOT / "tests/fixtures/usermods/streamed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = module.StreamData(batch_size=32, **kwargs)
+    data.setup()
+    return data
+
+
+def test_one_step_windows_with_a_short_last_batch_give_the_windows_samples_over_seconds(tmp_path):
+    """Issue 45 item 2: 580 records in batches of 32 make epochs of 18 full batches and one of 4,
+    so one window in 19 holds 4 samples. The run's throughput is its steady windows' samples over
+    their seconds; the mean of each window's seconds per sample, the figure before, counted the
+    short window's fixed cost per step against 4 samples as if it were a full window's."""
+    data = stream_data(iterable=False)
+    per_step = [len(b[1]) for b in data.train_dataloader()]  # the truth, from the data module itself
+    assert per_step[-1] == 4 and len(per_step) == 19
+    m = streamed(tmp_path, 1, False, "--target-precision", "0.000001", "--measure-max-steps", "95")
+    assert m["stop_reason"] == "step cap reached" and m["window_steps"] == 1
+    assert m["window_samples"] == per_step * 5  # every step a window: five epochs of them
+    steady = slice(m["windows_warmup"], None)
+    assert m["windows_steady"] >= steadystate.MIN_STEADY and 4 in m["window_samples"][steady]
+    figure = sum(m["window_samples"][steady]) / sum(m["window_seconds"][steady])
+    assert m["throughput_samples_s"] == m["window_throughput_samples_s"] == pytest.approx(figure, rel=1e-9)
+    assert m["samples_per_epoch"] == 580 and m["samples_per_epoch_from"] == windows.LOADER_LENGTH
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_an_iterable_datasets_projection_comes_from_the_whole_epochs_counted(tmp_path, devices):
+    """Issue 45 item 8: a stream with no length has no samples per epoch from its loader; the
+    epochs the run trained whole, counted over every rank, give them (580 records, read once
+    each an epoch across the ranks), and the full training is projected. The run stops at 40
+    steps: two whole epochs on one rank (19 steps each), four on two (10 each); the epoch the
+    stop cut short is not counted."""
+    from ddpscale.report import projection
+
+    truth = sum(1 for _ in stream_data().train_dataloader().dataset)  # the records one pass reads
+    m = streamed(tmp_path, devices, True, "--target-precision", "0.000001", "--measure-max-steps", "40")
+    assert m["stop_reason"] == "step cap reached" and sum(m["window_samples"]) > truth
+    whole = 40 // (19 if devices == 1 else 10)
+    assert m["samples_per_epoch"] == truth
+    assert m["samples_per_epoch_from"] == f"counted in {whole} whole epoch{'s' if whole > 1 else ''}"
+    projected, why = projection.project_run(m)
+    assert why is None and projected > 50 * truth / m["window_throughput_samples_s"]
+
+
+def test_the_epochs_size_comes_from_the_loader_else_from_the_whole_epochs_counted():
+    assert windows.epoch_size(840, [830]) == {"samples_per_epoch": 840, "samples_per_epoch_from": windows.LOADER_LENGTH}
+    assert windows.epoch_size(None, []) == {"samples_per_epoch": None, "samples_per_epoch_from": None}
+    assert windows.epoch_size(None, [580]) == {"samples_per_epoch": 580,
+                                               "samples_per_epoch_from": "counted in 1 whole epoch"}
+    varied = windows.epoch_size(None, [578, 580, 583])
+    assert varied == {"samples_per_epoch": 580,
+                      "samples_per_epoch_from": "the mean counted in 3 whole epochs, 578 to 583"}
+    # samples that could not be counted give no size of an epoch either, where it was counted
+    counted = windows.epoch_size(None, [580])
+    entries = windows.run_entries("throughput", 4, {"window_throughput_samples_s": 1.0, **counted}, uncounted="why")
+    assert entries["samples_per_epoch"] is None and entries["samples_per_epoch_from"] is None
+    read = windows.run_entries("throughput", 4, {"window_throughput_samples_s": 1.0, **windows.epoch_size(840, [])},
+                               uncounted="why")
+    assert read["samples_per_epoch"] == 840
+
+
+def test_only_epochs_whole_on_every_rank_give_the_size_of_an_epoch():
+    """An epoch counts where it began in this process and its loader ran out (Lightning's fetcher
+    saw no batch after its last): not a resumed attempt's first epoch, which began in an earlier
+    process, nor one a stop cut short."""
+    from types import SimpleNamespace
+
+    import torch
+
+    progress = SimpleNamespace(is_last_batch=False, current=SimpleNamespace(ready=0))
+    trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
+                              sanity_checking=False, train_dataloader=None, num_training_batches=float("inf"),
+                              fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)))
+    module = SimpleNamespace(device=torch.device("cpu"))
+    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=2, min_windows=2, precision=0.5),
+                                       stop=False, batch_per_device=4)
+    timed._counts_epochs = True  # as on_train_start sets it where the loader has no length
+    batch = (torch.zeros(4, 2), torch.zeros(4))
+
+    def epoch(steps: int, ends: bool, begins: bool = True) -> None:
+        if begins:
+            timed.on_train_epoch_start(trainer, module)
+        for step in range(steps):
+            timed.on_train_batch_start(trainer, module, batch, step)
+            timed.on_train_batch_end(trainer, module, None, batch, step)
+            progress.current.ready = step + 1
+        progress.is_last_batch = ends
+        timed.on_train_epoch_end(trainer, module)
+
+    epoch(3, ends=True, begins=False)  # resumed mid-epoch: Lightning calls no on_train_epoch_start
+    epoch(5, ends=True)
+    epoch(2, ends=False)  # stopped mid-epoch
+    assert timed.whole_epochs == [20]
+    assert windows.epoch_size(None, timed.whole_epochs)["samples_per_epoch"] == 20

@@ -48,7 +48,12 @@ class WindowedThroughput(pl.Callback):
         # steady windows' span is where throughput mode's GPU utilisation is read
         self.starts: list[float] = []
         self.decision: steadystate.Decision | None = None
-        self.samples_per_epoch: int | None = None
+        self.samples_per_epoch: int | None = None  # from the loader's length; None: it has none
+        # where it has none (an iterable dataset): each whole epoch's samples over all ranks, as
+        # counted, an epoch whole where it began in this process and ran to the loader's end
+        self.whole_epochs: list[int] = []
+        self._counts_epochs = False
+        self._epoch_begun = False
         self._measuring_since: float | None = None
         self.stop_steps: list[int] | None = None  # each rank's global step when training ended
         # per epoch (this rank): the seconds from its start to the next epoch's start (or the
@@ -77,6 +82,7 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.samples_per_epoch = epoch_samples(trainer, self.batch_per_device)
+        self._counts_epochs = self.samples_per_epoch is None  # the same on every rank: gathered
         # how often the configured training validates, and so saves (ddpscale.report.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
         self.validates = bool(trainer.enable_validation)
@@ -88,6 +94,7 @@ class WindowedThroughput(pl.Callback):
         # (ddpscale.job.samplecount): the rank's samples so far this epoch, before capping
         self._shard = samplecount.shard_of(trainer.train_dataloader)
         self._epoch_seen = 0
+        self._epoch_begun = True
         if self._counts:
             self.counter.start_epoch(trainer.train_dataloader)
 
@@ -157,7 +164,24 @@ class WindowedThroughput(pl.Callback):
         else:
             self.after_stop_validations.append(seconds)
 
-    on_train_epoch_end = _pause
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._pause(trainer, pl_module)
+        if self._counts_epochs:
+            self._count_epoch(trainer, pl_module)
+        self._epoch_begun = False
+
+    def _count_epoch(self, trainer, pl_module) -> None:
+        """Keep the epoch's samples over all ranks where it was whole on every rank: it began in
+        this process (a resumed attempt's first epoch did not) and ended where the loader did (its
+        fetcher saw no batch after the last one, or the trainer's batch limit), not at a stop
+        mid-epoch. One collective an epoch, on every rank alike: only where the loader has no length."""
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        ended = bool(progress.is_last_batch) or progress.current.ready == trainer.num_training_batches
+        mine = torch.tensor([samplecount.counted(self._epoch_seen, self._shard), int(self._epoch_begun and ended)],
+                            dtype=torch.int64, device=pl_module.device)
+        every = trainer.strategy.all_gather(mine).reshape(-1, 2)
+        if bool((every[:, 1] == 1).all()):
+            self.whole_epochs.append(int(every[:, 0].sum()))
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
@@ -203,7 +227,7 @@ class WindowedThroughput(pl.Callback):
             "max_steps": self.rule.max_steps,
             "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
             "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
-            "samples_per_epoch": self.samples_per_epoch,
+            **epoch_size(self.samples_per_epoch, self.whole_epochs),
             "stop_steps_by_rank": self.stop_steps,
             "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
                                  if self.epoch_overheads else None),
@@ -254,14 +278,36 @@ def epoch_samples(trainer, batch_per_device: int) -> int | None:
     return None if bool((every < 0).any()) else int(every.sum())
 
 
+LOADER_LENGTH = "the loader's length"
+
+
+def epoch_size(length: int | None, whole_epochs: list[int]) -> dict:
+    """samples_per_epoch and where it comes from (samples_per_epoch_from): the loader's length
+    where it has one, else the samples counted in the whole epochs the run trained (their mean
+    where they differ: an iterable dataset may yield a few more or fewer each epoch, and the
+    range is said); None where neither is known."""
+    if length is not None:
+        return {"samples_per_epoch": length, "samples_per_epoch_from": LOADER_LENGTH}
+    if not whole_epochs:
+        return {"samples_per_epoch": None, "samples_per_epoch_from": None}
+    low, high, n = min(whole_epochs), max(whole_epochs), len(whole_epochs)
+    said = f"counted in {n} whole epoch{'s' if n > 1 else ''}"
+    if low != high:
+        said = f"the mean {said}, {low} to {high}"
+    return {"samples_per_epoch": round(sum(whole_epochs) / n), "samples_per_epoch_from": said}
+
+
 def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: str | None = None) -> dict:
     """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
     the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
     configured training ended before a window did (a tiny run), the run was a full one and its
     steady epochs' figure stands (throughput_from says which). uncounted: why some batch's
-    samples could not be counted (EpochTiming.uncounted): no figure per sample then."""
+    samples could not be counted (EpochTiming.uncounted): no figure per sample then, nor samples
+    per epoch where they were counted rather than read from the loader's length."""
     if uncounted:
         windows = {**windows, "window_throughput_samples_s": None, "throughput_half_width": None}
+        if windows.get("samples_per_epoch_from") not in (None, LOADER_LENGTH):  # counted: not what was trained
+            windows.update(samples_per_epoch=None, samples_per_epoch_from=None)
     out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
     if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
         out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,

@@ -7,7 +7,9 @@ configured training would take on each topology before paying for it. Per run:
                         + what the configured training spends outside its steps
                         + the warm-up's excess over the steady rate
 
-where the seconds outside the steps (overheads) are, per epoch, what no step took besides
+where samples_per_epoch is the loader's length or, where it has none (an iterable dataset), the
+samples counted in the whole epochs the run trained (samples_per_epoch_from says which), and
+the seconds outside the steps (overheads) are, per epoch, what no step took besides
 validating and saving (the loader's start, hooks between epochs), plus each validation and
 each checkpoint save as often as the trainer's settings make them (check_val_every_n_epoch:
 events). The first of each kind in a process is cold (no sanity validation before the first,
@@ -40,6 +42,12 @@ from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estima
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
           "warmup_excess_s")
+
+# Why samples_per_epoch can be null (ddpscale.job.windows.epoch_size): the loader has no length
+# and the run trained no whole epoch in which to count them.
+NO_EPOCH_SIZE = ("samples per epoch not known: the train loader has no length (an iterable dataset) and the run "
+                 "trained no whole epoch of it to count them in; raise throughput.min_windows until min_windows x "
+                 "window_steps steps cover an epoch, or give the dataset a __len__")
 
 PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_batch", "from_steps", "projected_s",
                       "projected_device_hours", "projected_held_device_hours", "jobs", "job_limit_s", "measured_s",
@@ -131,7 +139,7 @@ def first_part(record) -> dict | None:
         decision = steadystate.decide(list(seconds), list(samples), rule, ended=True)
     steps = used * rule.window_steps
     per_step, world = int(record["batch_per_device"]), int(record["world_size"])
-    spe = _number(record["samples_per_epoch"])  # null where a train loader has no length
+    spe = _number(record["samples_per_epoch"])  # null where no epoch's size is known
     epochs = max(1, math.ceil(steps * per_step * world / spe) if spe else 1)
     part = {"window_throughput_samples_s": decision.throughput if decision.steady_windows else None,
             "throughput_half_width": decision.half_width if decision.steady_windows else None,
@@ -167,6 +175,8 @@ def _project(record, part: dict | None) -> tuple[float, float, str | None, float
             record.update(part)
     values = {key: _number(record[key]) for key in INPUTS}
     missing = [key for key, value in values.items() if value is None]
+    if missing == ["samples_per_epoch"]:
+        return math.nan, math.nan, NO_EPOCH_SIZE, math.nan
     if missing:
         return math.nan, math.nan, f"not recorded: {', '.join(missing)}", math.nan
     if values["window_throughput_samples_s"] <= 0:
