@@ -10,8 +10,8 @@ from snakemake.utils import validate
 
 from conftest import ROOT
 from ddpscale.plan.configcheck import (
-    dataset_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems, schema_problems,
-    setting_problems,
+    dataset_problems, device_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems,
+    schema_problems, setting_problems,
 )
 from ddpscale.core.topology import Topology, parse_topology
 from ddpscale.plan.configsource import config_source
@@ -313,3 +313,71 @@ def test_a_data_file_name_snakemake_cannot_take_is_refused(name):
     assert file_problems(config, "c", lambda path: True, lambda path: True) == [
         f"c: data.files lists {name!r}, whose name holds a brace or a control character, which Snakemake "
         "cannot take as an input; rename the file"]
+
+
+# -- settings the runs' devices cannot run (device_problems) --
+
+def device_lines(runs_on="cpu", names=("1x1", "1x2"), trainer_args=None, gpu_torch=False, **changes) -> list[str]:
+    """device_problems of the shipped config with changes, for runs on runs_on (the accelerator
+    the plan resolved; config accelerator stays auto unless changed)."""
+    config = validated(shipped(lightning_config="cli.yaml", **changes))
+    where = {("precision",): "my.yaml", ("ddp", "comm_hook"): "hooks.yaml"}
+    return device_problems(config, runs_on, [parse_topology(n) for n in names], trainer_args or {},
+                           lambda key: where.get(key, "config/config.yaml"), gpu_torch)
+
+
+def test_sync_batchnorm_on_cpu_processes_is_refused_before_ddp_dies():
+    [line] = device_lines(trainer_args={"sync_batchnorm": True}, names=("1x1", "2x1", "1x2"))
+    assert line.startswith("cli.yaml: trainer.sync_batchnorm is true, but every run here trains on CPU processes "
+                           "(accelerator auto found too few GPUs here)")
+    assert "SyncBatchNorm layers only work with GPU modules" in line and "so 2x1 would die" in line
+    assert "remove trainer.sync_batchnorm here" in line and "\n" not in line
+    assert "(accelerator is cpu)" in device_lines(trainer_args={"sync_batchnorm": True}, accelerator="cpu")[0]
+
+
+@pytest.mark.parametrize("runs_on,names,trainer_args", [
+    ("gpu", ("1x1", "1x2"), {"sync_batchnorm": True}),  # GPUs: what sync BN is for
+    ("cpu", ("1x1",), {"sync_batchnorm": True}),  # one device trains without DDP: nothing to refuse
+    ("cpu", ("1x1", "1x2"), {"sync_batchnorm": False, "gradient_clip_val": 0.5}),
+])
+def test_what_the_devices_can_run_is_accepted(runs_on, names, trainer_args):
+    assert device_lines(runs_on, names, trainer_args) == []
+
+
+def test_fp16_mixed_precision_on_cpu_is_refused_where_lightning_would_train_bf16():
+    [line] = device_lines(precision="16-mixed", names=("1x1",))
+    assert line.startswith("my.yaml: precision is 16-mixed, but every run here trains on CPU processes")
+    assert "Lightning would train bf16-mixed instead" in line and "set precision: bf16-mixed or 32-true" in line
+    assert device_lines("gpu", precision="16-mixed") == []
+    assert device_lines(precision="bf16-mixed") == device_lines(precision="16-true") == []
+
+
+def test_the_bf16_hook_is_refused_only_where_torch_has_no_cuda():
+    hook = {"ddp": {"comm_hook": "bf16_compress"}}
+    [line] = device_lines(gpu_torch=False, **hook)
+    assert line.startswith("hooks.yaml: ddp.comm_hook is bf16_compress, but torch here is built without CUDA")
+    assert "set ddp.comm_hook: fp16_compress" in line and "so 1x2 would die" in line
+    assert device_lines(gpu_torch=True, **hook) == device_lines(gpu_torch=None, **hook) == []
+    assert device_lines(gpu_torch=False, names=("1x1",), **hook) == []
+
+
+def test_torch_s_build_is_read_without_importing_it(tmp_path):
+    import importlib.util
+
+    from ddpscale.plan.ddpsettings import torch_built_with_gpu
+
+    def spec_at(folder):
+        return lambda name: importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                                   submodule_search_locations=[str(folder)])
+
+    for cuda, hip, built in (("'12.4'", "None", True), ("None", "'6.2'", True), ("None", "None", False)):
+        folder = tmp_path / f"torch{built}{cuda}"
+        folder.mkdir()
+        (folder / "version.py").write_text(f"from typing import Optional\n__version__ = '2.13.0'\n"
+                                           f"cuda: Optional[str] = {cuda}\nhip: Optional[str] = {hip}\n")
+        assert torch_built_with_gpu(spec_at(folder)) is built
+    assert torch_built_with_gpu(lambda name: None) is None
+    assert torch_built_with_gpu(spec_at(tmp_path)) is None  # no version.py there
+    import torch  # the installed torch, read both ways
+
+    assert torch_built_with_gpu() is (torch.version.cuda is not None or torch.version.hip is not None)

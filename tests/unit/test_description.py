@@ -63,3 +63,27 @@ def test_the_ddp_settings_are_named_where_they_are_not_torch_s():
     plain = {k: v for k, v in ddp.items() if k == "comm_bytes_per_element"}
     assert description.describe(pd.DataFrame([make_run("1x2", ddp=plain)]))["ddp"] == "torch's defaults"
     assert description.LABELS["ddp"] == "DDP settings"
+
+
+def test_the_rendered_report_names_every_setting_that_changes_what_a_step_is():
+    """Accumulation, clipping, sync BN, precision and DDP's settings: a reader comparing two reports
+    must see each on the page, accumulation too (a config key of ddpscale's, not a CLI argument)."""
+    import re
+
+    from ddpscale.report import html as report_html
+    from ddpscale.report import reportdata
+
+    step = {"trainer_settings": {"gradient_clip_val": 0.5, "sync_batchnorm": True}, "precision": "bf16-mixed",
+            "accumulate_grad_batches": 4, "scaling": "weak", "batch_per_device": 16,
+            "ddp": {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": False,
+                    "bucket_cap_mb": None, "comm_hook": "fp16_compress", "comm_bytes_per_element": 2}}
+    runs = pd.DataFrame([make_run("1x1", **step, effective_batch=64),
+                         make_run("1x2", **step, effective_batch=128, throughput_samples_s=190.0)])
+    data = reportdata.build(runs, {}, baseline="1x1", metric="test_acc", tolerance=0.02, threshold=0.8,
+                            expected=[], repeats=1, log_tails={})
+    page = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", report_html.build_report(data, {})))
+    for said in ("Trainer settings accumulate_grad_batches 4, gradient_clip_val 0.5, sync_batchnorm true",
+                 "Precision bf16-mixed", "DDP settings find_unused_parameters true, comm_hook fp16_compress"):
+        assert said in page, said
+    plain = description.describe(pd.DataFrame([make_run("1x1", trainer_settings={})]))
+    assert plain["trainer_settings"] == "ddpscale's"  # accumulate_grad_batches 1 is Lightning's default

@@ -76,6 +76,13 @@ EXPECTED = {
                             "must be one of: none, fp16_compress, bf16_compress"],
     "ddp_misspelt_key": ["broken.yaml: unknown key 'find_unused_params' in ddp", "did you mean 'find_unused_parameters'?"],
     "ddp_flag_as_text": ["broken.yaml: ddp.find_unused_parameters is 'yes' (text) but must be true or false"],
+    # settings the runs' devices cannot run: refused before 1x1 trains and 1x2 dies
+    "sync_batchnorm_on_cpu": [("usermods/syncbn_cli.yaml: trainer.sync_batchnorm is true, but every run here "
+                               "trains on CPU processes (accelerator is cpu)"),
+                              "SyncBatchNorm layers only work with GPU modules", "so 1x2 would die",
+                              "remove trainer.sync_batchnorm here"],
+    "fp16_mixed_on_cpu": ["broken.yaml: precision is 16-mixed, but every run here trains on CPU processes",
+                          "Lightning would train bf16-mixed instead", "set precision: bf16-mixed or 32-true"],
     "topologies_as_text": ["topologies is '1x1, 1x2, 2x1'", 'write a list in brackets, e.g. ["1x1", "1x2", "2x1"]'],
     "empty_section": ["dataset is empty (null)", "remove the 'dataset:' line"],
     "accelerator_cuda": ["accelerator is 'cuda'", "one of: auto, cpu, gpu", "did you mean 'gpu'?"],
@@ -230,3 +237,18 @@ def test_status_on_a_config_made_to_break_the_reader_is_one_line(tmp_path, name)
     assert len(lines) == 1 and lines[0].startswith("ddpscale status: "), result.stderr[-2000:]
     for words in ADVERSARIAL_EXPECTED[name]:
         assert words in lines[0]
+
+
+def test_sync_batchnorm_is_planned_where_every_run_has_gpus(workspace):
+    """The CLI config refused above (sync_batchnorm_on_cpu), where every run gets GPUs of its own
+    (two shown to the local profile): planned, each run's Trainer given the setting."""
+    from test_hostdevices_dryrun import dry_run, train_commands
+
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(lightning_config="usermods/syncbn_cli.yaml")
+    rc, output = dry_run(workspace, config, cuda_visible_devices="0,1")
+    assert rc == 0, output
+    commands = train_commands(output)
+    assert sorted(commands) == ["1x1", "1x2"], output
+    for command in commands.values():
+        assert "--accelerator=gpu " in command and '"sync_batchnorm": true' in command, command

@@ -21,14 +21,15 @@ from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_no
 from ddpscale.core.topology import STAGE_RULES, TopologyError  # noqa: E402
 from ddpscale.plan import contractfacts, profile, reservation, runplan, runspec, timelimit  # noqa: E402
 from ddpscale.plan.profile import profile_file  # noqa: E402
-from ddpscale.plan.configcheck import file_problems, setting_problems  # noqa: E402
+from ddpscale.plan.configcheck import device_problems, file_problems, setting_problems  # noqa: E402
 from ddpscale.plan.contract import owned_init_args  # noqa: E402
 from ddpscale.plan.contract import problems as contract_problems  # noqa: E402
 from ddpscale.plan.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus  # noqa: E402
 from ddpscale.plan.identity import installed_versions  # noqa: E402
 from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
 from ddpscale.plan.plugins import PluginError, check_importable  # noqa: E402
-from ddpscale.plan.resources import SiteError, signal_problem  # noqa: E402
+from ddpscale.plan.ddpsettings import torch_built_with_gpu  # noqa: E402
+from ddpscale.plan.resources import SiteError, run_accelerator, signal_problem  # noqa: E402
 from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
 
 # Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
@@ -128,6 +129,17 @@ CONTRACT = contractfacts.start(
 # Keys that only work together, a generated dataset too small for a batch of every topology, and
 # data files that are missing or not regular files.
 if problems := setting_problems(config, list(PLAN.topologies), CONFIG_SOURCE) + file_problems(config, CONFIG_SOURCE):
+    raise WorkflowError("\n".join(problems))
+# Settings the runs' devices cannot run (SyncBatchNorm on CPU processes): 1x1 would train and the
+# first DDP topology die, leaving no report.
+if problems := device_problems(
+    config,
+    run_accelerator(PLAN.accelerator, PLAN.site),
+    list(PLAN.topologies),
+    LIGHTNING.trainer_args if LIGHTNING else {},
+    source,
+    torch_built_with_gpu(),
+):
     raise WorkflowError("\n".join(problems))
 
 

@@ -52,21 +52,32 @@ def build_modules(spec: RunSpec):
     return model, data_cls(**data_args)
 
 
+def default_logger_kind() -> str:
+    """The logger plain `Trainer()` gives a module (Lightning 2.6, LoggerConnector.configure_logger):
+    a TensorBoardLogger where the tensorboard or tensorboardX package is installed, else a
+    CSVLogger. A module written against it (log_hyperparams(params, metrics), experiment.add_histogram,
+    as Lightning's TensorBoard guide shows) dies with a CSVLogger; Lightning's own test decides."""
+    from lightning_fabric.loggers import tensorboard
+
+    return "tensorboard" if tensorboard._TENSORBOARD_AVAILABLE or tensorboard._TENSORBOARDX_AVAILABLE else "csv"
+
+
 def build_loggers(chosen: list | None, log_dir: str, attempt: int) -> list:
-    """The run's loggers, all written in log_dir, one version per attempt: a CSVLogger, or what
-    a LightningCLI config's trainer.logger names (lightningcli.LOGGERS: CSV and TensorBoard
-    loggers with their own arguments; [] for none)."""
+    """The run's loggers, all written in log_dir, one version per attempt: Lightning's default
+    logger (default_logger_kind; nothing in ddpscale reads what it writes), or what a
+    LightningCLI config's trainer.logger names (lightningcli.LOGGERS: CSV and TensorBoard loggers
+    with their own arguments; [] for none)."""
     from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
     kinds = {"csv": CSVLogger, "tensorboard": TensorBoardLogger}
-    chosen = [{"kind": "csv", "init_args": {}}] if chosen is None else chosen
+    chosen = [{"kind": default_logger_kind(), "init_args": {}}] if chosen is None else chosen
     return [kinds[c["kind"]](save_dir=log_dir, name="", version=f"attempt-{attempt}", **c["init_args"])
             for c in chosen]
 
 
 def build_trainer(spec: RunSpec, run_callbacks: list, log_dir: str | None = None, max_epochs: int | None = None):
     """The Trainer of a run (max_epochs: spec.max_epochs).
-    Its loggers (build_loggers: a CSVLogger unless a LightningCLI config names others) write in
+    Its loggers (build_loggers: Lightning's default unless a LightningCLI config names others) write in
     log_dir (a folder of the run's own, one version per attempt, so
     a retry does not delete what the last one logged): a module that logs through self.logger,
     as Lightning's docs teach, finds one, and what it costs is in what the run measures. No

@@ -280,6 +280,45 @@ def setting_problems(config: dict, topologies: list[Topology], where: str = DEFA
     return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
 
 
+# -- settings the runs' devices cannot run, refused once the plan knows the devices --
+
+def device_problems(config: dict, accelerator: str, topologies: list[Topology], trainer_args: dict, source,
+                    gpu_torch: bool | None = None) -> list[str]:
+    """Settings that Lightning or torch refuse, or replace, on the devices every run trains on,
+    one line each; accelerator: the runs' own (`cpu` where devices are CPU processes; a cluster's
+    auto is its GPUs), trainer_args: a LightningCLI config's passed Trainer arguments, source(key
+    path): the file that set a config key, gpu_torch: whether torch was built for CUDA or ROCm
+    (None: unknown). A 1x1 run trains without DDP, so DDP's refusals stop only larger topologies:
+    without this check 1x1 trains and the first of them dies, leaving no report."""
+    if accelerator != "cpu":
+        return []
+    devices = ("accelerator is cpu" if config["accelerator"] == "cpu"
+               else "accelerator auto found too few GPUs here")
+    ddp = [t.name for t in topologies if t.world_size > 1]
+    problems = []
+    if trainer_args.get("sync_batchnorm") is True and ddp:
+        problems.append(
+            f"{config['lightning_config']}: trainer.sync_batchnorm is true, but every run here trains on CPU "
+            f"processes ({devices}) and torch's DDP refuses SyncBatchNorm on CPU (\"SyncBatchNorm layers only "
+            f"work with GPU modules\"), so {ddp[0]} would die; remove trainer.sync_batchnorm here (each process "
+            "then normalises over its own batch), or run on GPUs (accelerator: gpu, or a cluster profile)")
+    if config["precision"] == "16-mixed":
+        # Lightning 2.6's accelerator connector: "AMP with fp16 is not supported on CPU. Using
+        # precision='bf16-mixed' instead", so the record would name a precision that did not train
+        problems.append(
+            f"{source(('precision',))}: precision is 16-mixed, but every run here trains on CPU processes "
+            f"({devices}), which have no fp16 mixed precision: Lightning would train bf16-mixed instead and the "
+            "report would name a precision that did not train; set precision: bf16-mixed or 32-true, or run on GPUs")
+    hook = config.get("ddp", {}).get("comm_hook")
+    if hook == "bf16_compress" and ddp and gpu_torch is False:
+        problems.append(
+            f"{source(('ddp', 'comm_hook'))}: ddp.comm_hook is bf16_compress, but torch here is built without "
+            "CUDA and DDP refuses that hook without NCCL (\"BF16 all reduce communication hook required CUDA 11+ "
+            f"and NCCL 2.10+\"), so {ddp[0]} would die; set ddp.comm_hook: fp16_compress (which CPU processes "
+            "can send) or none")
+    return problems
+
+
 # -- inputs that cannot work, refused before the schema (input_problems: common_config.smk) --
 
 # Files of the running system: no data a run can use, /dev/zero never ends, and a checksum that

@@ -11,9 +11,12 @@ Torch-free: the workflow imports this module while it parses (configcheck, light
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import math
 import re
+from pathlib import Path
 
 # torch.nn.parallel.DistributedDataParallel's defaults (torch 2.13), so a config that says
 # nothing trains as DDP does out of the box; bucket_cap_mb None is torch's own 25 MiB
@@ -109,6 +112,27 @@ def said(ddp: dict | None) -> str:
     changed = [f"{k} {str(ddp[k]).lower() if isinstance(ddp[k], bool) else ddp[k]}" for k in DEFAULTS
                if k in ddp and ddp[k] != DEFAULTS[k]]
     return ", ".join(changed) or "torch's defaults"
+
+
+def torch_built_with_gpu(find_spec=importlib.util.find_spec) -> bool | None:
+    """Whether the installed torch was built for CUDA or ROCm (torch.version.cuda / .hip, which
+    DDP's bf16_compress hook asks for), read from torch/version.py without importing torch; None
+    where it cannot tell (no torch, no such file)."""
+    spec = find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            tree = ast.parse((Path(folder) / "version.py").read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        built = {}
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else (
+                node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+            if isinstance(target, ast.Name) and target.id in ("cuda", "hip") and isinstance(node.value, ast.Constant):
+                built[target.id] = node.value.value
+        if built:
+            return any(value is not None for value in built.values())
+    return None
 
 
 def unused_parameters_line(err: BaseException) -> str | None:

@@ -69,7 +69,7 @@ REFUSED = {
 # by the packages LightningCLI writes them from, with the arguments a user may set; where they
 # write is the run's folder (LOGGER_PLACE, overridden). A logger that sends its figures away
 # (W&B, MLflow, Comet, Neptune) would reach the network from every rank of every topology:
-# overridden by the run's CSVLogger.
+# overridden by the run's default logger (Lightning's: ddpscale.job.build.default_logger_kind).
 LOGGER_PACKAGES = ("pytorch_lightning.loggers", "lightning.pytorch.loggers")
 # Each logger's arguments ddpscale passes on, with their defaults (Lightning 2.6; for
 # TensorBoard also tensorboardX's SummaryWriter's), as --print_config writes them all: at its
@@ -244,7 +244,7 @@ def trainer_value_problem(key: str, value) -> str | None:
 def _loggers(given, name: str, out: Applied) -> None:
     """trainer.logger: false (no logger: the module's self.logger is None), or one or a list of
     CSVLogger and TensorBoardLogger, kept with their own arguments and written in the run's
-    folder; any other logger is overridden by the run's CSVLogger."""
+    folder; any other logger is overridden by the run's default logger."""
     import importlib.util
 
     if given is False:
@@ -268,7 +268,8 @@ def _loggers(given, name: str, out: Applied) -> None:
         if kind == "tensorboard" and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
             out.problems.append(f"{name}: trainer.logger is a TensorBoardLogger, which needs tensorboard, and "
                                 ".venv has neither tensorboard nor tensorboardX; install one (.venv/bin/pip "
-                                "install tensorboard) or remove the logger (every run keeps a CSVLogger)")
+                                "install tensorboard) or remove the logger (every run then has a CSVLogger, "
+                                "Lightning's default without tensorboard)")
             continue
         args = {}
         for key, value in init_args.items():

@@ -84,7 +84,7 @@ class RunSpec:
                              metadata=_doc("a LightningCLI config's optimizer and lr_scheduler"))
     loggers: list | None = field(default=None,
                                  metadata=_doc("a LightningCLI config's loggers as [{kind, init_args}] ([]: none); "
-                                               "None: one CSVLogger"))
+                                               "None: Lightning's default logger"))
     warmup_epochs: int = field(default=1, metadata=_doc("epochs the throughput figure leaves out (config)"))
     # --- what it measures (ddpscale.job.windows) ---
     measure: str = field(default="full",

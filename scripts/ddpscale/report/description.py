@@ -25,12 +25,25 @@ def _one(runs: pd.DataFrame, col: str) -> str:
 
 
 def _args(args: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in args.items())
+    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in args.items())
 
 
 def _each_run(runs: pd.DataFrame, col: str, text) -> str:
     """A list- or dict-valued record, as text, joined over the runs where they differ."""
     return ", ".join(dict.fromkeys(text(v) for v in runs[col]))
+
+
+def _trainer_settings(runs: pd.DataFrame) -> str:
+    """The Trainer arguments that change what a step is, beyond Lightning's defaults: the
+    accumulation of micro-batches per optimizer step (config accumulate_grad_batches), then a
+    LightningCLI config's arguments (clipping, sync BN, ...) as the Trainer held them. Precision,
+    compile and DDP's settings have rows of their own."""
+    texts = []
+    for accumulate, settings in zip(runs["accumulate_grad_batches"], runs["trainer_settings"]):
+        accumulating = pd.notna(accumulate) and int(accumulate) != 1
+        named = {"accumulate_grad_batches": int(accumulate)} if accumulating else {}
+        texts.append(_args({**named, **(settings if isinstance(settings, dict) else {})}) or "ddpscale's")
+    return ", ".join(dict.fromkeys(texts))
 
 
 def dataset_text(dataset: dict | None, data_args: dict | None, data_class: str) -> str:
@@ -77,8 +90,7 @@ def describe(runs: pd.DataFrame, experiment: str | None = None, config_files: st
         "precision": _one(runs, "precision"),
         "compile": _one(runs, "compile"),
         "optimizers": _each_run(runs, "optimizers", lambda v: " + ".join(v) or "none"),
-        # Trainer arguments beyond ddpscale's own (a LightningCLI config's), as the Trainer held them
-        "trainer_settings": _each_run(runs, "trainer_settings", lambda v: _args(v) or "ddpscale's"),
+        "trainer_settings": _trainer_settings(runs),
         # what the module's configure_callbacks added to the Trainer (EarlyStopping, checkpoints)
         "module_callbacks": _each_run(runs, "module_callbacks", lambda v: ", ".join(v) or "none"),
         # DistributedDataParallel's settings where they are not torch's defaults (a 1-device run
