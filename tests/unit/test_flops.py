@@ -17,67 +17,72 @@ def test_training_flops_of_an_mlp_match_the_matmuls():
     assert all(p.grad is None for p in model.parameters()), "counting must leave no gradients behind"
 
 
-class LogsInTrainingStep(SpiralMLP):
-    def training_step(self, batch, batch_idx):
-        loss = super().training_step(batch, batch_idx)
-        self.log("train_loss", loss)
-        return {"loss": loss}
+class Checkpointed(torch.nn.Module):
+    """Linear(8,16), a checkpointed Linear(16,16) + ReLU (whose output backward needs: a Linear
+    alone saves only the segment's input, and torch then recomputes nothing), Linear(16,4)."""
+
+    def __init__(self, use_reentrant: bool):
+        super().__init__()
+        self.a, self.c = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+        self.b = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+        self.use_reentrant = use_reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return self.c(checkpoint(self.b, self.a(x), use_reentrant=self.use_reentrant))
 
 
-def test_count_runs_outside_the_trainer_even_when_the_module_logs():
-    batch = (torch.randn(4, 2), torch.randint(0, 2, (4,)))
-    args = {"hidden": [4], "dropout": 0.0}
-    assert flops.count(LogsInTrainingStep, args, batch, len(batch[0]), "32-true") == (2 * 2 * 4 + 2 * 4 * 2) + (2 * 4 * 2) * 2 + 2 * 2 * 4
+def counted_step(module, x, backward_hooks: bool = True) -> flops.Counted:
+    """One step as FlopsCount counts it in the fit: the counter entered at the batch's start, the
+    backward phase marked as Lightning's on_before_backward and on_after_backward mark it."""
+    counter = flops.StepCounter()
+    counter.start()
+    loss = module(x).sum()
+    counter.in_backward = backward_hooks
+    loss.backward()
+    counter.in_backward = False
+    return counter.stop(len(x))
 
 
-SPIRAL = {"hidden": [64, 32, 16], "dropout": 0.2}
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_recomputed_flops_are_told_apart(use_reentrant):
+    # per sample: forward 2*(8*16 + 16*16 + 16*4) = 896; backward the weight gradients (896)
+    # and the input gradients of b and c (2*(16*16 + 16*4) = 640); b's forward again: 512
+    counted = counted_step(Checkpointed(use_reentrant), torch.randn(5, 8))
+    assert counted == flops.Counted(flops=5 * (896 + 896 + 640 + 512), recomputed=5 * 512, conv=0, samples=5)
+    plain = counted_step(Checkpointed(use_reentrant), torch.randn(5, 8), backward_hooks=False)
+    assert plain.recomputed == 0, "outside the backward phase nothing is recomputation"
 
 
-def test_the_reference_workload_counts_its_analytic_flops():
-    batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
-    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), "32-true") == 16064 == SpiralMLP(**SPIRAL).flops_per_sample()
+def test_a_step_without_recomputation_has_none():
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    assert counted_step(mlp, torch.randn(3, 8)) == flops.Counted(3 * (384 + 384 + 128), 0, 0, 3)
 
 
-def test_a_batch_on_another_device_than_the_trained_module_is_still_counted():
-    # The first GPU run: after fit Lightning had moved the module to the CPU while resident
-    # batches stayed on cuda:0 ("Expected all tensors to be on the same device"). The meta
-    # device reproduces that on a CPU: module here, batch elsewhere.
-    trained = SpiralMLP(**SPIRAL)
-    batch = (torch.empty(32, 2, device="meta"), torch.empty(32, dtype=torch.long, device="meta"))
-    with pytest.raises(RuntimeError):
-        trained(batch[0])  # what the old count did
-    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), "32-true", trained=trained) == 16064
+def test_a_formula_that_fails_spoils_the_count_not_the_step():
+    counter = flops.StepCounter()
+    counter._formulas[torch.ops.aten.mm] = counter._tallying(lambda *a, **k: 1 / 0)
+    counter.start()
+    out = torch.randn(2, 3) @ torch.randn(3, 4)  # the step goes on
+    counter.stop(2)
+    assert out.shape == (2, 4) and counter.error == "ZeroDivisionError: division by zero"
 
 
-@pytest.mark.parametrize("precision", ["bf16-true", "16-true", "bf16-mixed", "64-true"])
-def test_weights_and_inputs_of_other_dtypes_are_counted(precision):
-    # bf16-true with a DataLoader failed with "mat1 and mat2 must have the same dtype"
-    batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))
-    assert flops.count(SpiralMLP, SPIRAL, batch, len(batch[0]), precision) == 16064
+def test_per_sample_is_a_ratio_of_sums_with_the_spread():
+    # a batch of 10 short sequences and one of 30 long ones: per sample 100 and 400
+    counted = [flops.Counted(10 * 100, 0, 0, 10), flops.Counted(30 * 400 + 30 * 50, 30 * 50, 30 * 400, 30)]
+    out = flops.summarise(counted)
+    assert out["flops_per_sample"] == (1000 + 12000) / 40 and out["flops_recomputed_per_sample"] == 1500 / 40
+    assert out["flops_per_sample_min"] == 100 and out["flops_per_sample_max"] == 400 and out["flops_batches"] == 2
+    assert out["flops_conv_share"] == 12000 / 14500
+    assert flops.summarise([])["flops_per_sample"] is None and flops.summarise([])["flops_batches"] == 0
 
 
-class NotOnMeta(SpiralMLP):
-    """A module that cannot be built on the meta device (it reads a value in __init__)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.scale = float(torch.ones(1).sum().item())
-
-
-def test_a_module_that_cannot_be_built_on_meta_is_counted_on_the_trained_copy():
-    trained = NotOnMeta(**SPIRAL)
-    batch = (torch.randn(8, 2), torch.randint(0, 2, (8,)))
-    assert flops.count(NotOnMeta, SPIRAL, batch, len(batch[0]), "32-true", trained=trained) == 16064
-    assert all(p.grad is None for p in trained.parameters())
-
-
-def test_a_module_that_cannot_be_counted_gives_none_and_says_why(capsys):
-    class Broken(SpiralMLP):
-        def training_step(self, batch, batch_idx):
-            raise RuntimeError("needs the trainer")
-
-    assert flops.count(Broken, SPIRAL, (torch.randn(4, 2), torch.zeros(4, dtype=torch.long)), 4, "32-true") is None
-    assert "could not count FLOPs (RuntimeError: needs the trainer); MFU will be n/a" in capsys.readouterr().out
+def test_hfu_counts_the_recomputation_mfu_does_not():
+    out = flops.utilisation(1e9, 100_000.0, 1, H100, "bf16-mixed", recomputed_per_sample=5e8)
+    assert out["mfu"] == pytest.approx(100.0 / 989.5) and out["hfu"] == pytest.approx(150.0 / 989.5)
+    assert flops.utilisation(1e9, 100_000.0, 1, H100, "bf16-mixed", recomputed_per_sample=0.0)["hfu"] is None
 
 
 def test_the_analytic_check_flags_a_disagreement():
@@ -159,8 +164,9 @@ def test_the_flops_callback_records_the_float32_settings_training_ran_under():
     from types import SimpleNamespace
 
     from ddpscale.job.callbacks import FlopsCount, RunCallbacks
+    from ddpscale.job.samplecount import BatchCounter
 
-    counter = FlopsCount("{}", "32-true")
+    counter = FlopsCount(BatchCounter(), window_steps=10)
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("high")  # as a user's module does in __init__ or setup
@@ -205,7 +211,7 @@ def test_utilisation_over_all_devices():
     assert out["mfu"] == pytest.approx(100.0 / (312.0 * 4)) and out["peak_precision"] == "bf16"
     cpu = flops.utilisation(1e9, 100_000.0, 1, "cpu, simulated", "32-true")
     assert cpu == {"achieved_tflops": pytest.approx(100.0), "peak_tflops_per_device": None,
-                   "peak_precision": None, "mfu": None}
+                   "peak_precision": None, "mfu": None, "hfu": None}
     assert flops.utilisation(None, 100.0, 1, "x", "32")["achieved_tflops"] is None
 
 
@@ -226,3 +232,29 @@ def test_an_mfu_above_one_is_named_as_a_figure_not_to_trust():
     assert mfu_over_one_note(runs[runs["topology"] == "1x2"]) is None
     assert _mfu(1.49, "32") == '<span class="failed">149.0% (32): over 100%, see caveats</span>'
     assert _mfu(0.4, "bf16") == "40.0% (bf16)" and _mfu(None, None) == "n/a"
+
+
+def test_the_report_names_recomputation_varying_flops_and_why_none_were_counted():
+    import pandas as pd
+
+    from ddpscale.report.html_tables import _mfu
+    from ddpscale.report.verdict import flops_notes
+
+    base = {"world_size": 1, "repeat": 0, "flops_per_sample": 1e6, "flops_recomputed_per_sample": 0.0,
+            "flops_per_sample_min": 1e6, "flops_per_sample_max": 1e6, "flops_batches": 8, "flops_reason": None}
+    runs = pd.DataFrame([
+        {**base, "topology": "1x1"},
+        {**base, "topology": "1x2", "world_size": 2, "flops_per_sample_min": 1.19e6, "flops_per_sample_max": 3.54e6},
+        {**base, "topology": "2x1", "world_size": 2, "flops_recomputed_per_sample": 2.5e5},
+        {**base, "topology": "2x2", "world_size": 4, "flops_per_sample": None, "flops_batches": 0,
+         "flops_reason": "samples not counted: the module's samples_in_batch() returned -1"}])
+    varying, recomputed, uncounted = flops_notes(runs)
+    assert varying.startswith("FLOPs per sample vary from batch to batch (1x2 repeat 0: 1.19e+06 to 3.54e+06 "
+                              "over 8 batches)") and "1x1" not in varying
+    assert recomputed.startswith("Activation checkpointing recomputed forward work in backward (2x1 repeat 0: "
+                                 "2.5e+05 per sample, 25% of the model's)") and "HFU" in recomputed
+    assert uncounted == ("FLOPs not counted in 2x2 repeat 0 (samples not counted: the module's samples_in_batch() "
+                         "returned -1): TFLOP/s and MFU are n/a there.")
+    assert flops_notes(runs.iloc[:1]) == []
+    assert _mfu(0.3, "bf16", 0.4) == "30.0% (bf16); HFU 40.0% with recomputation"
+    assert _mfu(0.3, "bf16", float("nan")) == "30.0% (bf16)"

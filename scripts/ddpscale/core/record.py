@@ -58,6 +58,10 @@ FIELDS = {
     "flops_per_sample": (NUM, NULL), "achieved_tflops": (NUM, NULL), "mfu": (NUM, NULL),
     "peak_tflops_per_device": (NUM, NULL), "peak_precision": (STR, NULL), "gpu_utilization_pct": (NUM, NULL),
     "gpu_utilization_reason": (STR, NULL), "gpu_peak_memory_mb": (NUM, NULL),
+    # the FLOP count (ddpscale.job.flops): recomputation apart, how many batches, their spread,
+    # hardware FLOPs utilisation (with the recomputation), why it is n/a
+    "flops_recomputed_per_sample": (NUM, NULL), "hfu": (NUM, NULL), "flops_batches": (INT,),
+    "flops_per_sample_min": (NUM, NULL), "flops_per_sample_max": (NUM, NULL), "flops_reason": (STR, NULL),
     # accuracy: every scalar the module logged, and the epoch metric's history (time to accuracy).
     # Which metric the report compares is the user's choice, and one no run logged is reported,
     # not refused.

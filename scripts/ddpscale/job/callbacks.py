@@ -27,7 +27,7 @@ from ddpscale.job import proberecord as step_probe
 from ddpscale.job.timing import EpochTiming
 from ddpscale.job.windows import WindowedThroughput
 from ddpscale.job.valhistory import ValHistory
-from ddpscale.job import compiling, probing, runinfo
+from ddpscale.job import probing, runinfo
 from ddpscale.job.checkpoint import epoch_checkpoint
 from ddpscale.job.placement_check import PlacementCheck
 from ddpscale.job.signals import GracefulStop
@@ -166,20 +166,58 @@ class CompileGrace(pl.Callback):
 
 
 class FlopsCount(pl.Callback):
-    """Training FLOPs per sample on the shapes of a real batch (rank 0, once fit ends), the
-    module's own analytic figure where it states one (`flops_per_sample()`), which must agree,
-    and the float32 arithmetic in effect while it trained (TF32 or not: which peak MFU uses)."""
+    """Training FLOPs per sample, counted on rank 0 inside the fit over the first `steps`
+    training batches of each attempt (ddpscale.job.flops.StepCounter): the real module on its
+    device, in its precision, its trainer attached, on the batches the loaders yield, with each
+    batch's samples as the run counts them (the BatchCounter that EpochTiming, earlier in the
+    callbacks, has just counted it with). Those steps are kept to the attempt's first epoch
+    and first throughput window, both warm-up, so the counter's overhead is in no timed figure
+    (full mode with warmup_epochs 0 has no warm-up: it is said). Also the module's own analytic
+    figure where it states one (`flops_per_sample()`), which must agree, and the float32
+    arithmetic in effect while it trained (TF32 or not: which peak MFU uses)."""
 
     FLOAT32_KEYS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32")
+    MAX_STEPS = 16  # counting slows a step: a few batches' shapes, not the whole warm-up
 
-    def __init__(self, model_args: dict, precision: str, batch_dim: int = 0):
-        self.model_args = model_args
-        self.precision = precision
-        self.batch_dim = batch_dim
-        self.record = {"flops_per_sample": None, "flops_per_sample_analytic": None, "flops_conv_share": None,
+    def __init__(self, counter: samplecount.BatchCounter, window_steps: int, warmup_epochs: int = 1,
+                 measure: str = "full"):
+        self.counter = counter
+        self.steps = max(1, min(window_steps, self.MAX_STEPS))
+        self.timed = measure == "full" and warmup_epochs == 0  # no warm-up epoch to count in
+        self.step = flops.StepCounter()
+        self.counted: list[flops.Counted] = []
+        self._first_epoch: int | None = None
+        self.record = {**flops.summarise([]), "flops_per_sample_analytic": None, "flops_reason": None,
                        **dict.fromkeys(self.FLOAT32_KEYS)}
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._first_epoch = trainer.current_epoch  # this attempt's (a resumed one counts afresh)
+        if self.timed and trainer.global_rank == 0:
+            print(f"ddpscale: FLOPs are counted on the first {self.steps} training steps, which warmup_epochs: 0 "
+                  "puts in the timed epochs: the counter's overhead slows those steps", flush=True)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if (trainer.global_rank == 0 and len(self.counted) < self.steps and self.step.error is None
+                and trainer.current_epoch == self._first_epoch and not self.step.counting):
+            self.step.start()
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        self.step.in_backward = self.step.counting
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.step.in_backward = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.step.counting:
+            self.counted.append(self.step.stop(self.counter.last))
+
+    def _abandon(self, *_args) -> None:
+        self.step.abandon()
+
+    on_train_end = on_exception = _abandon
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.step.abandon()  # a module whose on_train_batch_start returned -1 ends its epoch without a batch end
         # after an epoch: whatever the module or a callback set in setup or its hooks has
         # been in effect for a whole epoch of training
         if trainer.global_rank == 0:
@@ -193,24 +231,22 @@ class FlopsCount(pl.Callback):
             return
         if self.record["float32_matmul_precision"] is None:  # no epoch ended in this attempt
             self.record.update(flops.float32_record())
-        loader = trainer.datamodule.train_dataloader()
-        batch = next(iter(loader))
-        # per sample as the run counts its samples: the loader's first batch, checked (samplecount)
-        size, why = samplecount.samples_of(batch, 0, samplecount.loader_plan(loader), self.batch_dim,
-                                           samplecount.stated_by(pl_module, batch))
-        # from_compiled swaps methods in place: the class is still the user's own
-        split = (flops.count_split(type(pl_module), self.model_args, batch, size, self.precision,
-                                   trained=compiling.unwrap(pl_module)) if size else None)
-        if not size:
-            print(f"ddpscale: FLOPs per sample not counted: {why or 'the first batch holds no samples'}", flush=True)
-        counted, conv_share = split if split is not None else (None, None)
+        summary, reason = flops.summarise(self.counted), None
+        if self.counter.problem is not None:  # the same count the throughput uses: never a per-sample guess
+            reason = f"samples not counted: {self.counter.problem}"
+        elif self.step.error is not None:
+            reason = f"the FLOP counter failed on an op of the training step ({self.step.error})"
+        elif summary["flops_per_sample"] is None:
+            reason = "no training batch was counted in this attempt"
+        if reason:
+            summary = flops.summarise([])
+            print(f"ddpscale: FLOPs per sample not counted: {reason}; TFLOP/s and MFU will be n/a", flush=True)
         stated = getattr(pl_module, "flops_per_sample", None)
         analytic = stated() if callable(stated) else None
-        warning = flops.check_analytic(counted, analytic)
+        warning = flops.check_analytic(summary["flops_per_sample"], analytic)
         if warning:
             print(warning, flush=True)
-        self.record.update({"flops_per_sample": counted, "flops_per_sample_analytic": analytic,
-                            "flops_conv_share": conv_share})
+        self.record.update({**summary, "flops_per_sample_analytic": analytic, "flops_reason": reason})
 
 
 @contextmanager
@@ -311,7 +347,8 @@ class RunCallbacks:
         out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.checkpoint.record(),
                **self.history.record()}
         out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
-                                     float32=self.flops.float32(), conv_share=out["flops_conv_share"]))
+                                     float32=self.flops.float32(), conv_share=out["flops_conv_share"],
+                                     recomputed_per_sample=out["flops_recomputed_per_sample"]))
         if self.probe is not None:
             out["probe"] = self.probe.record
         return out
@@ -331,7 +368,7 @@ def build(spec: RunSpec) -> RunCallbacks:
         stop=GracefulStop(os.path.join(spec.ckpt_dir, runinfo.LAST), before_save=timing.pause),
         placement=placement,
         gpu=GpuFacts(placement, spec.warmup_epochs, windows if spec.measure == "throughput" else None),
-        flops=FlopsCount(spec.model_args, spec.precision, spec.batch_dim),
+        flops=FlopsCount(timing.counter, spec.window_steps, spec.warmup_epochs, spec.measure),
         probe=ProbeBeforeTraining(spec) if spec.probe else None,
         checkpoint=epoch_checkpoint(spec.ckpt_dir),
         windows=windows,

@@ -1,27 +1,44 @@
-"""Training FLOPs per sample, achieved TFLOP/s and model FLOPs utilisation (MFU).
+"""Training FLOPs per sample, achieved TFLOP/s, and model (MFU) and hardware (HFU) FLOPs utilisation.
 
-FLOPs are counted by torch's FlopCounterMode over one forward + backward of the module's
-training_step (matrix multiplies, convolutions and attention; elementwise work is not counted,
-as in the usual MFU convention). They depend on shapes only, so the count runs on a fresh
-copy of the module built on the meta device, with the batch's shapes: no memory, no compute,
-and no way for the module and the batch to sit on different devices or in different dtypes.
-(Counting the trained module after fit failed on every GPU run: Lightning had moved the
-module back to the CPU while resident batches stayed on the GPU, or bf16-true weights met
-fp32 inputs.)
+FLOPs are counted by torch's FlopCounterMode (matrix multiplies, convolutions and attention;
+elementwise work is not counted, as in the usual MFU convention) inside the fit, over real
+training steps of the trained module: on the trainer's device, in its precision, with its
+trainer attached (a step may read self.trainer, log, or all_gather), on the batches the
+loaders really yield. A copy counted apart from the fit could do none of that: built on the
+meta device it had no trainer, and the trained module counted after fit met the wrong device
+or dtype (Lightning had moved it back to the CPU while resident batches stayed on the GPU,
+or bf16-true weights met fp32 inputs).
+
+The counter costs time (every op passes through Python), so only a few steps are counted: the
+first of each attempt, inside its first epoch and first throughput window, which are warm-up
+in both measure modes (ddpscale.job.callbacks.FlopsCount); no figure is timed on them.
+Per sample is a ratio of sums over those steps (their FLOPs over their samples, as the run
+counts them), so batches of varying shapes (length bucketing) weigh by their samples; the
+smallest and largest batch's figure are kept, to say how much FLOPs vary per batch.
+
+Activation checkpointing (torch.utils.checkpoint) recomputes part of the forward during
+backward. Those FLOPs are told apart as they run: an op in the backward phase (between
+Lightning's on_before_backward and on_after_backward) with grad mode on is a recomputed
+forward op, for autograd runs backward formulas with grad mode off (create_graph=False) and
+checkpointing recomputes under torch.enable_grad(). MFU divides model FLOPs, without the
+recomputation (the PaLM paper's definition, Chowdhery et al. 2022, appendix B); HFU,
+hardware FLOPs utilisation, includes it.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from ddpscale.job import peaks
 from ddpscale.job.stepprobe import loss_of, training_step
 
 # Outside a Trainer, self.log() in training_step only warns; it logs nothing either way.
 _LOG_WARNING = r"You are trying to `self\.log\(\)` but the `self\.trainer` reference is not registered"
+
 
 def precision_plan(precision: str, device_type: str) -> dict:
     """How to run Lightning's precision setting: autocast dtype, parameter dtype, loss scaling."""
@@ -44,31 +61,17 @@ def precision_plan(precision: str, device_type: str) -> dict:
                      "bf16-true, 16-true or 64-true")
 
 
-def to_device(batch, device: torch.device, dtype=None):
-    """Move a batch (tensors in lists, tuples, dicts) to the device; floating tensors to dtype."""
-    if torch.is_tensor(batch):
-        batch = batch.to(device, non_blocking=True)
-        return batch.to(dtype) if dtype is not None and batch.is_floating_point() else batch
-    if isinstance(batch, dict):
-        return {k: to_device(v, device, dtype) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        moved = [to_device(v, device, dtype) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
-    return batch
-
-
 def training_flops(module, batch, size: int) -> tuple[float, float]:
-    """FLOPs of one training step (forward + backward) on this batch, divided by its size (its
-    samples, as ddpscale.job.samplecount counts them), and the share of them in
-    convolutions (cuDNN's, which TF32 may speed apart from matmuls)."""
+    """FLOPs of one forward + backward of a bare module's training_step on this batch (no
+    trainer, no optimizer), divided by size, and their share in convolutions: a hand check of
+    what StepCounter counts inside the fit."""
     module.train()
     with FlopCounterMode(display=False) as counter, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_LOG_WARNING)
         loss_of(training_step(module, batch, 0)).backward()
     module.zero_grad(set_to_none=True)
     total = counter.get_total_flops()
-    conv = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items() if "convolution" in str(op))
-    return total / size, (conv / total if total else 0.0)
+    return total / size, (conv_flops(counter) / total if total else 0.0)
 
 
 def training_flops_per_sample(module, batch, size: int) -> float:
@@ -76,17 +79,103 @@ def training_flops_per_sample(module, batch, size: int) -> float:
     return training_flops(module, batch, size)[0]
 
 
+def conv_flops(counter: FlopCounterMode) -> int:
+    """The counted FLOPs in convolutions (cuDNN's, which TF32 may speed apart from matmuls)."""
+    return sum(n for op, n in counter.get_flop_counts().get("Global", {}).items() if "convolution" in str(op))
+
+
+@dataclass(frozen=True)
+class Counted:
+    """One training batch as counted: every FLOP its step ran (recomputation included), those
+    that activation checkpointing recomputed, those in convolutions, and its samples."""
+    flops: int
+    recomputed: int
+    conv: int
+    samples: int
+
+
+class StepCounter:
+    """FlopCounterMode over one real training step, entered at its batch's start and left at
+    its end (so everything Lightning runs for the batch is in it: forward, backward, the
+    optimizer, under the trainer's precision), with recomputed FLOPs told apart (the module's
+    docstring says how). An op whose FLOPs the counter cannot compute spoils the count, never
+    the step: the error is kept (`error`) and the count is then not used."""
+
+    def __init__(self):
+        self.in_backward = False
+        self.error: str | None = None
+        self._recomputed = 0
+        self._mode: FlopCounterMode | None = None
+        # FlopCounterMode's own formulas, each wrapped to tally recomputation (custom_mapping is
+        # its public way to give formulas; _get_raw: they take the op's arguments, as registered)
+        self._formulas = {op: self._tallying(formula) for op, formula in flop_registry.items()}
+
+    def _tallying(self, formula):
+        def count(*args, out_val=None, **kwargs):
+            try:
+                flops = formula(*args, out_val=out_val, **kwargs)
+            except Exception as err:  # noqa: BLE001 - inside the user's step: never raise there
+                self.error = self.error or f"{type(err).__name__}: {err}"
+                return 0
+            if self.in_backward and torch.is_grad_enabled():
+                self._recomputed += flops
+            return flops
+
+        count._get_raw = True
+        return count
+
+    @property
+    def counting(self) -> bool:
+        return self._mode is not None
+
+    def start(self) -> None:
+        self._recomputed, self.in_backward = 0, False
+        self._mode = FlopCounterMode(display=False, custom_mapping=self._formulas)
+        self._mode.__enter__()
+
+    def stop(self, samples: int) -> Counted:
+        mode, self._mode = self._mode, None
+        mode.__exit__(None, None, None)
+        self.in_backward = False
+        return Counted(mode.get_total_flops(), self._recomputed, conv_flops(mode), samples)
+
+    def abandon(self) -> None:
+        """Leave a step that did not reach its batch's end (an exception, a skipped epoch)."""
+        if self._mode is not None:
+            self.stop(0)
+
+
+def summarise(counted: list[Counted]) -> dict:
+    """metrics.json entries of the counted batches: model FLOPs per sample (recomputation left
+    out) as a ratio of sums, the recomputed FLOPs per sample, the convolutions' share, and the
+    smallest and largest batch's model FLOPs per sample (they differ where batch shapes vary)."""
+    samples = sum(c.samples for c in counted)
+    if not counted or samples <= 0:
+        return {"flops_per_sample": None, "flops_recomputed_per_sample": None, "flops_conv_share": None,
+                "flops_per_sample_min": None, "flops_per_sample_max": None, "flops_batches": 0}
+    total, recomputed = sum(c.flops for c in counted), sum(c.recomputed for c in counted)
+    each = [(c.flops - c.recomputed) / c.samples for c in counted if c.samples > 0]
+    return {"flops_per_sample": (total - recomputed) / samples, "flops_recomputed_per_sample": recomputed / samples,
+            "flops_conv_share": sum(c.conv for c in counted) / total if total else 0.0,
+            "flops_per_sample_min": min(each), "flops_per_sample_max": max(each), "flops_batches": len(counted)}
+
+
 def utilisation(flops_per_sample: float | None, throughput: float | None, world_size: int,
                 device_name: str, precision: str, float32: dict | None = None,
-                conv_share: float | None = None) -> dict:
-    """Achieved TFLOP/s over all devices, the peak per device (and which: 'tf32', '32', ...),
-    and MFU (None where unknown). float32: the float32 settings in effect (float32_record)."""
+                conv_share: float | None = None, recomputed_per_sample: float | None = None) -> dict:
+    """Achieved TFLOP/s over all devices (model FLOPs), the peak per device (and which: 'tf32',
+    '32', ...), MFU (model FLOPs over the peak) and HFU (with the recomputed FLOPs too; None where
+    nothing was recomputed), None where unknown. float32: the float32 settings in effect
+    (float32_record)."""
     achieved = (flops_per_sample * throughput / 1e12
                 if flops_per_sample and throughput else None)
     tf32 = peaks.tf32_in_effect(**(float32 or {}))
     peak, used = peaks.peak(device_name, precision, tf32["matmul"], tf32["conv"], conv_share)
     mfu = achieved / (peak * world_size) if achieved is not None and peak else None
-    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": used, "mfu": mfu}
+    hfu = (mfu * (flops_per_sample + recomputed_per_sample) / flops_per_sample
+           if mfu is not None and recomputed_per_sample else None)
+    return {"achieved_tflops": achieved, "peak_tflops_per_device": peak, "peak_precision": used, "mfu": mfu,
+            "hfu": hfu}
 
 
 # torch.backends.*.fp32_precision values (torch >= 2.9) as the legacy getters name them: "none"
@@ -113,54 +202,14 @@ def float32_record() -> dict:
             return new_value()
 
     backends = torch.backends
-    matmul = lambda: _fp32_setting(backends.cuda.matmul.fp32_precision, backends.fp32_precision)  # noqa: E731
-    conv = lambda: _fp32_setting(backends.cudnn.conv.fp32_precision, backends.cudnn.fp32_precision,  # noqa: E731
+    matmul = lambda: _fp32_setting(backends.cuda.matmul.fp32_precision, backends.fp32_precision)
+    conv = lambda: _fp32_setting(backends.cudnn.conv.fp32_precision, backends.cudnn.fp32_precision,
                                  backends.fp32_precision)
     return {"float32_matmul_precision": legacy_or(torch.get_float32_matmul_precision,
                                                   lambda: _LEGACY_MATMUL.get(matmul(), "highest")),
             "cuda_matmul_allow_tf32": bool(legacy_or(lambda: backends.cuda.matmul.allow_tf32,
                                                      lambda: matmul() == "tf32")),
             "cudnn_allow_tf32": bool(legacy_or(lambda: backends.cudnn.allow_tf32, lambda: conv() == "tf32"))}
-
-
-def count_split(model_cls, model_args: dict, batch, size: int, precision: str,
-                trained=None) -> tuple[float, float] | None:
-    """FLOPs per training sample of one step on this batch's shapes and their share in
-    convolutions (training_flops); None if they cannot be counted.
-
-    First on a fresh module built on the meta device, in the dtype the precision trains in
-    (bf16-true: bf16 weights and inputs). A module that cannot be built there (say, it loads
-    weights in __init__) is counted on the trained module instead, with the batch moved to that
-    module's device and dtype.
-    """
-    dtype = precision_plan(precision, "cuda")["params"]
-    try:
-        with torch.device("meta"):
-            module = model_cls(**model_args)
-            module = module.to(dtype) if dtype is not None else module
-            return training_flops(module, to_device(batch, torch.device("meta"), dtype), size)
-    except Exception as err:
-        meta_error = err
-    if trained is not None:
-        owner = trained._trainer
-        try:
-            trained.trainer = None  # outside the loop: self.log() must only warn, not raise
-            param = next(trained.parameters())
-            return training_flops(trained, to_device(batch, param.device, dtype), size)
-        except Exception as err:
-            meta_error = err
-        finally:
-            trained.trainer = owner
-    # a user module that cannot run outside the Trainer: no MFU, no crash
-    print(f"ddpscale: could not count FLOPs ({type(meta_error).__name__}: {meta_error}); MFU will be n/a",
-          flush=True)
-    return None
-
-
-def count(model_cls, model_args: dict, batch, size: int, precision: str, trained=None) -> float | None:
-    """FLOPs per training sample of one step on this batch's shapes; None if it cannot be counted."""
-    split = count_split(model_cls, model_args, batch, size, precision, trained)
-    return None if split is None else split[0]
 
 
 def check_analytic(counted: float | None, analytic: float | None, rel: float = 0.01) -> str | None:

@@ -327,10 +327,12 @@ def _utilisation(util, why) -> str:
     return Markup('<span title="{}">n/a</span>').format(why) if isinstance(why, str) and why else "n/a"
 
 
-def _mfu(mfu, used) -> str:
+def _mfu(mfu, used, hfu=None) -> str:
     shown = pct(mfu, 1)
     if isinstance(used, str) and used:
         shown += f" ({used})"  # the peak it was divided by: bf16, tf32, 32, ...
+    if hfu is not None and not pd.isna(hfu):
+        shown += f"; HFU {pct(hfu, 1)} with recomputation"  # activation checkpointing's, not model FLOPs
     if mfu is not None and not pd.isna(mfu) and mfu > 1:
         shown = Markup('<span class="failed">{}: over 100%, see caveats</span>').format(shown)
     return shown
@@ -351,14 +353,18 @@ def devices_table(data):
                           str(int(r["world_size"])), escape(", ".join(map(str, r["hosts"] or []))),
                           _mb(r["gpu_peak_memory_mb"]),
                           _utilisation(util, why),
-                          num(r["achieved_tflops"], 4), _mfu(r["mfu"], r["peak_precision"])]))
+                          num(r["achieved_tflops"], 4), _mfu(r["mfu"], r["peak_precision"], r.get("hfu"))]))
     note = ("Peak memory is the largest torch.cuda.max_memory_allocated over the ranks; utilisation "
             "the mean of NVML's readings of each rank's GPU (by UUID), every second, in the training "
             "phase of steady epochs only: not warm-up, validation or checkpoint writes (GPU runs "
             "only; hover over n/a for why). "
-            "TFLOP/s = training FLOPs per sample (matrix multiplies of one forward + backward, "
-            "counted by torch's FlopCounterMode) x steady-state throughput, over all devices; MFU = "
-            "TFLOP/s / (the GPU's dense datasheet peak x devices), n/a on CPU or an unknown GPU. The "
+            "TFLOP/s = model FLOPs per sample (matrix multiplies, convolutions and attention of "
+            "forward + backward, counted by torch's FlopCounterMode inside the fit on rank 0's first "
+            "training batches, warm-up steps no figure is timed on: their FLOPs over their samples) x "
+            "steady-state throughput, over all devices; MFU (model FLOPs utilisation) = TFLOP/s / (the "
+            "GPU's dense datasheet peak x devices), n/a on CPU or an unknown GPU. Forward work that "
+            "activation checkpointing recomputes in backward is not model FLOPs: where there was some, "
+            "HFU (hardware FLOPs utilisation) counts it too. The "
             "peak follows the arithmetic in effect, named in brackets: for 32-true the TF32 peak where "
             "matmuls (torch.set_float32_matmul_precision('high'/'medium')) or, for convolutions, "
             "cuDNN (on by default) ran in TF32 on an Ampere or later GPU, else FP32; 64-true the FP64 "

@@ -271,6 +271,38 @@ def mfu_over_one_note(runs: pd.DataFrame | None) -> str | None:
             "these MFU figures.")
 
 
+def flops_notes(runs: pd.DataFrame | None) -> list[str]:
+    """What the FLOP count means where it is not one plain figure: FLOPs per sample that vary
+    from batch to batch (by more than 5%), activation recomputation left out of MFU, and runs
+    whose FLOPs could not be counted, with why."""
+    if runs is None or "flops_batches" not in runs.columns:
+        return []
+    ordered = runs.sort_values(["world_size", "topology", "repeat"])
+    run = lambda r: f"{r['topology']} repeat {int(r['repeat'])}"
+    number = lambda column: pd.to_numeric(ordered[column], errors="coerce")
+    notes = []
+    varying = ordered[number("flops_per_sample_max") > 1.05 * number("flops_per_sample_min")]
+    if not varying.empty:
+        shown = [f"{run(r)}: {r['flops_per_sample_min']:.3g} to {r['flops_per_sample_max']:.3g} over "
+                 f"{int(r['flops_batches'])} batches" for _, r in varying.iterrows()]
+        notes.append(f"FLOPs per sample vary from batch to batch ({'; '.join(shown)}): the batches' shapes "
+                     "differ (lengths, buckets). TFLOP/s and MFU use the counted batches' FLOPs over their "
+                     "samples, which is the training's mix only as far as those batches are.")
+    recomputing = ordered[number("flops_recomputed_per_sample") > 0]
+    if not recomputing.empty:
+        shown = [f"{run(r)}: {r['flops_recomputed_per_sample']:.3g} per sample, "
+                 f"{r['flops_recomputed_per_sample'] / r['flops_per_sample']:.0%} of the model's"
+                 for _, r in recomputing.iterrows()]
+        notes.append(f"Activation checkpointing recomputed forward work in backward ({'; '.join(shown)}). "
+                     "MFU counts model FLOPs only; HFU (hardware FLOPs utilisation) includes the recomputation.")
+    uncounted = ordered[[isinstance(v, str) and bool(v) for v in ordered["flops_reason"]]]
+    if not uncounted.empty:
+        reasons = list(dict.fromkeys(uncounted["flops_reason"]))
+        notes.append(f"FLOPs not counted in {', '.join(run(r) for _, r in uncounted.iterrows())} "
+                     f"({'; '.join(reasons)}): TFLOP/s and MFU are n/a there.")
+    return notes
+
+
 def caveats(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, steps: pd.DataFrame,
             probes: dict | None = None) -> list[str]:
     """Sentences for the verdict: where a number cannot mean what it seems, and what to do."""
@@ -280,7 +312,7 @@ def caveats(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, s
              oversubscribed_note(summary), simulated_nodes_note(summary), interconnect.fallback_note(runs),
              boundness.sentence(bound, devices=device_word(summary),
                                 model_classes=runs["model_class"]),
-             recompile_note(summary, runs), mfu_over_one_note(runs)]
+             recompile_note(summary, runs), mfu_over_one_note(runs), *flops_notes(runs)]
     return [n for n in notes if n]
 
 
