@@ -92,8 +92,9 @@ class RunSpec:
                                        "target_precision (or at a cap); full: train max_epochs"))
     window_steps: int = field(default=20, metadata=_doc("training batches per timed window"))
     target_precision: float = field(default=0.02,
-                                    metadata=_doc("half-width of the 95% interval of the mean window "
-                                                  "throughput, over the mean, at which throughput mode stops"))
+                                    metadata=_doc("half-width of the 95% interval of the throughput (the "
+                                                  "steady windows' samples over their seconds), over the "
+                                                  "throughput, at which throughput mode stops"))
     min_windows: int = field(default=30, metadata=_doc("windows timed before the stopping rule first looks"))
     measure_max_steps: int | None = field(default=None, metadata=_doc("the most training batches measured"))
     measure_max_minutes: float | None = field(default=None, metadata=_doc("the most minutes measured"))
