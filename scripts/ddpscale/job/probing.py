@@ -109,6 +109,8 @@ class _Probe:
         self.step = self.gradient = self.allreduce = self.allreduce_ddp = None  # what it measured
         self.step_s = None  # a warm step alone (seconds per micro-batch): what the probe is sized by
         self.sized = "default size"  # how it was sized (probe_record.sized), for the record
+        self.requested = dict(sizes)  # the sizes asked for, before the cost bound
+        self.bound = {"bound_s": None, "estimated_s": None}  # the cost bound, where it was sized
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
@@ -149,8 +151,9 @@ class _Probe:
         own = self.spec.batch_per_device
         others = self.spec.probe_batch_sizes if self.trainer.world_size == 1 else None
         other_batches = sum(b / own for b in set(others or []) if b != own)
-        sizes, self.sized = probe_record.sized(step_s, planned_steps, self.trainer.world_size, self.accumulate,
-                                               other_batches)
+        sizes, self.sized, self.bound = probe_record.sized(step_s, planned_steps, self.trainer.world_size,
+                                                           self.accumulate, other_batches)
+        self.requested = dict(probe_record.DEFAULTS)  # the ladder's first rung, what the bound cuts
         if sizes is None:
             return self.sized
         self.sizes.update(sizes)
@@ -279,4 +282,5 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
+    record["size"] = probe_record.size_record(run.requested, run.sizes, run.step, run.bound)
     return Outcome(record, None)
