@@ -12,9 +12,7 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-
 from ddpscale.job import probing, stepprobe
-
 from test_probe_release import one_rank_group  # noqa: F401 - a fixture
 
 
@@ -58,7 +56,8 @@ def runner(module, **ddp) -> stepprobe.Runner:
     return run
 
 
-def test_a_synchronised_block_after_no_sync_steps_with_unused_parameters_runs(one_rank_group):
+@pytest.mark.usefixtures("one_rank_group")
+def test_a_synchronised_block_after_no_sync_steps_with_unused_parameters_runs():
     """The compute block's step 1 used the block under no_sync(); step 0 of the synchronised block
     leaves it unused, its gradient cleared since: DDP would all-reduce an undefined gradient
     ("Encountered gradient which is undefined") unless the no_sync() stretch is ended first."""
@@ -76,7 +75,8 @@ def test_a_synchronised_block_after_no_sync_steps_with_unused_parameters_runs(on
     assert module.block.weight.grad is not None  # step 1 used it
 
 
-def test_the_probe_measures_a_module_whose_steps_leave_parameters_unused(one_rank_group):
+@pytest.mark.usefixtures("one_rank_group")
+def test_the_probe_measures_a_module_whose_steps_leave_parameters_unused():
     """measure() rotates compute-only and synchronised blocks: every order works, and under
     no_sync() no gradient is all-reduced."""
     run = runner(SkipsOnEvenBatches(), find_unused_parameters=True)
@@ -85,7 +85,8 @@ def test_the_probe_measures_a_module_whose_steps_leave_parameters_unused(one_ran
     assert step["allreduce_calls_per_batch_no_sync"] == 0 and step["allreduce_calls_per_batch"] > 0
 
 
-def test_the_probe_measures_under_ddp_s_static_graph(one_rank_group):
+@pytest.mark.usefixtures("one_rank_group")
+def test_the_probe_measures_under_ddp_s_static_graph():
     """ddp.static_graph: DDP records the graph in its first iteration, which torch cannot run
     under no_sync(): the probe's first step under DDP is a synchronised one."""
     class UsesAll(SkipsOnEvenBatches):
@@ -98,8 +99,9 @@ def test_the_probe_measures_under_ddp_s_static_graph(one_rank_group):
     assert step["compute_s"] > 0 and step["sync_step_s"] > 0
 
 
+@pytest.mark.usefixtures("one_rank_group")
 @pytest.mark.parametrize("accumulate", [1, 2])
-def test_gradients_are_cleared_by_the_module_s_own_hook_once_per_optimizer_step(one_rank_group, accumulate):
+def test_gradients_are_cleared_by_the_module_s_own_hook_once_per_optimizer_step(accumulate):
     """Lightning clears gradients through LightningModule.optimizer_zero_grad(epoch, batch_idx,
     optimizer), on the first micro-batch of each optimizer step; a module that overrides it (here
     set_to_none=False) keeps its way in the probe."""

@@ -454,3 +454,97 @@ def test_the_probe_s_ddp_takes_the_run_s_settings_and_times_a_16_bit_hook_at_hal
     as_ddp = probe["allreduce_ddp"]
     assert as_ddp["comm_bytes_per_element"] == 2 and as_ddp["time_s"] > 0
     assert as_ddp["bytes"] == probe["gradient_bytes"] // 2 and as_ddp["buckets"] == 3
+
+
+# -- parameters a step may leave unused, and DDP's settings for them ----------------------------
+
+def usermod_probed(tmp_path: Path, model: str, ddp: dict, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """train.py --probe on 1x2 (gloo) with a module of tests/fixtures/usermods on its 8x8 images,
+    as a config's model.class_path names it, with the config's ddp: block: (the run, its record)."""
+    import os
+
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1", "--devices", "2",
+             "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32", "--max-epochs", "2",
+             "--model-class", f"usermods.{model}", "--data-class", "usermods.imagedata.TrainerShardedImages",
+             "--data-args", '{"train_samples": 301}', "--ddp", json.dumps(ddp), "--probe",
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT / "scripts")])}
+    done = run(launched(train, 1, 2), env=env)
+    path = tmp_path / "metrics.json"
+    return done, json.loads(path.read_text()) if path.exists() else {}
+
+
+def numel_of(model: str, **kwargs) -> int:
+    """The trainable parameters of the user's module, counted from the module itself."""
+    import importlib
+
+    module_name, _, cls = f"usermods.{model}".rpartition(".")
+    sys.path.insert(0, str(ROOT / "tests/fixtures"))
+    try:
+        built = getattr(importlib.import_module(module_name), cls)(**kwargs)
+    finally:
+        sys.path.remove(str(ROOT / "tests/fixtures"))
+    return sum(p.numel() for p in built.parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model,extra", [
+    ("layerdrop.LayerDropMLP", ()),  # blocks skipped at random, each rank its own
+    ("layerdrop.LayerDropMLP", ("--accumulate-grad-batches", "2")),
+    ("layerdrop.ManualLayerDropMLP", ()),  # the same, optimised by hand
+    ("auxhead.AuxHeadNet", ()),  # an auxiliary head on even steps only
+])
+def test_a_module_whose_steps_leave_parameters_unused_is_probed_on_two_ranks(tmp_path, model, extra):
+    """ddp.find_unused_parameters: true, as such a module needs: the probe times its steps as
+    training runs them, and the breakdown of 1x2 is a figure."""
+    import pandas as pd
+
+    from ddpscale.report import breakdown
+
+    done, metrics = usermod_probed(tmp_path, model, {"find_unused_parameters": True}, *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = metrics["probe"]
+    assert probe.get("status") == "ok", probe.get("reason")
+    assert probe["world_size"] == 2 and probe["backend"] == "gloo"
+    assert probe["gradient_numel"] == numel_of(model)
+    step = probe["step"]
+    assert step["batch_per_device"] == 32 and step["compute_s"] > 0 and step["sync_step_s"] > 0
+    assert step["allreduce_calls_per_batch"] > 0 and step["allreduce_calls_per_batch_no_sync"] == 0
+    row = pd.Series({"topology": "1x2", "world_size": 2, "batch_per_device": 32,
+                     "throughput_samples_s": metrics["throughput_samples_s"]})
+    terms = breakdown.measured_terms(row, probe)
+    assert all(pd.notna(terms[t]) and terms[t] >= 0 for t in breakdown.TERMS), terms
+    table = breakdown.breakdown(pd.DataFrame([row]), {"1x2": probe})
+    assert table.loc[0, "probe"] == breakdown.PROBE_OK and table[[f"{t}_s" for t in breakdown.TERMS]].notna().all(
+        axis=None)
+    assert table.loc[0, "probe_batches"] == probe["size"]["timed_batches"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_s_static_graph_is_probed(tmp_path):
+    """ddp.static_graph: true on a module that uses every parameter: DDP records its graph in a
+    synchronised first step, and the probe times it."""
+    done, metrics = usermod_probed(tmp_path, "cnn.SmallCNN", {"static_graph": True})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert metrics["probe"].get("status") == "ok", metrics["probe"].get("reason")
+    assert metrics["probe"]["step"]["compute_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model,ddp,extra,words", [
+    ("layerdrop.LayerDropMLP", {}, (), "set ddp.find_unused_parameters: true in your config"),
+    ("layerdrop.LayerDropMLP", {"static_graph": True}, (), "set ddp.static_graph: false in your config"),
+    ("cnn.SmallCNN", {"static_graph": True}, ("--accumulate-grad-batches", "2"),
+     "set ddp.static_graph: false or accumulate_grad_batches: 1 in your config"),
+])
+def test_a_setting_the_module_cannot_train_with_is_named_in_the_probe_s_reason(tmp_path, model, ddp, extra, words):
+    """Settings under which DDP cannot run the module's steps, in training as in the probe: the
+    probe is n/a with the config key and its fix, not torch's text that calls it a bug of DDP.
+    (Training then stops at the same error.)"""
+    done, _ = usermod_probed(tmp_path, model, ddp, *extra)
+    said = [line for line in done.stdout.splitlines() if line.startswith("ddpscale probe: n/a for 1x2")]
+    assert len(said) == 1, done.stdout[-3000:]
+    assert words in said[0] and "bug" not in said[0] and "DDP implementation" not in said[0], said[0]
