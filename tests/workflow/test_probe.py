@@ -144,14 +144,37 @@ def probed(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "metrics.json").read_text())["probe"]
 
 
-def check_step(step: dict, world_size: int) -> None:
-    assert step["steps"] == 20 and step["rounds"] == 5
+def check_size(probe: dict, accumulate: int = 1) -> dict:
+    """What the probe's cost bound guarantees, whatever the host's load (a busy host times a
+    slower step and cuts the probe shorter): sizes from its ladder, at most the default's and at
+    least its smallest rung, cut only where the default would cost more than the bound, the
+    estimated cost within the bound; and the record says how many batches it timed."""
+    from ddpscale.job import proberecord as probe_record
+
+    size, step = probe["size"], probe["step"]
+    ladder = [(rung["steps"], rung["rounds"]) for rung in probe_record.LADDER]
+    assert (size["requested_steps"], size["requested_rounds"]) == ladder[0]
+    assert (size["steps"], size["rounds"]) in ladder
+    assert size["cut_by_bound"] == ((size["steps"], size["rounds"]) != ladder[0])
+    assert size["estimated_s"] <= size["bound_s"] and size["bound_s"] >= probe_record.FLOOR_S
+    assert ("cut from 20 x 5 by the bound" in probe["sized"]) == size["cut_by_bound"]
+    assert probe["sized"].startswith(f"{size['steps']} steps x {size['rounds']} rounds")
+    opt_steps = -(-size["steps"] // accumulate)
+    assert step["steps"] == opt_steps and step["rounds"] == size["rounds"]
+    assert step["micro_batches_per_block"] == opt_steps * accumulate
+    assert size["timed_batches"] == size["rounds"] * opt_steps * accumulate
+    assert f"{opt_steps} training steps" in step["method"] and f"{size['rounds']} rounds" in step["method"]
+    return size
+
+
+def check_step(probe: dict, world_size: int) -> None:
+    step = probe["step"]
+    check_size(probe)
     assert step["batch_per_device"] == 64 // world_size
     assert step["data_s"] > 0 and step["compute_s"] > 0 and step["sync_step_s"] > 0
     assert step["exposed_comm_s"] >= 0
     assert step["exposed_comm_s"] == pytest.approx(max(0.0, step["comm_diff_s"]))
     assert step["sync_step_s"] == pytest.approx(step["compute_s"] + step["comm_diff_s"])
-    assert "20 training steps" in step["method"] and "5 rounds" in step["method"]
     assert "slowest rank" in step["method"]
 
 
@@ -167,7 +190,7 @@ def test_probe_on_one_rank(tmp_path, data_file):
     assert probe["gradient_numel"] == SPIRAL_NUMEL and probe["gradient_bytes"] == 4 * SPIRAL_NUMEL
     assert [r["bytes"] for r in probe["allreduce"]] == message_sizes(4 * SPIRAL_NUMEL)
     assert all(r["time_s"] == 0 and r["busbw_gbps"] is None for r in probe["allreduce"])
-    check_step(probe["step"], 1)
+    check_step(probe, 1)
     assert probe["step"]["exposed_comm_s"] == 0 and probe["step"]["sync_step_s"] == probe["step"]["compute_s"]
     assert "no DDP" in probe["step"]["method"]
 
@@ -189,7 +212,7 @@ def test_probe_on_two_ranks_through_the_local_launcher(tmp_path, data_file):
         assert row["time_s"] > 0 and row["iters"] == 10
         assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (n - 1) / n)
-    check_step(probe["step"], 2)
+    check_step(probe, 2)
     assert "no_sync()" in probe["step"]["method"]
     assert 0 < probe["probe_wall_s"] < 60
     # the spiral MLP's gradient fits DDP's first bucket: one all-reduce per synced batch, none
@@ -208,10 +231,11 @@ def test_probe_with_gradient_accumulation_syncs_once_per_k_batches(tmp_path, dat
     the optimizer step; every time is per batch, so the exposed comm is one all-reduce over 4."""
     result = run(probe_command(tmp_path, data_file, 1, 2, "--accumulate-grad-batches", "4"))
     assert result.returncode == 0, result.stderr[-3000:]
-    step = probed(tmp_path)["step"]
+    probe = probed(tmp_path)
+    step = probe["step"]
     assert step["accumulate_grad_batches"] == 4
-    assert step["steps"] == 5 and step["micro_batches_per_block"] == 20
-    assert "5 training steps" in step["method"] and "of 4 micro-batches each" in step["method"]
+    check_size(probe, accumulate=4)  # 20 micro-batches a block by default: 5 optimizer steps of 4
+    assert "of 4 micro-batches each" in step["method"]
     assert step["allreduce_calls_per_batch"] == 0.25  # one bucket, once every 4 batches
     assert step["allreduce_calls_per_batch_no_sync"] == 0.0
     assert step["exposed_comm_s"] == pytest.approx(max(0.0, step["comm_diff_s"]))
@@ -236,7 +260,7 @@ def test_probe_on_gpus_uses_nccl(tmp_path, data_file):
     assert probe["device_kind"] == "cuda" and probe["simulated"] is False
     assert probe["device_name"] == torch.cuda.get_device_name(0)
     assert all(r["time_s"] > 0 and r["busbw_gbps"] > 0 for r in probe["allreduce"])
-    check_step(probe["step"], 2)
+    check_step(probe, 2)
 
 
 @pytest.mark.gpu
@@ -249,7 +273,7 @@ def test_probe_on_one_gpu(tmp_path, data_file):
     assert result.returncode == 0, result.stderr[-3000:]
     probe = probed(tmp_path)
     assert probe["device_kind"] == "cuda" and probe["device_name"] == torch.cuda.get_device_name(0)
-    check_step(probe["step"], 1)
+    check_step(probe, 1)
 
 
 NO_BATCH_IDX = '''
@@ -343,12 +367,31 @@ def test_the_probe_costs_what_its_sizes_say_in_training_batches():
 def test_the_probe_is_sized_to_a_share_of_the_run_or_skipped_with_the_reason(step_s, planned, expected):
     from ddpscale.job import proberecord as probe_record
 
-    sizes, said = probe_record.sized(step_s, planned, 1)
+    sizes, said, bound = probe_record.sized(step_s, planned, 1)
     assert (sizes or {}).get("steps") == expected
     assert ("skipped" in said) == (expected is None) and "\n" not in said
+    assert bound["bound_s"] == max(0.2 * step_s * planned, 10.0)
     if sizes:
-        assert step_s * probe_record.cost_steps(sizes, 1) <= max(0.2 * step_s * planned, 10.0)
-    assert probe_record.sized(step_s, None, 1)[0] == probe_record.DEFAULTS  # a run of unknown length
+        assert bound["estimated_s"] == pytest.approx(step_s * probe_record.cost_steps(sizes, 1))
+        assert bound["estimated_s"] <= bound["bound_s"]
+        assert ("cut from 20 x 5 by the bound" in said) == (expected != 20)
+    else:
+        assert bound["estimated_s"] > bound["bound_s"]
+    # a run of unknown length: the default, no bound
+    assert probe_record.sized(step_s, None, 1)[::2] == (probe_record.DEFAULTS, {"bound_s": None, "estimated_s": None})
+
+
+def test_the_record_says_how_many_batches_the_probe_timed_and_whether_the_bound_cut_them():
+    from ddpscale.job import proberecord as probe_record
+
+    sizes, _, bound = probe_record.sized(0.1, 40, 1)  # the default would cost 12.3 s
+    step = {"rounds": 4, "micro_batches_per_block": 10}
+    assert probe_record.size_record(probe_record.DEFAULTS, sizes, step, bound) == {
+        "requested_steps": 20, "requested_rounds": 5, "steps": 10, "rounds": 4, "timed_batches": 40,
+        "cut_by_bound": True, "bound_s": 10.0, "estimated_s": pytest.approx(5.2)}
+    whole = probe_record.size_record(probe_record.DEFAULTS, probe_record.DEFAULTS,
+                                     {"rounds": 5, "micro_batches_per_block": 20}, {"bound_s": None})
+    assert whole["timed_batches"] == 100 and whole["cut_by_bound"] is False and whole["estimated_s"] is None
 
 
 SLOW_STEP = '''
@@ -371,7 +414,8 @@ class SlowStep(SpiralMLP):
 @pytest.mark.parametrize("step_s,steps", [(0.1, 10), (0.9, None)])
 def test_a_slow_module_s_probe_is_sized_to_its_short_run_or_skipped(tmp_path, data_file, step_s, steps):
     """4 planned batches (2 epochs of 2): at 0.1 s a step the default probe (123 batches, 12 s)
-    would cost three times the training; it times 10 steps x 4 rounds instead. At 0.9 s even
+    would cost three times the training; it times 10 steps x 4 rounds instead (fewer on a host
+    busy enough to slow the step by half again). At 0.9 s even
     the smallest probe (13 batches) would: it is skipped, with the reason, and training goes on."""
     from conftest import run_user_module
 
@@ -383,8 +427,9 @@ def test_a_slow_module_s_probe_is_sized_to_its_short_run_or_skipped(tmp_path, da
         assert probe["status"] == "n/a" and probe["reason"].startswith("skipped: even its smallest size")
         assert "ddpscale probe: n/a for 1x1: skipped" in done.stdout
     else:
-        assert probe["step"]["steps"] == steps and probe["step"]["rounds"] == 4
-        assert probe["sized"].startswith("10 steps x 4 rounds")
+        # the bound cut it (a busier host may cut it further): what the bound guarantees
+        size = check_size(probe)
+        assert size["cut_by_bound"] and size["steps"] <= steps
 
 
 def test_the_report_states_each_probe_s_size_and_time():
@@ -410,3 +455,97 @@ def test_the_probe_s_ddp_takes_the_run_s_settings_and_times_a_16_bit_hook_at_hal
     as_ddp = probe["allreduce_ddp"]
     assert as_ddp["comm_bytes_per_element"] == 2 and as_ddp["time_s"] > 0
     assert as_ddp["bytes"] == probe["gradient_bytes"] // 2 and as_ddp["buckets"] == 3
+
+
+# -- parameters a step may leave unused, and DDP's settings for them ----------------------------
+
+def usermod_probed(tmp_path: Path, model: str, ddp: dict, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """train.py --probe on 1x2 (gloo) with a module of tests/fixtures/usermods on its 8x8 images,
+    as a config's model.class_path names it, with the config's ddp: block: (the run, its record)."""
+    import os
+
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1", "--devices", "2",
+             "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32", "--max-epochs", "2",
+             "--model-class", f"usermods.{model}", "--data-class", "usermods.imagedata.TrainerShardedImages",
+             "--data-args", '{"train_samples": 301}', "--ddp", json.dumps(ddp), "--probe",
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT / "scripts")])}
+    done = run(launched(train, 1, 2), env=env)
+    path = tmp_path / "metrics.json"
+    return done, json.loads(path.read_text()) if path.exists() else {}
+
+
+def numel_of(model: str, **kwargs) -> int:
+    """The trainable parameters of the user's module, counted from the module itself."""
+    import importlib
+
+    module_name, _, cls = f"usermods.{model}".rpartition(".")
+    sys.path.insert(0, str(ROOT / "tests/fixtures"))
+    try:
+        built = getattr(importlib.import_module(module_name), cls)(**kwargs)
+    finally:
+        sys.path.remove(str(ROOT / "tests/fixtures"))
+    return sum(p.numel() for p in built.parameters() if p.requires_grad)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model,extra", [
+    ("layerdrop.LayerDropMLP", ()),  # blocks skipped at random, each rank its own
+    ("layerdrop.LayerDropMLP", ("--accumulate-grad-batches", "2")),
+    ("layerdrop.ManualLayerDropMLP", ()),  # the same, optimised by hand
+    ("auxhead.AuxHeadNet", ()),  # an auxiliary head on even steps only
+])
+def test_a_module_whose_steps_leave_parameters_unused_is_probed_on_two_ranks(tmp_path, model, extra):
+    """ddp.find_unused_parameters: true, as such a module needs: the probe times its steps as
+    training runs them, and the breakdown of 1x2 is a figure."""
+    import pandas as pd
+
+    from ddpscale.report import breakdown
+
+    done, metrics = usermod_probed(tmp_path, model, {"find_unused_parameters": True}, *extra)
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = metrics["probe"]
+    assert probe.get("status") == "ok", probe.get("reason")
+    assert probe["world_size"] == 2 and probe["backend"] == "gloo"
+    assert probe["gradient_numel"] == numel_of(model)
+    step = probe["step"]
+    assert step["batch_per_device"] == 32 and step["compute_s"] > 0 and step["sync_step_s"] > 0
+    assert step["allreduce_calls_per_batch"] > 0 and step["allreduce_calls_per_batch_no_sync"] == 0
+    row = pd.Series({"topology": "1x2", "world_size": 2, "batch_per_device": 32,
+                     "throughput_samples_s": metrics["throughput_samples_s"]})
+    terms = breakdown.measured_terms(row, probe)
+    assert all(pd.notna(terms[t]) and terms[t] >= 0 for t in breakdown.TERMS), terms
+    table = breakdown.breakdown(pd.DataFrame([row]), {"1x2": probe})
+    assert table.loc[0, "probe"] == breakdown.PROBE_OK and table[[f"{t}_s" for t in breakdown.TERMS]].notna().all(
+        axis=None)
+    assert table.loc[0, "probe_batches"] == probe["size"]["timed_batches"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_s_static_graph_is_probed(tmp_path):
+    """ddp.static_graph: true on a module that uses every parameter: DDP records its graph in a
+    synchronised first step, and the probe times it."""
+    done, metrics = usermod_probed(tmp_path, "cnn.SmallCNN", {"static_graph": True})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert metrics["probe"].get("status") == "ok", metrics["probe"].get("reason")
+    assert metrics["probe"]["step"]["compute_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model,ddp,extra,words", [
+    ("layerdrop.LayerDropMLP", {}, (), "set ddp.find_unused_parameters: true in your config"),
+    ("layerdrop.LayerDropMLP", {"static_graph": True}, (), "set ddp.static_graph: false in your config"),
+    ("cnn.SmallCNN", {"static_graph": True}, ("--accumulate-grad-batches", "2"),
+     "set ddp.static_graph: false or accumulate_grad_batches: 1 in your config"),
+])
+def test_a_setting_the_module_cannot_train_with_is_named_in_the_probe_s_reason(tmp_path, model, ddp, extra, words):
+    """Settings under which DDP cannot run the module's steps, in training as in the probe: the
+    probe is n/a with the config key and its fix, not torch's text that calls it a bug of DDP.
+    (Training then stops at the same error.)"""
+    done, _ = usermod_probed(tmp_path, model, ddp, *extra)
+    said = [line for line in done.stdout.splitlines() if line.startswith("ddpscale probe: n/a for 1x2")]
+    assert len(said) == 1, done.stdout[-3000:]
+    assert words in said[0] and "bug" not in said[0] and "DDP implementation" not in said[0], said[0]

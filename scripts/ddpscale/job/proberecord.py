@@ -67,23 +67,39 @@ def cost_steps(sizes: dict, world_size: int, accumulate: int = 1, other_batches:
 
 
 def sized(step_s: float, planned_steps: float | None, world_size: int, accumulate: int = 1,
-          other_batches: float = 0.0) -> tuple[dict | None, str]:
+          other_batches: float = 0.0) -> tuple[dict | None, str, dict]:
     """The largest probe sizes (LADDER) that cost at most SHARE of the run's planned training
-    (planned_steps micro-batches of step_s seconds), or FLOOR_S where that is more, and what was
-    decided as text; (None, why) where even the smallest would cost more."""
+    (planned_steps micro-batches of step_s seconds), or FLOOR_S where that is more, what was
+    decided as text, and the bound: {"bound_s", "estimated_s"} (None where the run's length is
+    unknown); (None, why, bound) where even the smallest would cost more. The sizes depend on
+    step_s, a step timed on the host as it is: a busy host cuts the probe shorter."""
     if planned_steps is None:
-        return dict(DEFAULTS), "default size (the run's length is unknown: a train loader without a length)"
+        return (dict(DEFAULTS), "default size (the run's length is unknown: a train loader without a length)",
+                {"bound_s": None, "estimated_s": None})
     allowed = max(SHARE * step_s * planned_steps, FLOOR_S)
     for sizes in LADDER:
         cost = step_s * cost_steps(sizes, world_size, accumulate, other_batches)
+        bound = {"bound_s": allowed, "estimated_s": cost}
         if cost <= allowed:
-            return dict(sizes), (f"{sizes['steps']} steps x {sizes['rounds']} rounds, about {cost:.1f} s, within "
+            cut = "" if sizes == DEFAULTS else f" (cut from {DEFAULTS['steps']} x {DEFAULTS['rounds']} by the bound)"
+            return dict(sizes), (f"{sizes['steps']} steps x {sizes['rounds']} rounds{cut}, about {cost:.1f} s, within "
                                  f"{SHARE:.0%} of the run's planned training ({planned_steps:.0f} batches of "
-                                 f"{step_s * 1e3:.1f} ms) or {FLOOR_S:.0f} s")
+                                 f"{step_s * 1e3:.1f} ms) or {FLOOR_S:.0f} s"), bound
     return None, (f"skipped: even its smallest size would take about {cost:.1f} s, more than {SHARE:.0%} of this "
                   f"run's planned training ({planned_steps:.0f} batches of {step_s * 1e3:.1f} ms) and more than "
                   f"{FLOOR_S:.0f} s; the breakdown and prediction of this topology are n/a (train more batches "
-                  "per run, max_epochs or throughput.min_windows, to have it probed)")
+                  "per run, max_epochs or throughput.min_windows, to have it probed)"), bound
+
+
+def size_record(requested: dict, sizes: dict, step: dict, bound: dict) -> dict:
+    """The record's `size`: the sizes asked for and timed with, how many micro-batches each kind
+    of timed block ran in all (rounds x micro-batches per block; the step's medians are over
+    these), whether the cost bound cut the sizes, and the bound with the cost it estimated."""
+    return {"requested_steps": requested["steps"], "requested_rounds": requested["rounds"],
+            "steps": sizes["steps"], "rounds": sizes["rounds"],
+            "timed_batches": step["rounds"] * step["micro_batches_per_block"],
+            "cut_by_bound": (sizes["steps"], sizes["rounds"]) != (requested["steps"], requested["rounds"]),
+            "bound_s": bound.get("bound_s"), "estimated_s": bound.get("estimated_s")}
 
 
 def na_record(topology: str, world_size: int, reason: str) -> dict:

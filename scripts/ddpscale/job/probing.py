@@ -44,11 +44,9 @@ import torch.distributed as dist
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader
 
-from ddpscale.job import ranks
-from ddpscale.job import batchsizes, commbench, stepprobe
+from ddpscale.job import batchsizes, commbench, probecopy, ranks, stepprobe
 from ddpscale.job import proberecord as probe_record
 from ddpscale.plan import ddpsettings
-from ddpscale.job import probecopy
 from ddpscale.plan.runspec import RunSpec
 
 
@@ -66,9 +64,32 @@ class Failure:
         return f"{self.kind}: {self.message} (in {where})"
 
 
-def failure_of(err: BaseException, doing: str, rank: int) -> Failure:
-    lines = str(err).strip().splitlines()
+def failure_of(err: BaseException, doing: str, rank: int, ddp: dict | None = None, accumulate: int = 1) -> Failure:
+    """The failure in one line; an error of DDP that the run's settings cause (ddp: the
+    strategy's DDP kwargs) names the setting and its fix instead of torch's text."""
+    setting = ddp_setting_line(err, ddp or {}, accumulate)
+    lines = [setting] if setting else str(err).strip().splitlines()
     return Failure(type(err).__name__, lines[0] if lines else "", doing, rank)
+
+
+def ddp_setting_line(err: BaseException, ddp: dict, accumulate: int) -> str | None:
+    """The config setting behind an error torch's DDP raises in a step, with its fix, or None:
+    the probe's DDP takes the run's settings, so training meets the same error (torch's own
+    text calls some of them bugs of DDP)."""
+    line = ddpsettings.unused_parameters_line(err)
+    if line is not None:
+        return line
+    text = str(err)
+    if "not compatible with static_graph set to True" in text:
+        return ("DDP's static graph changed between steps: a parameter used in one step went unused in "
+                "another; set ddp.static_graph: false in your config")
+    if "expect_autograd_hooks_" in text and ddp.get("static_graph") and accumulate > 1:
+        # DDP's static graph records its first iteration, which under no_sync() has no backward to
+        # record: torch asserts (Reducer::delay_all_reduce), in training as in the probe
+        return (f"ddp.static_graph: true cannot start under gradient accumulation (accumulate_grad_batches "
+                f"{accumulate}: torch's DDP records its static graph in the first step, which accumulation "
+                "runs under no_sync()); set ddp.static_graph: false or accumulate_grad_batches: 1 in your config")
+    return None
 
 
 @dataclass
@@ -88,13 +109,16 @@ class _Probe:
         self.step = self.gradient = self.allreduce = self.allreduce_ddp = None  # what it measured
         self.step_s = None  # a warm step alone (seconds per micro-batch): what the probe is sized by
         self.sized = "default size"  # how it was sized (probe_record.sized), for the record
+        self.requested = dict(sizes)  # the sizes asked for, before the cost bound
+        self.bound = {"bound_s": None, "estimated_s": None}  # the cost bound, where it was sized
         self.accumulate = trainer.accumulate_grad_batches
 
     def attempt(self, phase) -> Failure | None:
         try:
             phase()
         except Exception as err:  # noqa: BLE001 - any error of the probe, reported, never fatal
-            return failure_of(err, self.doing, self.trainer.global_rank)
+            return failure_of(err, self.doing, self.trainer.global_rank,
+                              getattr(self.trainer.strategy, "_ddp_kwargs", None), self.accumulate)
         return None
 
     def alone(self) -> None:
@@ -127,8 +151,9 @@ class _Probe:
         own = self.spec.batch_per_device
         others = self.spec.probe_batch_sizes if self.trainer.world_size == 1 else None
         other_batches = sum(b / own for b in set(others or []) if b != own)
-        sizes, self.sized = probe_record.sized(step_s, planned_steps, self.trainer.world_size, self.accumulate,
-                                               other_batches)
+        sizes, self.sized, self.bound = probe_record.sized(step_s, planned_steps, self.trainer.world_size,
+                                                           self.accumulate, other_batches)
+        self.requested = dict(probe_record.DEFAULTS)  # the ladder's first rung, what the bound cuts
         if sizes is None:
             return self.sized
         self.sizes.update(sizes)
@@ -257,4 +282,5 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
+    record["size"] = probe_record.size_record(run.requested, run.sizes, run.step, run.bound)
     return Outcome(record, None)

@@ -18,6 +18,17 @@ backward (manual_backward) and optimizer step; under the probe's DDP wrapper the
 Lightning runs them (strategies/ddp.py): the gradient sync is prepared in backward, and DDP's
 post-forward does not prepare it again. A no_sync() block is again compute without the
 all-reduce. Lightning refuses gradient accumulation with manual optimisation.
+
+Gradients are cleared as Lightning clears them: the module's optimizer_zero_grad hook (by
+default optimizer.zero_grad(), which sets them to None in torch 2), after training_step and
+before backward, on the first micro-batch of an optimizer step. With parameters a step may
+leave unused (ddp.find_unused_parameters), DDP notes under no_sync() which parameters got a
+gradient and reduces them at the next synchronised backward, as gradients accumulated for it.
+A compute block's steps cleared those gradients since, which training never does (its no_sync()
+micro-batches accumulate into the synchronised one), so before a synchronised block the probe
+ends the no_sync() stretch as DDP's contract asks (Runner.settle, untimed): one synchronised
+backward in which the cleared gradients stand as zeros, then cleared again. The timed steps
+keep the module's own gradients: unused parameters get none, as in training.
 """
 
 from __future__ import annotations
@@ -125,6 +136,7 @@ class Runner:
         self.step_module = _TrainingStep(module, context, self._after_inner_forward)
         self.ddp_kwargs = dict(ddp_kwargs or {})
         self.ddp = None
+        self.unsettled = False  # a no_sync() backward ran since the last synchronised one
         self.counter = _Calls()
         self.counter.hook = comm_hook  # the run's DDPStrategy(ddp_comm_hook=...), the same in the probe
 
@@ -157,6 +169,41 @@ class Runner:
             prepare_for_backward(self.ddp, loss)
         self.module.backward(loss if self.scaler is None else self.scaler.scale(loss), *args, **kwargs)
 
+    def zero_grad(self, optimizer, batch_idx: int) -> None:
+        """As Lightning's automatic optimisation clears gradients: the module's
+        optimizer_zero_grad hook (a module may override it, say with set_to_none=False). Its
+        epoch is 0: the probe runs before the first epoch."""
+        if hasattr(self.module, "optimizer_zero_grad"):
+            self.module.optimizer_zero_grad(0, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
+
+    def finds_unused(self) -> bool:
+        """Whether the probe's DDP finds unused parameters in every step (the run's
+        ddp.find_unused_parameters without ddp.static_graph): then it notes under no_sync() which
+        parameters got a gradient."""
+        return self.ddp is not None and self.ddp.find_unused_parameters and not self.ddp.static_graph
+
+    def settle(self) -> None:
+        """End a stretch of no_sync() steps as DDP expects it to end, before a synchronised block
+        (see the module's docstring): one synchronised backward of a zero loss, every gradient the
+        probe cleared standing as zeros, then cleared again. Untimed; it changes no parameter."""
+        if not (self.unsettled and self.finds_unused()):
+            self.unsettled = False
+            return
+        ignored = self.ddp.parameters_to_ignore
+        params = [p for name, p in self.ddp.module.named_parameters()
+                  if p.requires_grad and name.removeprefix("module.") not in ignored]
+        cleared = [p for p in params if p.grad is None]
+        for p in cleared:
+            p.grad = torch.zeros_like(p)
+        loss = params[0].reshape(-1)[:1].sum() * 0.0
+        prepare_for_backward(self.ddp, loss)
+        loss.backward()
+        for p in cleared:
+            p.grad = None
+        self.unsettled = False
+
     def optimizer_step(self, optimizer, closure=None, **kwargs):
         if self.scaler is None:
             return optimizer.step(closure=closure, **kwargs)
@@ -168,6 +215,8 @@ class Runner:
     def step(self, batches: list, i: int, synced: bool, accumulate: int = 1, before_batch=None) -> None:
         """Optimizer step i as Lightning runs it: only the last micro-batch may synchronise.
         before_batch: called before each batch, as Lightning's loop does its own per-batch work."""
+        if self.ddp is not None and not synced:
+            self.unsettled = True
         if self.manual:  # training_step zeroes, backpropagates and steps itself
             if before_batch is not None:
                 before_batch()
@@ -175,14 +224,16 @@ class Runner:
                 self.forward(batches[i % len(batches)], i)
             return
         optimizer = self.optimizers[0]  # Lightning allows one with automatic optimisation
-        optimizer.zero_grad(set_to_none=True)
         for j in range(accumulate):
             quiet = self.ddp is not None and not (synced and j == accumulate - 1)
             k = i * accumulate + j
             if before_batch is not None:
                 before_batch()
             with self.ddp.no_sync() if quiet else contextlib.nullcontext():
-                self.backward(loss_of(self.forward(batches[k % len(batches)], k), k))
+                loss = loss_of(self.forward(batches[k % len(batches)], k), k)
+                if j == 0:  # Lightning's closure: training_step, zero_grad, backward
+                    self.zero_grad(optimizer, k)
+                self.backward(loss)
         self.optimizer_step(optimizer)
 
     def time_alone(self, batches: list, accumulate: int = 1) -> float:
@@ -209,6 +260,8 @@ class Runner:
 def time_block(runner: Runner, batches: list, count: int, synced: bool, accumulate: int = 1,
                before_batch=None) -> float:
     """Per micro-batch seconds of count optimizer steps, all ranks starting together."""
+    if synced:
+        runner.settle()  # untimed, before the ranks align
     align(runner.device)
     start = time.perf_counter()
     for i in range(count):
@@ -259,12 +312,17 @@ def measure(runner: Runner, batches: list, waits: list[float], world_size: int, 
         synced, before_batch = spec[kind]
         return time_block(runner, batches, count, synced, accumulate, before_batch)
 
-    for kind in kinds:  # DDP builds its buckets in the first synced steps; caches fill
+    # DDP builds its buckets in the first synced steps, and its static graph (ddp.static_graph)
+    # records the graph in its first iteration, which must synchronise: torch cannot start one
+    # under no_sync(), so a synced block warms up first; caches fill
+    for kind in kinds[1:] + kinds[:1]:
         run(kind, max(1, warmup))
     times = {kind: [] for kind in kinds}
     calls = {kind: 0 for kind in kinds}
     for r in range(rounds):
         for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # no kind always goes first
+            if spec[kind][0]:
+                runner.settle()  # its all-reduce is not the block's
             before = runner.counter.calls
             times[kind].append(run(kind, opt_steps))
             calls[kind] += runner.counter.calls - before

@@ -131,9 +131,17 @@ def baseline_compute(probe: dict, base_batch: int, batch: int) -> tuple[float, s
             f"compute scaled linearly from the baseline's batch {base_batch}, not timed at {batch}{why}")
 
 
+def probe_batches(probe: dict) -> float:
+    """The micro-batches each kind of the probe's timed blocks ran (its medians are over these;
+    the cost bound may cut them on a busy host: probe 'size'), NaN where the record has no size."""
+    timed = (probe.get("size") or {}).get("timed_batches")
+    return NAN if timed is None else timed
+
+
 def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
     """Seconds and fractions of a step per term, one row per topology with a probe; an n/a
-    probe's row has every probed term unknown and says why in `probe`."""
+    probe's row has every probed term unknown and says why in `probe`; `probe_batches` says how
+    many batches its terms were timed over."""
     rows = []
     for _, row in summary.iterrows():
         probe = probes.get(row["topology"])
@@ -142,14 +150,14 @@ def breakdown(summary: pd.DataFrame, probes: dict[str, dict]) -> pd.DataFrame:
         out = {"topology": row["topology"], "world_size": row["world_size"], "train_step_s": train_step_s(row)}
         if is_na(probe):
             rows.append({**out, "step_s": NAN, **{f"{t}_{unit}": NAN for t in TERMS for unit in ("s", "frac")},
-                         "probe": na_text(probe)})
+                         "probe": na_text(probe), "probe_batches": NAN})
             continue
         terms = measured_terms(row, probe)
         out["step_s"] = terms["step"]
         for term in TERMS:
             out[f"{term}_s"] = terms[term]
             out[f"{term}_frac"] = terms[term] / terms["step"]
-        rows.append({**out, "probe": PROBE_OK})
+        rows.append({**out, "probe": PROBE_OK, "probe_batches": probe_batches(probe)})
     return pd.DataFrame(rows)
 
 
