@@ -17,7 +17,7 @@ from pathlib import Path
 from ddpscale.core.io import read_regular, write_json_atomic
 from ddpscale.core.layout import run_of
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The JSON kinds a field may hold. bool is not a number here, though Python counts it as an int.
 INT, NUM, STR, BOOL, LIST, DICT, NULL = "integer", "number", "text", "true/false", "list", "mapping", "null"
@@ -49,6 +49,9 @@ FIELDS = {
     "max_minutes": (NUM, NULL), "window_seconds": (LIST,), "window_samples": (LIST,),
     "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
     "samples_per_epoch": (INT, NULL), "samples_trained": (INT, NULL), "samples_uncounted": (STR, NULL),
+    # what a sample is (ddpscale.job.samplecount): each training loader's share of an epoch, the
+    # mode that combines them, and DistributedSampler's padding repeats, trained but not counted
+    "padding_per_epoch": (INT, NULL), "train_loaders_mode": (STR, NULL), "train_loaders": (LIST,),
     "early_stop": (DICT, NULL), "held_s": (NUM, NULL), "held_devices": (INT,), "probe_s": (NUM,),
     "checkpoint_s": (NUM,), "checkpoint_save_s": (LIST,), "epoch_overhead_s": (NUM, NULL),
     "epoch_overheads_s": (LIST,), "validates": (BOOL,), "check_val_every_n_epoch": (INT, NULL),
@@ -72,6 +75,7 @@ ELEMENTS = {
     "module_callbacks": (STR,), "loggers": (STR,), "window_seconds": (NUM,), "window_samples": (INT,),
     "checkpoint_save_s": (PAIR,), "epoch_overheads_s": (NUM,), "validation_s": (PAIR,),
     "after_stop_validation_s": (NUM,), "after_stop_checkpoint_s": (NUM,), "val_history": (DICT,),
+    "train_loaders": (DICT,),
 }
 
 

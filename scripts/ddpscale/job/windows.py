@@ -49,6 +49,7 @@ class WindowedThroughput(pl.Callback):
         self.starts: list[float] = []
         self.decision: steadystate.Decision | None = None
         self.samples_per_epoch: int | None = None
+        self.loaders_record = samplecount.epoch_record(None, 0)  # none yet: before training starts
         self._measuring_since: float | None = None
         self.stop_steps: list[int] | None = None  # each rank's global step when training ended
         # per epoch (this rank): the seconds from its start to the next epoch's start (or the
@@ -66,8 +67,6 @@ class WindowedThroughput(pl.Callback):
         self.validates: bool | None = None
         self._epoch_t0: float | None = None
         self._steps_s = 0.0
-        self._shard: tuple[int, int, int] | None = None
-        self._epoch_seen = 0
         self._drop()
 
     def _drop(self) -> None:
@@ -76,7 +75,9 @@ class WindowedThroughput(pl.Callback):
         self._steps = self._count = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.samples_per_epoch = epoch_samples(trainer, self.batch_per_device)
+        # every training loader's samples and padding repeats in an epoch (ddpscale.job.samplecount)
+        self.loaders_record = samplecount.epoch_record(trainer, self.batch_per_device)
+        self.samples_per_epoch = self.loaders_record.pop("samples_per_epoch")
         # how often the configured training validates, and so saves (ddpscale.report.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
         self.validates = bool(trainer.enable_validation)
@@ -84,12 +85,8 @@ class WindowedThroughput(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
         self._epoch_t0 = time.perf_counter()
-        # a padded shard's repeats are not counted, as samples_per_epoch does not count them
-        # (ddpscale.job.samplecount): the rank's samples so far this epoch, before capping
-        self._shard = samplecount.shard_of(trainer.train_dataloader)
-        self._epoch_seen = 0
         if self._counts:
-            self.counter.start_epoch(trainer.train_dataloader)
+            self.counter.start_epoch(trainer)
 
     def _end_epoch(self, pl_module) -> None:
         if self._epoch_t0 is not None:
@@ -108,9 +105,9 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
-        before = samplecount.counted(self._epoch_seen, self._shard)
-        self._epoch_seen += self.counter.count(batch, pl_module) if self._counts else self.counter.last
-        self._count += samplecount.counted(self._epoch_seen, self._shard) - before
+        # every loader's real samples: a padded shard's repeats are not counted, as
+        # samples_per_epoch does not count them (ddpscale.job.samplecount)
+        self._count += self.counter.count(batch, pl_module) if self._counts else self.counter.last
         if self._steps >= self.rule.window_steps:
             self._close(trainer, pl_module)
 
@@ -204,6 +201,7 @@ class WindowedThroughput(pl.Callback):
             "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
             "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
             "samples_per_epoch": self.samples_per_epoch,
+            **self.loaders_record,
             "stop_steps_by_rank": self.stop_steps,
             "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
                                  if self.epoch_overheads else None),
@@ -239,19 +237,6 @@ def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, save
     trainer.strategy.barrier("ddpscale-warm-overheads")
     if trainer.is_global_zero and os.path.exists(scratch):
         os.remove(scratch)
-
-
-def epoch_samples(trainer, batch_per_device: int) -> int | None:
-    """Training samples of one whole epoch over all ranks (padding repeats not counted), from
-    the loader each rank trains on; None where the epoch has no length (an iterable dataset)."""
-    batches = trainer.num_training_batches
-    if batches == float("inf"):
-        here = -1
-    else:
-        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), batch_per_device)
-    every = trainer.strategy.all_gather(torch.tensor([here], dtype=torch.int64, device=trainer.strategy.root_device))
-    every = every.reshape(-1)
-    return None if bool((every < 0).any()) else int(every.sum())
 
 
 def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: str | None = None) -> dict:
