@@ -17,12 +17,14 @@ Evaluation is sharded without padding (ddpscale.job.evalsampler).
 
 A sample is one sample a training step processes. With several training loaders (a dict or list
 of them, which Lightning combines in "max_size_cycle" mode, or a CombinedLoader of the data
-module's own mode), a step's batch holds a batch of each loader (one loader's at a time in
-"sequential" mode), and every one of them counts: throughput is the samples all loaders feed
+module's own mode; fit refuses "sequential"), a step's batch holds a batch of each loader, and
+every one of them counts: throughput is the samples all loaders feed
 per second. Under "max_size_cycle" a shorter loader starts again when it runs out, and what it
 yields again is trained again, so it counts again (a sample seen twice in an epoch is two
 samples processed); a DistributedSampler's padding repeats are the one exception, as above,
-counted apart as padding (TrainLoaders, epoch_counts).
+counted apart as padding (TrainLoaders, epoch_counts). A batch sampler of the user's own keeps
+no count of its batches' sizes: a copy of it is walked at each epoch's start (indices only,
+random streams untouched), and the batches training gets must fit what that pass yielded.
 
 Lightning keeps a DistributedSampler it finds and wraps any other sampler in its
 DistributedSamplerWrapper, which shards the sampler's indices by rank: a custom sampler that
@@ -163,7 +165,7 @@ class LoaderPlan:
 def loader_plan(loader) -> LoaderPlan | None:
     """The loader's own accounting, or None where it keeps none a batch can be checked against:
     a batch sampler of the user's own (its batches may be of any size), no automatic batching,
-    several loaders at once."""
+    a collection of loaders (each is planned alone: train_loaders, BatchCounter)."""
     if is_resident(loader):
         return LoaderPlan(loader.batch_size, loader.drop_last, loader.samples_per_rank())
     if not isinstance(loader, DataLoader):
@@ -241,8 +243,8 @@ def samples_of(batch, position: int, plan: LoaderPlan | None, dim: int = 0,
         return None, (f"the train loader's batches hold at most {expected} samples but {said}; {DECLARE}")
     if len(sizes) == 1:
         return sizes[0], None
-    return None, (f"the train loader keeps no count of its batches (a batch sampler of its own, or "
-                  f"several loaders) and {said}; {DECLARE}")
+    return None, (f"the train loader keeps no count of its batches (a batch sampler of its own, or an "
+                  f"iterable without batch_size) and {said}; {DECLARE}")
 
 
 def stated_by(module, batch) -> int | None:
