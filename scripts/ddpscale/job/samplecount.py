@@ -441,9 +441,11 @@ class BatchCounter:
         self.dim = dim
         self.quiet = quiet
         self.loaders: TrainLoaders | None = None
-        self.passes: list[LoaderPass] = []
-        self.positions: list[int] = []  # each loader's batch in its current pass
-        self.seen: list[int] = []  # each loader's samples drawn in its current pass
+        # before start_epoch: one loader that keeps no count, its batches counted alone
+        self.passes = [LoaderPass("train", None, None, None, None)]
+        self.positions = [0]  # each loader's batch in its current pass
+        self.seen = [0]  # each loader's samples drawn in its current pass
+        self.cycles = [False]  # whether each loader starts again within an epoch
         self.last = 0  # the latest batch's real samples, for callbacks that come after the counting one
         self.padding = 0  # this epoch's padding repeats trained (not counted)
         self.problem: str | None = None
@@ -454,10 +456,14 @@ class BatchCounter:
         self.passes = [loader_pass(name, loader) for name, loader in zip(self.loaders.names, self.loaders.loaders)]
         self.padding = 0
         self.positions, self.seen = [0] * len(self.passes), [0] * len(self.passes)
+        # max_size_cycle starts a loader again where it ends before the longest one
+        longest = max((p.length or 0 for p in self.passes), default=0)
+        self.cycles = [self.loaders.mode == FIT_MODE and p.length is not None and p.length < longest
+                       for p in self.passes]
 
     def count(self, batch, module=None, stated: int | None = None) -> int:
         stated = stated_by(module, batch) if stated is None else stated
-        parts = split(batch, self.loaders)
+        parts = [(0, batch)] if self.loaders is None else split(batch, self.loaders)
         if parts is None:
             real, why = 0, (f"a training batch is a {type(batch).__name__}, not the collection of the train loaders "
                             f"{list(self.loaders.names)} that {self.loaders.mode} combines; {DECLARE}")
@@ -494,12 +500,13 @@ class BatchCounter:
 
     def _part(self, index: int, part, stated: int | None) -> tuple[int | None, str | None]:
         p = self.passes[index]
-        if p.length and self.positions[index] >= p.length:  # max_size_cycle started it again
+        if self.cycles[index] and self.positions[index] >= p.length:  # max_size_cycle started it again
             self.positions[index] = self.seen[index] = 0
-        n, why = samples_of(part, self.positions[index], p.plan, self.dim, stated)
+        position = self.positions[index]
+        n, why = samples_of(part, position, p.plan, self.dim, stated)
         if why is None and p.sizes:  # a batch sampler of the user's own: what a pass of it yields
-            whole = self.positions[index] + 1 == len(p.sizes)
-            if n > max(p.sizes) or whole and self.seen[index] + n != sum(p.sizes):
+            whole = position + 1 == len(p.sizes)
+            if n > max(p.sizes) or position >= len(p.sizes) or whole and self.seen[index] + n != sum(p.sizes):
                 name = type(self.loaders.loaders[index].batch_sampler).__name__
                 why = (f"the batch sampler {name} yields {sum(p.sizes)} samples a pass in {len(p.sizes)} batches "
                        f"of at most {max(p.sizes)}, but its batches held {n} (batch {self.positions[index]}), "
