@@ -29,7 +29,9 @@ def make_run(topology="1x1", **overrides):
         "warmup_epochs": 1, "epoch_times_s": [12.0, 10.0, 10.0],
         "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0, "samples_trained": 9600,
         "samples_per_epoch": 3200, "samples_per_epoch_from": "the loader's length", "samples_uncounted": None,
-        "early_stop": None,
+        "early_stop": None, "padding_per_epoch": 0,
+        "train_loaders_mode": "max_size_cycle", "train_loaders": [{"name": "train", "samples_per_epoch": 3200,
+                                                              "padding_per_epoch": 0}],
         "held_s": 40.0, "held_devices": nodes * per_node, "probe_s": 0.0,
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
         # full mode: its windows measured the throughput to within 1 sample/s (95% interval)

@@ -8,11 +8,14 @@ targets (time 7, batch): dimension 0 of every tensor is time, so a count by stru
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
-from conftest import assert_counted, run_user_module
+from conftest import ROOT, assert_counted, launched, run_user_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -123,3 +126,92 @@ def test_a_data_module_that_ignores_its_batch_size_stops_before_the_probe(tmp_pa
     assert lines and "the train dataloader's batch_size is 10, but ddpscale gave the data module a batch per " \
                      "device of 16" in lines[0] and "self.batch_size" in lines[0]
     assert "ddpscale probe:" not in done.stdout and not (tmp_path / "metrics.json").exists()
+
+
+# -- several training loaders, and a batch sampler of the user's own (tests/fixtures/usermods) --
+
+def train_usermod(tmp_path, devices: int, model: str, data: str, data_args: str = "{}") -> dict:
+    """train.py on a usermods fixture (full mode, 2 epochs, batch 16 per device)."""
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
+               "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
+               "--scaling", "weak", "--batch-size", "16", "--seed", "0", "--measure", "full",
+               "--model-class", f"usermods.{model}", "--data-class", f"usermods.{data}", "--data-args", data_args,
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT / "scripts")])}
+    done = subprocess.run(launched(command, 1, devices), capture_output=True, text=True, timeout=240, cwd=ROOT,
+                          env=env, check=False)
+    out = done.stdout + done.stderr
+    if not (tmp_path / "metrics.json").exists():
+        return {"_rc": done.returncode, "_out": out}
+    return json.loads((tmp_path / "metrics.json").read_text()) | {"_rc": done.returncode, "_out": out}
+
+
+def shard_flags(n: int, world: int, rank: int) -> list[bool]:
+    """DistributedSampler's shard of rank: each place, whether it holds a real sample (the
+    padded order repeats the first indices past n; the rank takes every world-th place)."""
+    return [place < n for place in range(-(-n // world) * world)][rank::world]
+
+
+def epoch_truth(sizes: dict[str, int], world: int, mode: str, batch: int = 16) -> tuple[int, int]:
+    """(real samples, padding repeats) an epoch trains over all ranks, each loader's batches
+    taken as the mode takes them: min_size stops with the shortest, max_size with the longest,
+    max_size_cycle starts a shorter one again (what it yields again is trained again)."""
+    real = padding = 0
+    for rank in range(world):
+        passes = {name: [shard_flags(n, world, rank)[i:i + batch] for i in range(0, -(-n // world), batch)]
+                  for name, n in sizes.items()}
+        lengths = [len(p) for p in passes.values()]
+        steps = min(lengths) if mode == "min_size" else max(lengths)
+        for batches in passes.values():
+            taken = [batches[step % len(batches)] for step in range(steps)
+                     if mode != "max_size" or step < len(batches)]
+            real += sum(flag for b in taken for flag in b)
+            padding += sum(not flag for b in taken for flag in b)
+    return real, padding
+
+
+def loader_sizes() -> dict[str, int]:
+    from fixtures.usermods.multiloader import LabeledAndUnlabeled
+
+    data = LabeledAndUnlabeled(batch_size=16)
+    data.setup("fit")
+    return {"labeled": len(data.labeled_set), "unlabeled": len(data.unlabeled_set)}
+
+
+@pytest.mark.parametrize("devices, mode", [(1, None), (2, None), (2, "min_size"), (2, "max_size")])
+def test_every_training_loader_is_counted_as_lightning_combines_them(tmp_path, devices, mode):
+    """A dict of a labeled and an unlabeled loader (Lightning combines it, max_size_cycle), or the
+    data module's own CombinedLoader: every loader's samples are counted, a cycling loader's again
+    each time it starts again, a padding repeat apart, and the throughput is all of them."""
+    m = train_usermod(tmp_path, devices, "multiloader.SemiSupervised", "multiloader.LabeledAndUnlabeled",
+                      json.dumps({"mode": mode}))
+    assert m["_rc"] == 0, m["_out"][-3000:]
+    real, padding = epoch_truth(loader_sizes(), devices, mode or "max_size_cycle")
+    assert_counted(m, m["_out"], per_epoch=real)
+    assert m["samples_per_epoch"] == real and m["padding_per_epoch"] == padding
+    assert m["train_loaders_mode"] == (mode or "max_size_cycle")
+    assert [each["name"] for each in m["train_loaders"]] == ["labeled", "unlabeled"]
+    assert sum(each["samples_per_epoch"] for each in m["train_loaders"]) == real
+    assert "ddpscale: samples: every training loader's samples count" in m["_out"]
+
+
+def test_fit_refuses_a_sequential_combined_loader_in_one_line(tmp_path):
+    m = train_usermod(tmp_path, 1, "multiloader.SemiSupervised", "multiloader.LabeledAndUnlabeled",
+                      '{"mode": "sequential"}')
+    assert m["_rc"] != 0 and "schema_version" not in m
+    lines = [line for line in m["_out"].splitlines() if line.startswith("ddpscale train:")]
+    assert lines and 'does not support the `CombinedLoader(mode="sequential")` mode' in lines[0]
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_bucketing_batch_sampler_counts_each_sample_once_and_padding_apart(tmp_path, devices):
+    """A length-bucketing BatchSampler around a DistributedSampler, a padding collate returning
+    (padded, lengths, y): 303 samples an epoch on any world size; on two ranks one padding repeat."""
+    from fixtures.usermods.bucketing import BucketedSequences
+
+    n = BucketedSequences(batch_size=16).train_samples
+    m = train_usermod(tmp_path, devices, "bucketing.SequenceClassifier", "bucketing.BucketedSequences")
+    assert m["_rc"] == 0, m["_out"][-3000:]
+    assert_counted(m, m["_out"], per_epoch=n)
+    assert m["samples_per_epoch"] == n
+    assert m["padding_per_epoch"] == sum(not flag for r in range(devices) for flag in shard_flags(n, devices, r))

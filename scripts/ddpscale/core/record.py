@@ -50,6 +50,9 @@ FIELDS = {
     "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
     "samples_per_epoch": (INT, NULL), "samples_per_epoch_from": (STR, NULL), "samples_trained": (INT, NULL),
     "samples_uncounted": (STR, NULL),
+    # what a sample is (ddpscale.job.samplecount): each training loader's share of an epoch, the
+    # mode that combines them, and DistributedSampler's padding repeats, trained but not counted
+    "padding_per_epoch": (INT, NULL), "train_loaders_mode": (STR, NULL), "train_loaders": (LIST,),
     "early_stop": (DICT, NULL), "held_s": (NUM, NULL), "held_devices": (INT,), "probe_s": (NUM,),
     "checkpoint_s": (NUM,), "checkpoint_save_s": (LIST,), "epoch_overhead_s": (NUM, NULL),
     "epoch_overheads_s": (LIST,), "validates": (BOOL,), "check_val_every_n_epoch": (INT, NULL),
@@ -77,6 +80,7 @@ ELEMENTS = {
     "module_callbacks": (STR,), "loggers": (STR,), "window_seconds": (NUM,), "window_samples": (INT,),
     "checkpoint_save_s": (PAIR,), "epoch_overheads_s": (NUM,), "validation_s": (PAIR,),
     "after_stop_validation_s": (NUM,), "after_stop_checkpoint_s": (NUM,), "val_history": (DICT,),
+    "train_loaders": (DICT,),
 }
 
 

@@ -70,7 +70,6 @@ class EpochTiming(pl.Callback):
     def _reset_epoch(self) -> None:
         self._t0 = self._t_train = None
         self._count = 0
-        self._shard = None
         self._loss_sum = None
         self._epoch_open = False
         self._carry = None
@@ -132,9 +131,8 @@ class EpochTiming(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
-        # a padded shard's repeats are not counted (ddpscale.job.samplecount)
-        self._shard = samplecount.shard_of(trainer.train_dataloader)
-        self.counter.start_epoch(trainer.train_dataloader)
+        # every training loader's batches; a padded shard's repeats not counted (ddpscale.job.samplecount)
+        self.counter.start_epoch(trainer)
         sync_device(pl_module.device)
         self._t0 = time.perf_counter()
         self._epoch_open = True
@@ -151,7 +149,7 @@ class EpochTiming(pl.Callback):
                          "train_time_s": carry["train_time_s"] + elapsed}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._count = samplecount.counted(self._count + self.counter.count(batch, pl_module), self._shard)
+        self._count += self.counter.count(batch, pl_module)
         # a manual-optimisation step that returns nothing reaches here as {}
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:

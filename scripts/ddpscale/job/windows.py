@@ -48,7 +48,8 @@ class WindowedThroughput(pl.Callback):
         # steady windows' span is where throughput mode's GPU utilisation is read
         self.starts: list[float] = []
         self.decision: steadystate.Decision | None = None
-        self.samples_per_epoch: int | None = None  # from the loader's length; None: it has none
+        self.samples_per_epoch: int | None = None  # from the loaders' lengths; None: one has none
+        self.loaders_record = samplecount.epoch_record(None, 0)  # none yet: before training starts
         # where it has none (an iterable dataset): each whole epoch's samples over all ranks, as
         # counted, an epoch whole where it began in this process and ran to the loader's end
         self.whole_epochs: list[int] = []
@@ -71,8 +72,6 @@ class WindowedThroughput(pl.Callback):
         self.validates: bool | None = None
         self._epoch_t0: float | None = None
         self._steps_s = 0.0
-        self._shard: tuple[int, int, int] | None = None
-        self._epoch_seen = 0
         self._drop()
 
     def _drop(self) -> None:
@@ -81,7 +80,9 @@ class WindowedThroughput(pl.Callback):
         self._steps = self._count = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.samples_per_epoch = epoch_samples(trainer, self.batch_per_device)
+        # every training loader's samples and padding repeats in an epoch (ddpscale.job.samplecount)
+        self.loaders_record = samplecount.epoch_record(trainer, self.batch_per_device)
+        self.samples_per_epoch = self.loaders_record.pop("samples_per_epoch")
         self._counts_epochs = self.samples_per_epoch is None  # the same on every rank: gathered
         # how often the configured training validates, and so saves (ddpscale.report.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
@@ -90,13 +91,10 @@ class WindowedThroughput(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
         self._epoch_t0 = time.perf_counter()
-        # a padded shard's repeats are not counted, as samples_per_epoch does not count them
-        # (ddpscale.job.samplecount): the rank's samples so far this epoch, before capping
-        self._shard = samplecount.shard_of(trainer.train_dataloader)
-        self._epoch_seen = 0
+        self._epoch_seen = 0  # the rank's real samples so far this epoch (padding not counted)
         self._epoch_begun = True
         if self._counts:
-            self.counter.start_epoch(trainer.train_dataloader)
+            self.counter.start_epoch(trainer)
 
     def _end_epoch(self, pl_module) -> None:
         if self._epoch_t0 is not None:
@@ -115,9 +113,9 @@ class WindowedThroughput(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
-        before = samplecount.counted(self._epoch_seen, self._shard)
-        self._epoch_seen += self.counter.count(batch, pl_module) if self._counts else self.counter.last
-        self._count += samplecount.counted(self._epoch_seen, self._shard) - before
+        # every loader's real samples: a padded shard's repeats are not counted, as
+        # samples_per_epoch does not count them (ddpscale.job.samplecount)
+        self._count += self.counter.count(batch, pl_module) if self._counts else self.counter.last
         if self._steps >= self.rule.window_steps:
             self._close(trainer, pl_module)
 
@@ -177,7 +175,7 @@ class WindowedThroughput(pl.Callback):
         mid-epoch. One collective an epoch, on every rank alike: only where the loader has no length."""
         progress = trainer.fit_loop.epoch_loop.batch_progress
         ended = bool(progress.is_last_batch) or progress.current.ready == trainer.num_training_batches
-        mine = torch.tensor([samplecount.counted(self._epoch_seen, self._shard), int(self._epoch_begun and ended)],
+        mine = torch.tensor([self._epoch_seen, int(self._epoch_begun and ended)],
                             dtype=torch.int64, device=pl_module.device)
         every = trainer.strategy.all_gather(mine).reshape(-1, 2)
         if bool((every[:, 1] == 1).all()):
@@ -228,6 +226,7 @@ class WindowedThroughput(pl.Callback):
             "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
             "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
             **epoch_size(self.samples_per_epoch, self.whole_epochs),
+            **self.loaders_record,
             "stop_steps_by_rank": self.stop_steps,
             "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
                                  if self.epoch_overheads else None),
@@ -263,19 +262,6 @@ def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, save
     trainer.strategy.barrier("ddpscale-warm-overheads")
     if trainer.is_global_zero and os.path.exists(scratch):
         os.remove(scratch)
-
-
-def epoch_samples(trainer, batch_per_device: int) -> int | None:
-    """Training samples of one whole epoch over all ranks (padding repeats not counted), from
-    the loader each rank trains on; None where the epoch has no length (an iterable dataset)."""
-    batches = trainer.num_training_batches
-    if batches == float("inf"):
-        here = -1
-    else:
-        here = samplecount.epoch_samples_here(trainer.train_dataloader, int(batches), batch_per_device)
-    every = trainer.strategy.all_gather(torch.tensor([here], dtype=torch.int64, device=trainer.strategy.root_device))
-    every = every.reshape(-1)
-    return None if bool((every < 0).any()) else int(every.sum())
 
 
 LOADER_LENGTH = "the loader's length"
