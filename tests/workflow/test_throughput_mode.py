@@ -167,7 +167,8 @@ def test_windows_do_not_count_the_padding_repeat_of_a_shard():
 
     sampler = DistributedSampler(list(range(5)), num_replicas=2, rank=1, shuffle=False)
     trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
-                              sanity_checking=False, train_dataloader=SimpleNamespace(sampler=sampler))
+                              sanity_checking=False, train_dataloader=SimpleNamespace(sampler=sampler),
+                              fit_loop=SimpleNamespace(_combined_loader=None))  # as before fit combines them
     module = SimpleNamespace(device=torch.device("cpu"))
     timed = windows.WindowedThroughput(steadystate.Rule(window_steps=3, min_windows=2, precision=0.5),
                                        stop=False, batch_per_device=1)

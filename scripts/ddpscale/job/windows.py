@@ -55,6 +55,7 @@ class WindowedThroughput(pl.Callback):
         self.whole_epochs: list[int] = []
         self._counts_epochs = False
         self._epoch_begun = False
+        self._epoch_seen = 0  # the rank's real samples so far this epoch (padding not counted)
         self._measuring_since: float | None = None
         self.stop_steps: list[int] | None = None  # each rank's global step when training ended
         # per epoch (this rank): the seconds from its start to the next epoch's start (or the
@@ -91,7 +92,7 @@ class WindowedThroughput(pl.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._end_epoch(pl_module)
         self._epoch_t0 = time.perf_counter()
-        self._epoch_seen = 0  # the rank's real samples so far this epoch (padding not counted)
+        self._epoch_seen = 0
         self._epoch_begun = True
         if self._counts:
             self.counter.start_epoch(trainer)
@@ -115,7 +116,9 @@ class WindowedThroughput(pl.Callback):
         self._steps += 1
         # every loader's real samples: a padded shard's repeats are not counted, as
         # samples_per_epoch does not count them (ddpscale.job.samplecount)
-        self._count += self.counter.count(batch, pl_module) if self._counts else self.counter.last
+        samples = self.counter.count(batch, pl_module) if self._counts else self.counter.last
+        self._epoch_seen += samples
+        self._count += samples
         if self._steps >= self.rule.window_steps:
             self._close(trainer, pl_module)
 
