@@ -99,3 +99,25 @@ def test_without_tensorboard_the_run_has_lightning_s_csv_logger(tmp_path, data_f
     header, *rows = (logs / "metrics.csv").read_text().splitlines()
     assert "weight_norm" in header.split(",") and len(rows) >= m["epochs_completed"]
     assert "width: 16" in (logs / "hparams.yaml").read_text()
+
+
+def test_a_test_pass_in_fit_s_last_second_keeps_fit_s_events(tmp_path, monkeypatch):
+    """tensorboardX names an event file by the second it opens and truncates one of that name:
+    the test pass's writer, reopened after fit closed it, erased fit's events whenever both fell
+    in one second (the clock is held still here, so that is every time)."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.loggers import TensorBoardLogger
+    from tensorboardX import event_file_writer
+
+    from ddpscale.job.build import keep_fit_events
+
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1795884630.25)
+    logger = TensorBoardLogger(save_dir=str(tmp_path), name="", version="attempt-1")
+    logger.log_metrics({"train_loss": 1.0}, step=1)
+    logger.finalize("success")  # as fit ends
+    keep_fit_events(SimpleNamespace(loggers=[logger]))
+    logger.log_metrics({"test_acc": 0.5}, step=2)  # the test pass
+    logger.finalize("success")
+    tags = {v.tag for e in events(tmp_path / "attempt-1") for v in e.summary.value}
+    assert {"train_loss", "test_acc"} <= tags

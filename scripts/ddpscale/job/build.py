@@ -75,6 +75,18 @@ def build_loggers(chosen: list | None, log_dir: str, attempt: int) -> list:
             for c in chosen]
 
 
+def keep_fit_events(trainer) -> None:
+    """Before the test pass: a TensorBoard writer that fit closed opens a new event file when the
+    test logs. tensorboardX names that file by the second it opens and truncates one of that
+    name, so a test within fit's last second erased every event fit wrote (the module's
+    histograms, its training curves). A suffix of its own keeps the two apart; torch's writer
+    names its files by process and a counter, and has no such attribute."""
+    for logger in trainer.loggers:
+        writer = getattr(logger, "_experiment", None)
+        if isinstance(getattr(writer, "_filename_suffix", None), str):
+            writer._filename_suffix += ".test"
+
+
 def build_trainer(spec: RunSpec, run_callbacks: list, log_dir: str | None = None, max_epochs: int | None = None):
     """The Trainer of a run (max_epochs: spec.max_epochs).
     Its loggers (build_loggers: Lightning's default unless a LightningCLI config names others) write in
