@@ -21,7 +21,7 @@ from ddpscale.job.samplecount import BatchSizeError
 from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.job import callbacks, compiling, cudacheck, metriccheck, runinfo, transportinfo
 from ddpscale.plan import ddpsettings, plugins, runspec
-from ddpscale.job.build import build_modules, build_trainer, set_threads
+from ddpscale.job.build import build_modules, build_trainer, keep_fit_events, set_threads
 from ddpscale.job.signals import StopRequested, exit_code, stop_message
 from ddpscale.job.teardown import close_process_group
 
@@ -78,7 +78,13 @@ def main(argv=None) -> int:
     fit_start = time.perf_counter()
     # a checkpoint is data: Lightning would otherwise pass None, torch's default, which
     # TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD turns into running whatever the pickle names
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt, weights_only=True)
+    except RuntimeError as err:  # torch's DDP text for a setting the module cannot train with
+        line = ddpsettings.step_error_line(err, ddpsettings.complete(spec.ddp), spec.accumulate_grad_batches)
+        if line is None:
+            raise
+        raise ddpsettings.SettingError(line) from err
     fit_wall_s = time.perf_counter() - fit_start
     early_stop = runinfo.early_stop(trainer, spec.measure, spec.max_epochs, len(measured.timing.epoch_times))
     added = runinfo.module_callbacks(trainer, ours)
@@ -87,6 +93,7 @@ def main(argv=None) -> int:
         windows.warm_overheads(trainer, model, datamodule, measured.windows, len(measured.checkpoint.save_seconds),
                                os.path.join(spec.ckpt_dir, "warm-save.ckpt"))
     if test_pass:
+        keep_fit_events(trainer)
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
     backend = torch.distributed.get_backend() if runinfo.formed_world_size() > 1 else None
@@ -142,11 +149,11 @@ if __name__ == "__main__":
         say(f"ddpscale train: {stop_message(signal.SIGTERM, None)}")
         sys.exit(exit_code(signal.SIGTERM))
     except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
-            FileNotFoundError, ValueError) as err:
+            ddpsettings.SettingError, FileNotFoundError, ValueError) as err:
         say(f"ddpscale train: {err}")
         sys.exit(3)
     except RuntimeError as err:
-        line = compiling.overwritten_output_line(err) or ddpsettings.unused_parameters_line(err)
+        line = compiling.overwritten_output_line(err)
         if line is None:
             raise
         say(f"ddpscale train: {line}")

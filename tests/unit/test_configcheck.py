@@ -381,3 +381,34 @@ def test_torch_s_build_is_read_without_importing_it(tmp_path):
     import torch  # the installed torch, read both ways
 
     assert torch_built_with_gpu() is (torch.version.cuda is not None or torch.version.hip is not None)
+
+
+@pytest.mark.parametrize("accumulate,static,names,refused", [
+    (2, True, ["1x1", "1x2"], True),
+    (1, True, ["1x1", "1x2"], False),  # a static graph alone trains
+    (2, False, ["1x1", "1x2"], False),  # accumulation alone trains
+    (2, True, ["1x1"], False),  # one device trains without DDP
+])
+def test_a_static_graph_under_accumulation_is_refused_where_ddp_runs(accumulate, static, names, refused):
+    """torch's DDP asserts at the first step of such a run (tests/workflow/test_probe.py shows it
+    in training): every topology above one device would die after 1x1 had trained."""
+    config = validated(shipped(topologies=names, accumulate_grad_batches=accumulate, ddp={"static_graph": static}))
+    problems = setting_problems(config, topologies(config), "mine.yaml")
+    said = [p for p in problems if "static_graph" in p]
+    assert len(said) == int(refused), problems
+    if refused:
+        assert said[0].startswith(f"mine.yaml: ddp.static_graph: true cannot start under gradient accumulation "
+                                  f"(accumulate_grad_batches {accumulate}")
+        assert "set ddp.static_graph: false or accumulate_grad_batches: 1" in said[0] and "\n" not in said[0]
+
+
+def test_a_step_s_ddp_error_is_named_by_its_setting():
+    from ddpscale.plan import ddpsettings
+
+    static = RuntimeError("Your training graph has changed in this iteration ... not compatible with static_graph "
+                          "set to True.")
+    assert ddpsettings.step_error_line(static, {}, 1).endswith("set ddp.static_graph: false in your config")
+    hooks = RuntimeError('expect_autograd_hooks_ INTERNAL ASSERT FAILED at "reducer.cpp":1732, please report a bug')
+    assert "accumulate_grad_batches 4" in ddpsettings.step_error_line(hooks, {"static_graph": True}, 4)
+    assert ddpsettings.step_error_line(hooks, {"static_graph": False}, 4) is None  # another cause: torch's text
+    assert ddpsettings.step_error_line(RuntimeError("CUDA out of memory"), {"static_graph": True}, 4) is None

@@ -81,6 +81,10 @@ EXPECTED = {
                                "trains on CPU processes (accelerator is cpu)"),
                               "SyncBatchNorm layers only work with GPU modules", "so 1x2 would die",
                               "remove trainer.sync_batchnorm here"],
+    "static_graph_with_accumulation": [("broken.yaml: ddp.static_graph: true cannot start under gradient "
+                                        "accumulation (accumulate_grad_batches 2"),
+                                       "set ddp.static_graph: false or accumulate_grad_batches: 1",
+                                       "or 1x2 dies at its first step"],
     "fp16_mixed_on_cpu": ["broken.yaml: precision is 16-mixed, but every run here trains on CPU processes",
                           "Lightning would train bf16-mixed instead", "set precision: bf16-mixed or 32-true"],
     "topologies_as_text": ["topologies is '1x1, 1x2, 2x1'", 'write a list in brackets, e.g. ["1x1", "1x2", "2x1"]'],

@@ -544,8 +544,11 @@ def test_ddp_s_static_graph_is_probed(tmp_path):
 def test_a_setting_the_module_cannot_train_with_is_named_in_the_probe_s_reason(tmp_path, model, ddp, extra, words):
     """Settings under which DDP cannot run the module's steps, in training as in the probe: the
     probe is n/a with the config key and its fix, not torch's text that calls it a bug of DDP.
-    (Training then stops at the same error.)"""
+    Training then stops at the same error, in the same line, without a traceback."""
     done, _ = usermod_probed(tmp_path, model, ddp, *extra)
     said = [line for line in done.stdout.splitlines() if line.startswith("ddpscale probe: n/a for 1x2")]
     assert len(said) == 1, done.stdout[-3000:]
     assert words in said[0] and "bug" not in said[0] and "DDP implementation" not in said[0], said[0]
+    stopped = [line for line in done.stderr.splitlines() if line.startswith("ddpscale train: ")]
+    assert done.returncode != 0 and stopped and all(words in line for line in stopped), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]

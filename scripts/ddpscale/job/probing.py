@@ -67,29 +67,9 @@ class Failure:
 def failure_of(err: BaseException, doing: str, rank: int, ddp: dict | None = None, accumulate: int = 1) -> Failure:
     """The failure in one line; an error of DDP that the run's settings cause (ddp: the
     strategy's DDP kwargs) names the setting and its fix instead of torch's text."""
-    setting = ddp_setting_line(err, ddp or {}, accumulate)
+    setting = ddpsettings.step_error_line(err, ddp or {}, accumulate)
     lines = [setting] if setting else str(err).strip().splitlines()
     return Failure(type(err).__name__, lines[0] if lines else "", doing, rank)
-
-
-def ddp_setting_line(err: BaseException, ddp: dict, accumulate: int) -> str | None:
-    """The config setting behind an error torch's DDP raises in a step, with its fix, or None:
-    the probe's DDP takes the run's settings, so training meets the same error (torch's own
-    text calls some of them bugs of DDP)."""
-    line = ddpsettings.unused_parameters_line(err)
-    if line is not None:
-        return line
-    text = str(err)
-    if "not compatible with static_graph set to True" in text:
-        return ("DDP's static graph changed between steps: a parameter used in one step went unused in "
-                "another; set ddp.static_graph: false in your config")
-    if "expect_autograd_hooks_" in text and ddp.get("static_graph") and accumulate > 1:
-        # DDP's static graph records its first iteration, which under no_sync() has no backward to
-        # record: torch asserts (Reducer::delay_all_reduce), in training as in the probe
-        return (f"ddp.static_graph: true cannot start under gradient accumulation (accumulate_grad_batches "
-                f"{accumulate}: torch's DDP records its static graph in the first step, which accumulation "
-                "runs under no_sync()); set ddp.static_graph: false or accumulate_grad_batches: 1 in your config")
-    return None
 
 
 @dataclass

@@ -19,6 +19,7 @@ import yaml
 from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
 from ddpscale.core.layout import experiment_name, layout, reserved_problem
 from ddpscale.core.topology import Topology
+from ddpscale.plan import ddpsettings
 from ddpscale.plan.configsource import DEFAULT_CONFIG
 from ddpscale.plan.spiral import split_sizes
 
@@ -277,7 +278,21 @@ def file_problems(config: dict, where: str, exists=os.path.exists, is_file=os.pa
 
 def setting_problems(config: dict, topologies: list[Topology], where: str = DEFAULT_CONFIG) -> list[str]:
     """Checks across keys of a validated config (defaults filled), one line per problem."""
-    return epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+    return (epoch_problems(config, where) + loader_problems(config, where) + dataset_problems(config, topologies, where)
+            + ddp_problems(config, topologies, where))
+
+
+def ddp_problems(config: dict, topologies: list[Topology], where: str) -> list[str]:
+    """DDP settings no module can train with, on any device: a static graph under gradient
+    accumulation asserts inside torch at the first step of every topology above one device
+    (1x1 trains without DDP, so it alone would finish, and no report would follow)."""
+    ddp = config.get("ddp") if isinstance(config.get("ddp"), dict) else {}
+    accumulate = config["accumulate_grad_batches"]
+    above_one = [t.name for t in topologies if t.world_size > 1]
+    if ddp.get("static_graph") is True and accumulate > 1 and above_one:
+        return [f"{where}: " + ddpsettings.STATIC_GRAPH_ACCUMULATION.format(accumulate=accumulate)
+                + f", or {above_one[0]} dies at its first step"]
+    return []
 
 
 # -- settings the runs' devices cannot run, refused once the plan knows the devices --

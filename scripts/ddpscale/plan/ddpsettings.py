@@ -153,3 +153,30 @@ def unused_parameters_line(err: BaseException) -> str | None:
     return (f"DDP got no gradient for some of the module's parameters: a training step did not use them"
             f"{detail}; set ddp.find_unused_parameters: true in your config (in a LightningCLI config, "
             "trainer.strategy: ddp_find_unused_parameters_true), or use every parameter in training_step")
+
+
+class SettingError(RuntimeError):
+    """A training step stopped by a DDP setting the module cannot train with: one line, its fix."""
+
+
+STATIC_GRAPH_ACCUMULATION = ("ddp.static_graph: true cannot start under gradient accumulation (accumulate_grad_batches "
+                             "{accumulate}: torch's DDP records its static graph in the first step, which accumulation "
+                             "runs under no_sync()); set ddp.static_graph: false or accumulate_grad_batches: 1")
+
+
+def step_error_line(err: BaseException, ddp: dict, accumulate: int) -> str | None:
+    """The config setting behind an error torch's DDP raises in a training step, with its fix,
+    or None: training and the probe (whose DDP takes the run's settings) meet the same errors,
+    and torch's own text calls some of them bugs of DDP. ddp: the run's DDP settings."""
+    line = unused_parameters_line(err)
+    if line is not None:
+        return line
+    text = str(err)
+    if "not compatible with static_graph set to True" in text:
+        return ("DDP's static graph changed between steps: a parameter used in one step went unused in "
+                "another; set ddp.static_graph: false in your config")
+    if "expect_autograd_hooks_" in text and ddp.get("static_graph") and accumulate > 1:
+        # DDP's static graph records its first iteration, which under no_sync() has no backward to
+        # record: torch asserts (Reducer::delay_all_reduce), in training as in the probe
+        return STATIC_GRAPH_ACCUMULATION.format(accumulate=accumulate) + " in your config"
+    return None
