@@ -114,3 +114,28 @@ def test_lightnings_own_demo_classes(workspace):
     assert workspace.results.name == "boringmodel"
     assert "accuracy not compared: test_acc not logged; the runs logged: no scalar metric" in page
     assert "by speed alone (accuracy not compared: test_acc not logged)" in page
+
+
+def test_several_training_loaders_are_counted_through_the_workflow(workspace):
+    """Issue 45 item 1 as a user meets it: a dict of a labeled and an unlabeled loader (Lightning
+    combines them, max_size_cycle) and two validation loaders, through the whole workflow. Every
+    loader's samples count (a cycling one's again, the padding repeat apart) in the record, the
+    throughput and the report's table, against the truth computed from the data module."""
+    from test_batch_counting import epoch_truth, loader_sizes
+
+    shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
+    config = tiny_config(topologies=["1x1", "1x2"], dataset={"generator": "none"}, measure="full")
+    config["model"] = {"class_path": "usermods.multiloader.SemiSupervised", "init_args": {}}
+    config["data"] = {"class_path": "usermods.multiloader.LabeledAndUnlabeled", "init_args": {}, "files": []}
+    config["accuracy"] = {"metric": "val_acc/dataloader_idx_0", "tolerance": 1.0}
+    workspace.write_config(config)
+    result = workspace.snakemake()
+    assert result.returncode == 0, result.stderr[-4000:]
+    scaling = pd.read_csv(workspace.results / "report/scaling.tsv", sep="\t").set_index("topology")
+    for topology, world in (("1x1", 1), ("1x2", 2)):
+        m = json.loads(workspace.metrics(topology).read_text())
+        real, padding = epoch_truth(loader_sizes(), world, "max_size_cycle", batch=config["batch"]["size"] // world)
+        assert m["samples_per_epoch"] == real and m["padding_per_epoch"] == padding, topology
+        assert m["steady_samples"] == real and m["samples_uncounted"] is None, topology  # one steady epoch
+        assert m["throughput_samples_s"] == pytest.approx(m["steady_samples"] / m["steady_time_s"], rel=1e-9)
+        assert scaling.loc[topology, "throughput_samples_s"] == pytest.approx(m["throughput_samples_s"], rel=1e-2)
