@@ -19,6 +19,8 @@ import torch  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
+from ddpscale.job.callbacks import FlopsCount  # noqa: E402
+from ddpscale.job.samplecount import BatchCounter  # noqa: E402
 from ddpscale.job.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build  # noqa: E402
 from ddpscale.plan.runspec import RunSpec  # noqa: E402
@@ -38,6 +40,8 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as ckpt_dir:
         callbacks = {"EpochTiming": EpochTiming(warmup_epochs=1, expected_world_size=1),
                      "EpochCheckpoint": epoch_checkpoint(ckpt_dir),
+                     # past its few counted steps (the attempt's first): what it costs every other step
+                     "FlopsCount": FlopsCount(BatchCounter(), window_steps=10),
                      # what the pipeline used before EpochCheckpoint, for its before/after
                      "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
                                                         enable_version_counter=False)}
