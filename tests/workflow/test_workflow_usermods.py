@@ -21,10 +21,11 @@ TRAIN_SAMPLES = 301  # two ranks cannot divide it: a padded sampler repeats one,
 NODE_RANKS = {"1x1": [0], "1x2": [0, 0], "2x1": [0, 1]}
 
 
-def run_workflow(workspace, model: str, data: str, topologies: list[str], data_args: dict | None = None):
+def run_workflow(workspace, model: str, data: str, topologies: list[str], data_args: dict | None = None,
+                 config_changes: dict | None = None):
     """The workflow on the usermods fixtures (two epochs, the first one warm-up), finished."""
     shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
-    config = tiny_config(topologies=topologies, dataset={"generator": "none"})
+    config = tiny_config(topologies=topologies, dataset={"generator": "none"}, **(config_changes or {}))
     config["model"] = {"class_path": f"usermods.{model}", "init_args": {}}
     config["data"] = {"class_path": f"usermods.{data}",
                       "init_args": {"train_samples": TRAIN_SAMPLES, **(data_args or {})}, "files": []}
@@ -139,3 +140,22 @@ def test_several_training_loaders_are_counted_through_the_workflow(workspace):
         assert m["steady_samples"] == real and m["samples_uncounted"] is None, topology  # one steady epoch
         assert m["throughput_samples_s"] == pytest.approx(m["steady_samples"] / m["steady_time_s"], rel=1e-9)
         assert scaling.loc[topology, "throughput_samples_s"] == pytest.approx(m["throughput_samples_s"], rel=1e-2)
+
+
+def test_layerdrop_with_accumulation_is_probed_and_its_settings_named_through_the_workflow(workspace):
+    """Issue 45 items 4 and 8 as a user meets them: a LayerDrop module (each rank skips its own
+    blocks) with ddp.find_unused_parameters: true and accumulate_grad_batches: 2, through the whole
+    workflow. Every topology's probe times it (1x2 and 2x1 were n/a, blaming DDP), and the report
+    names the accumulation with the other settings that change what a step is."""
+    import html
+    import re
+
+    runs = run_workflow(workspace, "layerdrop.LayerDropMLP", "imagedata.TrainerShardedImages", ["1x1", "1x2", "2x1"],
+                        config_changes={"accumulate_grad_batches": 2, "ddp": {"find_unused_parameters": True}})
+    for topology, metrics in runs.items():
+        check_probe(metrics["probe"], topology)
+        assert metrics["probe"]["step"]["accumulate_grad_batches"] == 2
+    steps = pd.read_csv(workspace.results / "report/breakdown.tsv", sep="\t")
+    assert (steps.probe == "ok").all() and steps[["compute_s", "comm_s"]].notna().all(axis=None)
+    text = html.unescape(re.sub(r"<[^>]+>", " ", (workspace.results / "report/report.html").read_text()))
+    assert "accumulate_grad_batches 2" in re.sub(r"\s+", " ", text) or "accumulate_grad_batches: 2" in text
