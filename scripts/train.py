@@ -94,6 +94,10 @@ def main(argv=None) -> int:
                                os.path.join(spec.ckpt_dir, "warm-save.ckpt"))
     if test_pass:
         keep_fit_events(trainer)
+        # the test pass is not measured, and runs eagerly: compiled, its evaluation frames ran
+        # under inference mode where fit's validation ran under no_grad, and each one recompiled
+        # (counted as the run's recompilations)
+        model = compiling.unwrap(model)
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
     backend = torch.distributed.get_backend() if runinfo.formed_world_size() > 1 else None

@@ -106,6 +106,7 @@ class StepCounter:
         self.error: str | None = None
         self._recomputed = 0
         self._mode: FlopCounterMode | None = None
+        self._stance = None
         # FlopCounterMode's own formulas, each wrapped to tally recomputation (custom_mapping is
         # its public way to give formulas; _get_raw: they take the op's arguments, as registered)
         self._formulas = {op: self._tallying(formula) for op, formula in flop_registry.items()}
@@ -130,12 +131,18 @@ class StepCounter:
 
     def start(self) -> None:
         self._recomputed, self.in_backward = 0, False
+        # counted steps run eagerly: dynamo compiling under the counter's dispatch mode guarded
+        # on tensors as the mode sees them, and recompiled at the first step after it (2 of 2
+        # compiled test runs); a module that compiles itself then recorded no compiled graph.
+        # The compile happens at the first uncounted step; model FLOPs are the same eagerly.
+        self._stance = torch.compiler.set_stance("force_eager")
         self._mode = FlopCounterMode(display=False, custom_mapping=self._formulas)
         self._mode.__enter__()
 
     def stop(self, samples: int) -> Counted:
         mode, self._mode = self._mode, None
         mode.__exit__(None, None, None)
+        self._stance.__exit__(None, None, None)  # the stance before start, the user's own if set
         self.in_backward = False
         return Counted(mode.get_total_flops(), self._recomputed, conv_flops(mode), samples)
 
