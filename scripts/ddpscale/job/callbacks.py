@@ -192,12 +192,6 @@ class FlopsCount(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._first_epoch = trainer.current_epoch  # this attempt's (a resumed one counts afresh)
-        batches = trainer.num_training_batches
-        if batches != float("inf"):
-            # counted steps run eagerly (flops.StepCounter): half the first epoch at most, so a
-            # compiled training step compiles before the first validation does, as uncounted
-            # (compiled the other way round, each guard counted as a recompilation)
-            self.steps = max(1, min(self.steps, int(batches) // 2))
         if self.timed and trainer.global_rank == 0:
             print(f"ddpscale: FLOPs are counted on the first {self.steps} training steps, which warmup_epochs: 0 "
                   "puts in the timed epochs: the counter's overhead slows those steps", flush=True)
