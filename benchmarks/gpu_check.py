@@ -36,8 +36,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.plan.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
-from ddpscale.core.topology import Topology  # noqa: E402
+from ddpscale.spec.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.spec.topology import Topology  # noqa: E402
 from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
 
 CHECK = ROOT / "results/gpu-check"
@@ -124,12 +124,12 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
         torch.set_num_threads(threads)
 
     from ddpscale.job.flops import precision_plan
-    from ddpscale.plan import plugins
+    from ddpscale.spec import usermodule
 
     preset = yaml.safe_load((ROOT / configfile).read_text())
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = plugins.load_class(preset["model"]["class_path"], "model", object)(**preset["model"]["init_args"])
-    data = plugins.load_class(preset["data"]["class_path"], "data", object)(
+    model = usermodule.load_class(preset["model"]["class_path"], "model", object)(**preset["model"]["init_args"])
+    data = usermodule.load_class(preset["data"]["class_path"], "data", object)(
         batch_size=preset["batch"]["size"], **preset["data"]["init_args"])
     data.setup("fit")
     model = model.to(device).train()

@@ -2,7 +2,7 @@
 
 import argparse
 
-from ddpscale.plan.spiral import write_dataset
+from ddpscale.core.spiral import write_dataset
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
 """Train one topology with Lightning DDP and write its metrics.json (rank 0, atomically, last).
 
 Every rank runs this script; the launcher (scripts/launch_local.py or srun) starts them. The
-settings come as flags, or in an args file the workflow wrote (ddpscale.plan.runspec); the
+settings come as flags, or in an args file the workflow wrote (ddpscale.spec.runspec); the
 topology is checked against the process group that formed.
 """
 
@@ -20,7 +20,7 @@ from ddpscale.job import held, valhistory, windows
 from ddpscale.job.samplecount import BatchSizeError
 from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.job import callbacks, compiling, cudacheck, metriccheck, runinfo, transportinfo
-from ddpscale.plan import ddpsettings, plugins, runspec
+from ddpscale.spec import ddpsettings, runspec, usermodule
 from ddpscale.job.build import build_modules, build_trainer, keep_fit_events, set_threads
 from ddpscale.job.signals import StopRequested, exit_code, stop_message
 from ddpscale.job.teardown import close_process_group
@@ -152,7 +152,7 @@ if __name__ == "__main__":
     except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
         say(f"ddpscale train: {stop_message(signal.SIGTERM, None)}")
         sys.exit(exit_code(signal.SIGTERM))
-    except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
+    except (usermodule.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
             ddpsettings.SettingError, FileNotFoundError, ValueError) as err:
         say(f"ddpscale train: {err}")
         sys.exit(3)

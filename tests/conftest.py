@@ -116,7 +116,7 @@ def tiny_config(**overrides) -> dict:
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory) -> str:
     """A small spiral dataset, written as prepare_data writes it, shared by a test module."""
-    from ddpscale.plan.spiral import write_dataset
+    from ddpscale.core.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("data")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), 1200, 0.2, 7, [0.7, 0.15, 0.15])

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, tiny_config
 from ddpscale.core.io import cause_line
-from ddpscale.core import progress
+from ddpscale.core.record import last_progress
 from ddpscale.plan import squeue
 from ddpscale.status import rows as status
 from slurmtools import INTERRUPT, paced, run_slurm, slurm_workspace, squeue_state, wait_for_state
@@ -64,7 +64,7 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
         elif "1x2" not in released and workspace.metrics("1x1").exists():
             pace.touch()
             release("1x2")
-        elif "1x2" in released and log_1x2.exists() and progress.last(log_1x2.read_text()):
+        elif "1x2" in released and log_1x2.exists() and last_progress(log_1x2.read_text()):
             queued = held_job(workspace.path, "2x1")
             seen.extend([status_of(workspace.path), queued])
             # sampled: end the other two runs rather than wait for them. The held job is left to
@@ -89,7 +89,7 @@ def test_status_while_one_run_is_queued_one_running_one_done(slurm_cluster, work
     assert running, live
     epoch, throughput = int(running.group(1)), float(running.group(2))
     assert 1 <= epoch < EPOCHS
-    lines = [progress.last(line) for line in log_1x2.read_text().splitlines()]
+    lines = [last_progress(line) for line in log_1x2.read_text().splitlines()]
     assert throughput in [round(p.throughput, 1) for p in lines if p and p.epoch == epoch], "not the log's figure"
     assert re.search(rf"^2x1 +r0 +queued +SLURM job {queued_id}, reason JobHeldUser$", live, re.M), live
     # the workflow's own snakemake only, not the jobs' (whose nodes are this host here)

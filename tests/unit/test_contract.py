@@ -1,11 +1,11 @@
-"""The user's modules checked while the workflow is parsed (ddpscale.plan.contract): the facts
+"""The user's modules checked while the workflow is parsed (ddpscale.spec.usermodule): the facts
 read by importing them judged into one line per problem naming key, file and fix (reading
 and keeping those facts: tests/workflow/test_contract.py)."""
 
 from __future__ import annotations
 
 from ddpscale.plan.configsource import key_source
-from ddpscale.plan import contract
+from ddpscale.spec import usermodule
 
 
 def config(**sections):
@@ -20,7 +20,7 @@ OK = {"problem": None, "accepts": ["batch_size", "num_workers"], "required": ["b
 
 
 def judged(facts, cfg):
-    return contract.problems(facts, cfg, lambda path: "my.yaml")
+    return usermodule.problems(facts, cfg, lambda path: "my.yaml")
 
 
 def test_a_class_that_is_not_there_is_said_once_without_its_arguments():
@@ -70,7 +70,7 @@ def test_a_cli_optimizer_that_is_not_a_class_of_its_kind_is_named_with_the_cli_f
              "lr_scheduler": {"problem": "base", "kind": "a class of subprocess"}}
     cli = {"optimizer": {"class_path": "os.system", "init_args": {"command": "touch x"}},
            "lr_scheduler": {"class_path": "subprocess.Popen", "init_args": {}}}
-    assert contract.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
+    assert usermodule.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
         "cli.yaml: optimizer.class_path: 'os.system' is a builtin_function_or_method, not a class, not an optimizer "
         "(a subclass of torch.optim.Optimizer, as LightningCLI requires), and the run would call it; name one, e.g. "
         "torch.optim.SGD",
@@ -86,7 +86,7 @@ def test_a_cli_optimizer_s_arguments_are_checked_as_a_module_s_are():
                               "required": ["optimizer", "step_size"]}}
     cli = {"optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1, "momentun": 0.9}},
            "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {}}}
-    assert contract.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
+    assert usermodule.problems(facts, config(lightning_config="cli.yaml"), lambda path: "my.yaml", cli) == [
         "cli.yaml: optimizer.init_args.momentun: SGD.__init__ takes no 'momentun'; did you mean 'momentum'? "
         "(it takes: lr, momentum)",
         "cli.yaml: lr_scheduler.init_args: StepLR.__init__ needs 'step_size' (it has no default); give it under "

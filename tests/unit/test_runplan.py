@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ddpscale.core.topology import TopologyError
+from ddpscale.spec.topology import TopologyError
 from ddpscale.plan import runplan
-from ddpscale.plan.hostdevices import AcceleratorError, VisibleGpus
+from ddpscale.spec.hostdevices import AcceleratorError, VisibleGpus
 from ddpscale.plan.resources import Site
 from test_analysis import make_run
 from test_runspec import default_config

@@ -11,10 +11,11 @@ from snakemake.utils import validate
 
 from conftest import ROOT
 from ddpscale.core.layout import layout
-from ddpscale.core.topology import parse_topology
-from ddpscale.plan import runspec
+from ddpscale.spec.topology import parse_topology
+from ddpscale.spec import runspec
 from ddpscale.plan.resources import Site
-from ddpscale.plan.runspec import RunSpec
+from ddpscale.plan.runplan import build_spec
+from ddpscale.spec.runspec import RunSpec
 
 BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
             scaling="weak", batch_size=32, max_epochs=3)
@@ -29,9 +30,9 @@ def default_config(**changes) -> dict:
 
 def built(config: dict, topology: str, repeat: int, site: Site = Site(), measure: str = "full") -> RunSpec:
     topologies = [parse_topology(t) for t in config["topologies"]]
-    return runspec.build(config, site, parse_topology(topology), repeat, topologies=topologies, measure=measure,
-                         accelerator="cpu", local_threads=1, data_file="results/x/data/spiral/data.npz",
-                         lightning=None, layout=layout(config))
+    return build_spec(config, site, parse_topology(topology), repeat, topologies=topologies, measure=measure,
+                      accelerator="cpu", local_threads=1, data_file="results/x/data/spiral/data.npz",
+                      lightning=None, layout=layout(config))
 
 
 def hostile() -> RunSpec:

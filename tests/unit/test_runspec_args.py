@@ -1,6 +1,6 @@
 """Every setting reaches train.py and report.py as the value it is: one that begins with "-"
 is never read as a flag, and settings longer than a command line may be reach the job through
-the args file the workflow writes (ddpscale.core.argsfile)."""
+the args file the workflow writes (ddpscale.spec.argsfile)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import threading
 import pytest
 import yaml
 from conftest import ROOT
-from ddpscale.core import argsfile
-from ddpscale.plan import runspec
-from ddpscale.plan.runspec import RunSpec
+from ddpscale.spec import argsfile
+from ddpscale.spec import runspec
+from ddpscale.spec.runspec import RunSpec
 from test_runplan import plan
 from test_runspec import BASE, default_config
 

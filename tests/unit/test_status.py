@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ddpscale.core import progress
+from ddpscale.core import record as run_record
 from ddpscale.plan import squeue
 from ddpscale.status import rows as status
 from test_analysis import make_run
@@ -25,7 +25,7 @@ HERE = "/work/bench"
 
 
 def progress_line(epoch, max_epochs, epoch_s, throughput, fit_s, at, attempt=1) -> str:
-    return progress.line(progress.Progress(epoch, max_epochs, epoch_s, throughput, attempt, fit_s, at))
+    return run_record.progress_line(run_record.Progress(epoch, max_epochs, epoch_s, throughput, attempt, fit_s, at))
 
 
 def row_of(rows, topology, repeat=0) -> status.Row:
@@ -323,7 +323,7 @@ def test_repeats_out_of_the_schema_s_bounds_is_one_line_naming_the_fix(tmp_path,
 
 
 def test_status_bounds_repeats_as_the_config_schema_does():
-    from ddpscale.core.measuremode import MAX_REPEATS
+    from ddpscale.spec.measuremode import MAX_REPEATS
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert (schema["properties"]["repeats"]["minimum"], schema["properties"]["repeats"]["maximum"]) == (1, MAX_REPEATS)

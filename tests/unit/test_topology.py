@@ -1,9 +1,9 @@
-"""Topology parsing and the checks made before any job runs (ddpscale.core.topology)."""
+"""Topology parsing and the checks made before any job runs (ddpscale.spec.topology)."""
 import re
 
 import pytest
 
-from ddpscale.core.topology import (
+from ddpscale.spec.topology import (
     Topology, TopologyError, batch_per_device, check_topologies, name_pattern, parse_topology, stage_topologies,
 )
 

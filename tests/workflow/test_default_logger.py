@@ -10,7 +10,7 @@ import struct
 
 import pytest
 from conftest import ROOT, assert_counted, run_user_module
-from ddpscale.plan.spiral import split_sizes
+from ddpscale.core.spiral import split_sizes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

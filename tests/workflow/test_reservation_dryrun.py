@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
-from ddpscale.core.topology import parse_topology
+from ddpscale.spec.topology import parse_topology
 from ddpscale.plan.reservation import hours
 from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
-from ddpscale.plan.spiral import write_dataset
+from ddpscale.core.spiral import write_dataset
 from test_analysis import make_run
 
 pytestmark = pytest.mark.timeout(240)

@@ -15,7 +15,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from ddpscale.plan.spiral import split_sizes, write_dataset
+from ddpscale.core.spiral import split_sizes, write_dataset
 from ddpscale.workloads.models import SpiralMLP
 
 from conftest import ROOT, launched

@@ -21,7 +21,7 @@ from conftest import ROOT, launched, tiny_config
 from test_identity import train_args
 from ddpscale.job.launch import describe_exit, run
 from ddpscale.job import build, callbacks
-from ddpscale.plan import runspec
+from ddpscale.spec import runspec
 from ddpscale.job.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
@@ -159,7 +159,7 @@ LONG_SAMPLES = 30000
 
 @pytest.fixture(scope="module")
 def long_data(tmp_path_factory) -> str:
-    from ddpscale.plan.spiral import write_dataset
+    from ddpscale.core.spiral import write_dataset
 
     folder = tmp_path_factory.mktemp("long")
     write_dataset(str(folder / "data.npz"), str(folder / "manifest.json"), LONG_SAMPLES, 0.2, 7, [0.7, 0.15, 0.15])

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from conftest import SNAKEMAKE, tiny_config
-from ddpscale.core import progress
+from ddpscale.core.record import last_progress
 from test_status import run_status
 
 
@@ -43,12 +43,12 @@ def test_local_run_while_it_trains_then_killed(workspace):
     try:
         deadline, first = time.monotonic() + 200, None
         while first is None and time.monotonic() < deadline and proc.poll() is None:
-            first = next((t for t, log in logs.items() if log.exists() and progress.last(log.read_text())), None)
+            first = next((t for t, log in logs.items() if log.exists() and last_progress(log.read_text())), None)
             time.sleep(0.2)
         assert first is not None, "no epoch finished"
         live = run_status(workspace.path)
         print(live.stdout)
-        line_read = progress.last(logs[first].read_text())
+        line_read = last_progress(logs[first].read_text())
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -63,7 +63,7 @@ def test_local_run_while_it_trains_then_killed(workspace):
     assert running, live.stdout
     epoch, max_epochs, minutes, seconds, throughput = running.groups()
     assert 1 <= int(epoch) < epochs and int(max_epochs) == epochs
-    shown = [p for p in map(progress.last, logs[first].read_text().splitlines()) if p and p.epoch == int(epoch)]
+    shown = [p for p in map(last_progress, logs[first].read_text().splitlines()) if p and p.epoch == int(epoch)]
     assert shown and float(throughput) == pytest.approx(shown[0].throughput, abs=0.051)
     assert int(minutes) * 60 + int(seconds) >= shown[0].fit_s - 1
     assert re.search(rf"^{other} +r0 +not started$", live.stdout, re.M), "the local profile trains one at a time"

@@ -1,4 +1,5 @@
-"""Torch-free definitions every stage shares: the results' layout, topologies, what a run
-measures, the statistics of its stopping rule and its progress line, file helpers.
+"""Torch-free definitions every stage shares: the results' layout, a run's record (metrics.json
+and its progress line), the statistics of the stopping rule, which network the collectives
+crossed, an earlier table to compare with, the spiral data file, file helpers.
 
 Imports nothing from ddpscale outside this package (tests/unit/test_imports.py)."""

@@ -1,10 +1,14 @@
-"""metrics.json, the record of one training run: its schema version, the keys every reader
+"""What a run records for its readers: the progress line rank 0 writes to its log after every
+epoch, and metrics.json, the record of the whole run: its schema version, the keys every reader
 relies on, and the one writer and reader of the file.
 
-The job writes it once, atomically and last (its presence marks the run done); the report reads
-it. The version changes with every change of the keys or of what a value holds, and a record of another version is
-refused in one line that says how to regenerate it: ddpscale is pre-1.0 and keeps no readers
-for older shapes, so the report's code reads exactly what the job's code writes.
+The job writes metrics.json once, atomically and last (its presence marks the run done); the
+report reads it. The version changes with every change of the keys or of what a value holds, and
+a record of another version is refused in one line that says how to regenerate it: ddpscale is
+pre-1.0 and keeps no readers for older shapes, so the report's code reads exactly what the job's
+code writes. The progress line's writer and reader live here together so the line `make status`
+parses is the line training writes; light on purpose (no torch): the status command imports this
+module on a login node.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core.io import read_regular, write_json_atomic
@@ -205,3 +211,39 @@ def read(path: str | os.PathLike) -> dict:
     if found:
         raise ValueError(f"{path}: {found[0]}; {found[1]}")
     return data
+
+
+# -- the progress line, one per finished epoch, in the run's log -----------------------------------
+
+PROGRESS_PREFIX = "ddpscale progress:"
+_PROGRESS_LINE = re.compile(
+    rf"^{re.escape(PROGRESS_PREFIX)} epoch (?P<epoch>\d+)/(?P<max_epochs>\d+) in (?P<epoch_s>[\d.]+) s, "
+    r"(?P<throughput>[\d.]+) samples/s; attempt (?P<attempt>\d+) fit (?P<fit_s>[\d.]+) s; at (?P<at>[\d.]+)$"
+)
+
+
+@dataclass(frozen=True)
+class Progress:
+    epoch: int  # epochs finished, counting those of earlier attempts (1-based)
+    max_epochs: int
+    epoch_s: float  # the last epoch's wall time (train + validation)
+    throughput: float  # the last epoch's samples per second over all ranks
+    attempt: int
+    fit_s: float  # this attempt's time in fit when the line was written
+    at: float  # Unix time the line was written
+
+
+def progress_line(p: Progress) -> str:
+    return (f"{PROGRESS_PREFIX} epoch {p.epoch}/{p.max_epochs} in {p.epoch_s:.3f} s, {p.throughput:.1f} samples/s; "
+            f"attempt {p.attempt} fit {p.fit_s:.1f} s; at {p.at:.1f}")
+
+
+def last_progress(log_text: str) -> Progress | None:
+    """The last progress line of a log, or None before the first epoch ends."""
+    for text in reversed(log_text.splitlines()):
+        match = _PROGRESS_LINE.match(text.strip())
+        if match:
+            g = match.groupdict()
+            return Progress(int(g["epoch"]), int(g["max_epochs"]), float(g["epoch_s"]), float(g["throughput"]),
+                            int(g["attempt"]), float(g["fit_s"]), float(g["at"]))
+    return None

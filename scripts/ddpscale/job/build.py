@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from ddpscale.job import compiling
-from ddpscale.plan import ddpsettings, lightningcli, plugins
-from ddpscale.plan.runspec import RunSpec
+from ddpscale.spec import ddpsettings, lightningcli, usermodule
+from ddpscale.spec.runspec import RunSpec
 
 def ddp_strategy(spec: RunSpec):
     """The DDPStrategy of a run on more than one device: the config's DDP settings, its named
@@ -41,11 +41,11 @@ def build_modules(spec: RunSpec):
     import pytorch_lightning as pl
 
     compiling.check_compiler(spec.compile, on_cpu=spec.accelerator == "cpu" or not _has_cuda())
-    model_cls = plugins.load_class(spec.model_class, "model.class_path", pl.LightningModule)
-    data_cls = plugins.load_class(spec.data_class, "data.class_path", pl.LightningDataModule)
-    data_args = plugins.data_init_args(data_cls, dict(spec.data_args), spec.batch_per_device, dict(spec.loader),
+    model_cls = usermodule.load_class(spec.model_class, "model.class_path", pl.LightningModule)
+    data_cls = usermodule.load_class(spec.data_class, "data.class_path", pl.LightningDataModule)
+    data_args = usermodule.data_init_args(data_cls, dict(spec.data_args), spec.batch_per_device, dict(spec.loader),
                                        spec.data_file)
-    data_args.update(compiling.static_shape_args(spec.compile, plugins.accepted(data_cls), spec.data_args))
+    data_args.update(compiling.static_shape_args(spec.compile, usermodule.accepted(data_cls), spec.data_args))
     model = compiling.wrap(model_cls(**spec.model_args), spec.compile)
     if spec.optimizers:
         lightningcli.attach_optimizers(model, spec.optimizers)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ddpscale.job import ranks
 from ddpscale.job import held
-from ddpscale.core import progress
+from ddpscale.core.record import Progress, progress_line
 from ddpscale.job import samplecount
 from ddpscale.job.devicesync import sync_device
 
@@ -208,8 +208,8 @@ class EpochTiming(pl.Callback):
             self.train_times[-1] += self._carry["train_time_s"]
             self.epoch_times[-1] += self._carry["train_time_s"]
         self._epoch_open = False
-        if trainer.global_rank == 0:  # for `make status` (ddpscale.core.progress)
-            print(progress.line(progress.Progress(
+        if trainer.global_rank == 0:  # for `make status` (ddpscale.core.record.progress_line)
+            print(progress_line(Progress(
                 epoch=len(self.epoch_times), max_epochs=trainer.max_epochs, epoch_s=self.epoch_times[-1],
                 throughput=self.samples[-1] / self.epoch_times[-1] if self.epoch_times[-1] > 0 else 0.0,
                 attempt=self.attempts, fit_s=time.perf_counter() - self._fit_t0, at=time.time())), flush=True)

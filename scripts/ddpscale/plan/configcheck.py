@@ -18,10 +18,11 @@ import yaml
 
 from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
 from ddpscale.core.layout import experiment_name, layout, reserved_problem
-from ddpscale.core.topology import Topology
-from ddpscale.plan import ddpsettings
+from ddpscale.spec.topology import Topology
+from ddpscale.spec import ddpsettings
+from ddpscale.spec.lightningcli import ALIASES
 from ddpscale.plan.configsource import DEFAULT_CONFIG
-from ddpscale.plan.spiral import split_sizes
+from ddpscale.core.spiral import split_sizes
 
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 JSON_TYPES = {"object": "a mapping of keys", "array": "a list", "string": "text", "integer": "a whole number",
@@ -48,13 +49,6 @@ def shown(value) -> str:
         # a control character is shown escaped: a newline would split the one-line message
         return f"'{terminal_safe(value)}'"
     return repr(value)
-
-
-# Words whose nearest match by letters would mislead: Lightning's legacy precision spellings
-# (lightning_fabric/plugins/precision/precision.py; by letters "bf16" is nearest "bf16-true",
-# not the "bf16-mixed" Lightning makes of it), and CUDA for the GPU accelerator.
-ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"},
-           "accelerator": {"cuda": "gpu"}}
 
 
 def closest(word, choices, key: str = "") -> str:

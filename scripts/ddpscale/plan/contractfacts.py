@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core.io import read_json_dict, write_json_atomic
-from ddpscale.plan import contract
-from ddpscale.plan.plugins import sha256_of
+from ddpscale.spec import usermodule
+from ddpscale.spec.usermodule import sha256_of
 
 CACHE_DIR = ".snakemake/ddpscale"
 TIMEOUT_S = 300
@@ -39,11 +39,11 @@ def start(python: str, script: str, model_class: str, data_class: str, root: str
           cli_classes: dict | None = None) -> Pending:
     """cli_classes: a LightningCLI config's optimizer and lr_scheduler (lightningcli.contract_classes)."""
     paths = {key: given["class_path"] for key, given in (cli_classes or {}).items()}
-    key = contract.cache_key(model_class, data_class, str(Path(root).resolve()), python, versions, paths)
+    key = usermodule.cache_key(model_class, data_class, str(Path(root).resolve()), python, versions, paths)
     cache = Path(root) / CACHE_DIR / f"contract-{key}.json"
     what = ", ".join([model_class, *paths.values()]) + f" and {data_class}"
     cached = read_json_dict(cache)
-    if cached is not None and contract.still_valid(cached, sha256_of):
+    if cached is not None and usermodule.still_valid(cached, sha256_of):
         return Pending(cached, None, cache, what)
     # The facts come back in a file of their own: whatever the user's modules print while they
     # import cannot corrupt them.
@@ -82,6 +82,6 @@ def finish(pending: Pending) -> dict:
         lines = [line for line in err.splitlines() if line.strip()]
         raise ValueError(f"importing {pending.what} ended the process (exit {pending.process.returncode}): "
                          f"{lines[-1] if lines else 'no message'}; fix the module")
-    if contract.cacheable(facts):
+    if usermodule.cacheable(facts):
         write_json_atomic(pending.cache, facts)
     return facts

@@ -1,5 +1,5 @@
 """The plan of one experiment's runs: which topologies and repeats, in which stage, on which
-accelerator, where each run's files go and each run's spec (ddpscale.plan.runspec).
+accelerator, where each run's files go and each run's spec (ddpscale.spec.runspec).
 
 The workflow builds it once while it parses (workflow/rules/common.smk), from the checked
 config, the site read from the profile and what this host has, and every rule's inputs,
@@ -17,17 +17,19 @@ from functools import cached_property
 from typing import Callable
 from pathlib import Path
 
-from ddpscale.core import argsfile, earliertable, measuremode
+from ddpscale.core import earliertable
 from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
-from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
-from ddpscale.plan import reservation, runspec, throughputfit, timelimit
-from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
+from ddpscale.core.spiral import corruption, manifest_path_for
+from ddpscale.plan import reservation, throughputfit, timelimit
+from ddpscale.plan.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
+from ddpscale.spec import argsfile, measuremode, runspec
+from ddpscale.spec.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
-from ddpscale.plan.identity import generated_with_other_settings
-from ddpscale.plan.resources import Site, launch_prefix, slurm_resources
-from ddpscale.plan.spiral import corruption, manifest_path_for
+from ddpscale.spec.identity import generated_with_other_settings
+from ddpscale.spec.topology import (Topology, TopologyError, batch_per_device, check_topologies, name_pattern,
+                                    parse_topology, stage_topologies)
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,15 @@ class RunPlan:
     config: dict  # checked, with the schema's defaults filled in
     config_source: str  # the files the config came from: the first words of its messages
     site: Site
-    measure: str  # throughput or full (ddpscale.core.measuremode)
+    measure: str  # throughput or full (ddpscale.spec.measuremode)
     topologies: tuple[Topology, ...]
     repeats: tuple[int, ...]
     # The accelerator of every run; locally decided once for this host, so a report never
-    # mixes GPU and CPU rows (ddpscale.plan.hostdevices)
+    # mixes GPU and CPU rows (ddpscale.spec.hostdevices)
     accelerator: str
     gpu_ids: tuple[str, ...] | None  # the GPUs the local launcher hands out; None: none or a cluster's
     local_threads: int | None  # each local rank's CPU threads; None: a cluster rank gets cpus-per-task
-    lightning: object | None  # a LightningCLI config's parts (ddpscale.plan.lightningcli), or None
+    lightning: object | None  # a LightningCLI config's parts (ddpscale.spec.lightningcli), or None
     python: str  # the interpreter running Snakemake, also the one inside jobs
     versions: dict  # torch and Lightning as installed
     notes: tuple[str, ...] = ()  # what the user is told while the workflow parses
@@ -117,7 +119,7 @@ class RunPlan:
         """One run's settings, built once per topology and repeat."""
         key = (topology, int(repeat))
         if key not in self._specs:
-            self._specs[key] = runspec.build(
+            self._specs[key] = build_spec(
                 self.config, self.site, parse_topology(topology), int(repeat),
                 topologies=list(self.topologies), measure=self.measure, accelerator=self.accelerator,
                 local_threads=self.local_threads, data_file=self.data_file, lightning=self.lightning,
@@ -240,6 +242,53 @@ class RunPlan:
     def record(self) -> dict:
         """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
         return {"measure": self.measure, "repeats": len(self.repeats)}
+
+
+def build_spec(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: list[Topology], measure: str,
+               accelerator: str, local_threads: int | None, data_file: str | None, lightning,
+               layout: Layout) -> runspec.RunSpec:
+    """One run's spec from the checked config, the site, the topology and the repeat, with what
+    the workflow resolved once for all runs: the measure mode, the host's accelerator and
+    threads (local profile), the generated data file and a LightningCLI config's parts."""
+    baseline = parse_topology(config["baseline"])
+    # The first repeat probes its topology before training, in the same allocation; the
+    # baseline's probe also times its compute at every topology's per-device batch, where the
+    # prediction of each topology starts.
+    probe_sizes = sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in topologies})
+    throughput = {}
+    if measure == "throughput":  # when throughput mode stops (ddpscale.job.windows)
+        limits = config["throughput"]
+        throughput = {"target_precision": limits["precision"], "min_windows": limits["min_windows"],
+                      "measure_max_steps": limits["max_steps"], "measure_max_minutes": limits["max_minutes"]}
+    return runspec.RunSpec(
+        topology=topo.name, nodes=topo.num_nodes, devices=topo.devices_per_node,
+        model_class=config["model"]["class_path"], model_args=config["model"]["init_args"],
+        data_class=config["data"]["class_path"], data_args=config["data"]["init_args"],
+        data_file=data_file, data_files=list(config["data"]["files"]),
+        scaling=config["batch"]["scaling"], batch_size=config["batch"]["size"], batch_dim=config["batch"]["dim"],
+        max_epochs=config["max_epochs"], warmup_epochs=config["warmup_epochs"], repeat=repeat, seed=config["seed"],
+        accelerator=run_accelerator(accelerator, site), cluster_env=cluster_env(topo, site),
+        precision=config["precision"], compile=config["compile"],
+        accumulate_grad_batches=config["accumulate_grad_batches"], loader=dict(config["dataloader"]),
+        ddp=config["ddp"],  # completed and checked by RunSpec
+        trainer_args=dict(lightning.trainer_args) if lightning else {},
+        optimizers=dict(lightning.optimizers) if lightning else {},
+        loggers=lightning.loggers if lightning else None,
+        measure=measure, window_steps=config["throughput"]["window_steps"], **throughput,
+        metrics=layout.metrics(topo.name, repeat), ckpt_dir=layout.checkpoint_dir(topo.name, repeat),
+        # Locally one simulated device is one core (a 1-device run must not get every core, or
+        # adding devices would add no hardware) and a GPU its share of the cores (hostdevices)
+        threads=local_threads if site.is_local else site.cpus_per_gpu,
+        collective_timeout_s=float(config["collective_timeout_s"]),
+        compile_timeout_s=float(config["compile_timeout_s"]),
+        probe=repeat == 0, probe_batch_sizes=probe_sizes if repeat == 0 and topo == baseline else [],
+        # a cluster job holds its devices from the job's start, whatever ran before train.py
+        held_from_job=not site.is_local,
+        held_devices=site.held_devices(topo.num_nodes, topo.world_size) if site.whole_nodes else None,
+        site_interconnect=site.interconnect,
+        accuracy_metric=config["accuracy"]["metric"],
+        epoch_metric=measuremode.epoch_metric(config["accuracy"]["metric"], config["accuracy"]["epoch_metric"]),
+    )
 
 
 def build(config: dict, site: Site, *, config_source: str, lightning, python: str, versions: dict,

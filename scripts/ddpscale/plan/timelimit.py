@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.core.measuremode import THROUGHPUT
-from ddpscale.core.topology import STAGE_RULES
+from ddpscale.spec.measuremode import THROUGHPUT
+from ddpscale.spec.topology import STAGE_RULES
 
 PREFIX = "ddpscale: time limit: "
 # With nothing measured yet: a GPU job's start-up (imports, NCCL), the first repeat's probe and a

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpscale.core.measuremode import THROUGHPUT
+from ddpscale.spec.measuremode import THROUGHPUT
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class Comparison:
     metric: str  # the accuracy metric compared with the baseline's (config accuracy.metric)
     tolerance: float  # how far the metric may move the wrong way and still hold (config accuracy.tolerance)
     direction: str  # "max": higher is better, "min": lower (report.accuracy.direction)
-    measure: str  # how the runs measured their throughput: "full" or "throughput" (core.measuremode)
+    measure: str  # how the runs measured their throughput: "full" or "throughput" (spec.measuremode)
     not_compared: str | None  # why accuracy is not compared at all (report.accuracy.not_compared); None where it is
 
     @property

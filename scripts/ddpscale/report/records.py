@@ -13,9 +13,9 @@ import pandas as pd
 
 from ddpscale.core import record as run_record
 from ddpscale.core.layout import RESULTS
-from ddpscale.core.measuremode import FULL
-from ddpscale.core.topology import STAGE_RULES
-from ddpscale.plan import identity
+from ddpscale.spec.measuremode import FULL
+from ddpscale.spec.topology import STAGE_RULES
+from ddpscale.spec import identity
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:

@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpscale.core import measuremode, progress
+from ddpscale.core.record import last_progress
+from ddpscale.spec import measuremode
 from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
-from ddpscale.core.topology import parse_topology
+from ddpscale.spec.topology import parse_topology
 from ddpscale.plan.squeue import QUEUED_STATES, Job
 
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read
@@ -146,7 +147,7 @@ def running_detail(log: str | None, job: Job | None, now: float) -> str:
     """epoch k/N, elapsed, time left and the last epoch's throughput; "starting" before the
     first epoch ends. Elapsed is SLURM's for a job (start-up included), else the fit's."""
     head = [f"SLURM job {job.id}"] if job else []
-    p = progress.last(log or "")
+    p = last_progress(log or "")
     if p is not None and job is not None and job.elapsed_s is not None and p.at < now - job.elapsed_s - CLOCK_SKEW_S:
         p = None  # an earlier attempt's line
     if p is None:

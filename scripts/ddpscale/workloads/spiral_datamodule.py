@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.workloads import resident as resident_batches
 from ddpscale.workloads import splits
-from ddpscale.plan.spiral import load_checked
+from ddpscale.core.spiral import load_checked
 
 
 class SpiralDataModule(pl.LightningDataModule):

@@ -1,12 +1,12 @@
 """One training run's settings: built by the workflow while it parses, read back by train.py.
 
 `RunSpec` names, types and documents every setting of one run (one topology, one repeat).
-The workflow builds each run's spec once (`build`, from the config, the site, the topology and
-the repeat), `argv` turns it into train.py's flags and `parse` reads them back, its inverse
-(tests/unit/test_runspec.py holds the two to each other); the workflow hands a job the flags in
-an args file (ddpscale.core.argsfile), since they may be longer than a command line can be.
-`measured` is the part that defines what a run measures: its checkpoint is resumed and its
-identity computed for these only (ddpscale.plan.identity).
+The workflow builds each run's spec once (ddpscale.plan.runplan.build_spec, from the config,
+the site, the topology and the repeat), `argv` turns it into train.py's flags and `parse`
+reads them back, its inverse (tests/unit/test_runspec.py holds the two to each other); the
+workflow hands a job the flags in an args file (ddpscale.spec.argsfile), since they may be
+longer than a command line can be. `measured` is the part that defines what a run measures:
+its checkpoint is resumed and its identity computed for these only (ddpscale.spec.identity).
 
 Torch-free: the workflow imports this module while it parses.
 """
@@ -22,11 +22,8 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
-from ddpscale.core import argsfile, measuremode
-from ddpscale.core.layout import Layout
-from ddpscale.core.topology import Topology, batch_per_device, parse_topology
-from ddpscale.plan import ddpsettings
-from ddpscale.plan.resources import Site, cluster_env, run_accelerator
+from ddpscale.spec import argsfile, ddpsettings
+from ddpscale.spec.topology import Topology, batch_per_device
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 DEFAULT_LOADER = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
@@ -245,7 +242,7 @@ def parser() -> argparse.ArgumentParser:
         convert = _ddp if f.metadata.get("parse") == "ddp" else _json_of(kind) if kind in (dict, list) else kind
         p.add_argument(_flag(f.name), type=convert, required=required, default=argparse.SUPPRESS,
                        help=f.metadata["help"].replace("%", "%%"))
-    # read by parse before this parser sees the flags (ddpscale.core.argsfile): listed for --help
+    # read by parse before this parser sees the flags (ddpscale.spec.argsfile): listed for --help
     p.add_argument(argsfile.FILE_FLAG, metavar="PATH", default=argparse.SUPPRESS,
                    help="a JSON file of further flags, as the workflow writes it; read in its place")
     p.add_argument(argsfile.DIGEST_FLAG, metavar="SHA256", default=argparse.SUPPRESS,
@@ -255,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None = None) -> RunSpec:
     """The spec from train.py's flags (command's inverse), those in an args file (the workflow's
-    way: ddpscale.core.argsfile) read in their place; a bad value exits with argparse's one line."""
+    way: ddpscale.spec.argsfile) read in their place; a bad value exits with argparse's one line."""
     p = parser()
     try:
         argv = argsfile.expand(sys.argv[1:] if argv is None else argv)
@@ -288,49 +285,3 @@ def _problem(spec: RunSpec) -> str | None:
     if any(not isinstance(s, int) or s < 1 for s in spec.probe_batch_sizes):
         return f"--probe-batch-sizes must be integers >= 1, got {spec.probe_batch_sizes}"
     return None
-
-
-def build(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: list[Topology], measure: str,
-          accelerator: str, local_threads: int | None, data_file: str | None, lightning, layout: Layout) -> RunSpec:
-    """One run's spec from the checked config, the site, the topology and the repeat, with what
-    the workflow resolved once for all runs: the measure mode, the host's accelerator and
-    threads (local profile), the generated data file and a LightningCLI config's parts."""
-    baseline = parse_topology(config["baseline"])
-    # The first repeat probes its topology before training, in the same allocation; the
-    # baseline's probe also times its compute at every topology's per-device batch, where the
-    # prediction of each topology starts.
-    probe_sizes = sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in topologies})
-    throughput = {}
-    if measure == "throughput":  # when throughput mode stops (ddpscale.job.windows)
-        limits = config["throughput"]
-        throughput = {"target_precision": limits["precision"], "min_windows": limits["min_windows"],
-                      "measure_max_steps": limits["max_steps"], "measure_max_minutes": limits["max_minutes"]}
-    return RunSpec(
-        topology=topo.name, nodes=topo.num_nodes, devices=topo.devices_per_node,
-        model_class=config["model"]["class_path"], model_args=config["model"]["init_args"],
-        data_class=config["data"]["class_path"], data_args=config["data"]["init_args"],
-        data_file=data_file, data_files=list(config["data"]["files"]),
-        scaling=config["batch"]["scaling"], batch_size=config["batch"]["size"], batch_dim=config["batch"]["dim"],
-        max_epochs=config["max_epochs"], warmup_epochs=config["warmup_epochs"], repeat=repeat, seed=config["seed"],
-        accelerator=run_accelerator(accelerator, site), cluster_env=cluster_env(topo, site),
-        precision=config["precision"], compile=config["compile"],
-        accumulate_grad_batches=config["accumulate_grad_batches"], loader=dict(config["dataloader"]),
-        ddp=config["ddp"],  # completed and checked by RunSpec
-        trainer_args=dict(lightning.trainer_args) if lightning else {},
-        optimizers=dict(lightning.optimizers) if lightning else {},
-        loggers=lightning.loggers if lightning else None,
-        measure=measure, window_steps=config["throughput"]["window_steps"], **throughput,
-        metrics=layout.metrics(topo.name, repeat), ckpt_dir=layout.checkpoint_dir(topo.name, repeat),
-        # Locally one simulated device is one core (a 1-device run must not get every core, or
-        # adding devices would add no hardware) and a GPU its share of the cores (hostdevices)
-        threads=local_threads if site.is_local else site.cpus_per_gpu,
-        collective_timeout_s=float(config["collective_timeout_s"]),
-        compile_timeout_s=float(config["compile_timeout_s"]),
-        probe=repeat == 0, probe_batch_sizes=probe_sizes if repeat == 0 and topo == baseline else [],
-        # a cluster job holds its devices from the job's start, whatever ran before train.py
-        held_from_job=not site.is_local,
-        held_devices=site.held_devices(topo.num_nodes, topo.world_size) if site.whole_nodes else None,
-        site_interconnect=site.interconnect,
-        accuracy_metric=config["accuracy"]["metric"],
-        epoch_metric=measuremode.epoch_metric(config["accuracy"]["metric"], config["accuracy"]["epoch_metric"]),
-    )

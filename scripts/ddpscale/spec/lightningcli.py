@@ -21,9 +21,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ddpscale.plan.configcheck import ALIASES
-from ddpscale.plan import ddpsettings
-from ddpscale.plan.contract import LOADER_KEYS
+from ddpscale.spec import ddpsettings
+from ddpscale.spec.usermodule import LOADER_KEYS
+
+# Words whose nearest match by letters would mislead: Lightning's legacy precision spellings
+# (lightning_fabric/plugins/precision/precision.py; by letters "bf16" is nearest "bf16-true",
+# not the "bf16-mixed" Lightning makes of it), and CUDA for the GPU accelerator.
+ALIASES = {"precision": {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"},
+           "accelerator": {"cuda": "gpu"}}
 
 # pl.Trainer.__init__'s defaults in pytorch_lightning 2.6, as --print_config writes them; a key
 # at its default was not set by the user (tests/workflow/test_lightningcli.py checks the signature).
@@ -415,7 +420,7 @@ def class_setting_problem(key: str, given) -> str | None:
 
 def contract_classes(applied: Applied | None) -> dict[str, dict]:
     """{'optimizer': {class_path, init_args}, ...}: the classes the contract's process checks for
-    their kind and arguments (ddpscale.plan.contract.cli_class_problems)."""
+    their kind and arguments (ddpscale.spec.usermodule.cli_class_problems)."""
     return {key: {"class_path": class_path_of(given, key),
                   "init_args": {} if isinstance(given, str) else dict(given.get("init_args") or {})}
             for key, given in (applied.optimizers if applied else {}).items()}
