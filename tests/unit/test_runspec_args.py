@@ -14,8 +14,7 @@ import threading
 import pytest
 import yaml
 from conftest import ROOT
-from ddpscale.spec import argsfile
-from ddpscale.spec import runspec
+from ddpscale.spec import argsfile, runspec
 from ddpscale.spec.runspec import RunSpec
 from test_runplan import plan
 from test_runspec import BASE, default_config
