@@ -36,8 +36,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.spec.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
-from ddpscale.spec.topology import Topology  # noqa: E402
+from ddpscale.run.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.run.topology import Topology  # noqa: E402
 from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
 
 CHECK = ROOT / "results/gpu-check"
@@ -124,7 +124,7 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
         torch.set_num_threads(threads)
 
     from ddpscale.job.flops import precision_plan
-    from ddpscale.spec import usermodule
+    from ddpscale.run import usermodule
 
     preset = yaml.safe_load((ROOT / configfile).read_text())
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -39,7 +39,7 @@ from ddpscale.job.flops import precision_plan  # noqa: E402
 from ddpscale.job.stepprobe import _TrainingStep  # noqa: E402
 from ddpscale.job.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build, compiling  # noqa: E402  build: the pipeline's own Trainer
-from ddpscale.spec.runspec import RunSpec  # noqa: E402
+from ddpscale.run.runspec import RunSpec  # noqa: E402
 from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.job.teardown import close_process_group  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402

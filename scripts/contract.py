@@ -1,6 +1,6 @@
 """Import the configured model and data classes (and a LightningCLI config's optimizer and
 lr_scheduler) once and write, as JSON to the file --out names, what the workflow's contract check
-needs of them (ddpscale.spec.usermodule): whether each module imports, which classes it holds, each
+needs of them (ddpscale.run.usermodule): whether each module imports, which classes it holds, each
 class's base and the arguments its __init__ takes, and the sha256 of the module files they came
 from (the workflow caches the facts while those stay the same).
 
@@ -37,11 +37,11 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.abspath(args.root))  # as train.py finds user code (usermodule.load_class)
     import pytorch_lightning as pl
     import torch
-    from ddpscale.spec.usermodule import class_facts, loaded_files
+    from ddpscale.run.usermodule import class_facts, loaded_files
 
     facts = {"model": class_facts(args.model_class, pl.LightningModule, args.root),
              "data": class_facts(args.data_class, pl.LightningDataModule, args.root)}
-    # the kinds LightningCLI takes (ddpscale.spec.lightningcli.CLASS_BASES)
+    # the kinds LightningCLI takes (ddpscale.run.lightningcli.CLASS_BASES)
     kinds = {"optimizer": (args.optimizer, (torch.optim.Optimizer,)),
              "lr_scheduler": (args.lr_scheduler, (torch.optim.lr_scheduler.LRScheduler,
                                                   torch.optim.lr_scheduler.ReduceLROnPlateau))}

@@ -13,7 +13,7 @@ from pathlib import Path
 # Runnable as `python scripts/report.py` from anywhere, not only via pytest.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ddpscale.spec import argsfile  # noqa: E402
+from ddpscale.run import argsfile  # noqa: E402
 from ddpscale.core.io import staged, terminal_safe, text_safe  # noqa: E402
 from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
                              projection, records, reportdata, tsv, verdict)

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import yaml  # noqa: E402
 
 from ddpscale.core.io import terminal_safe  # noqa: E402
-from ddpscale.spec.topology import TopologyError  # noqa: E402
+from ddpscale.run.topology import TopologyError  # noqa: E402
 from ddpscale.core.layout import layout  # noqa: E402
 from ddpscale.status import sources as status_sources  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Train one topology with Lightning DDP and write its metrics.json (rank 0, atomically, last).
 
 Every rank runs this script; the launcher (scripts/launch_local.py or srun) starts them. The
-settings come as flags, or in an args file the workflow wrote (ddpscale.spec.runspec); the
+settings come as flags, or in an args file the workflow wrote (ddpscale.run.runspec); the
 topology is checked against the process group that formed.
 """
 
@@ -20,7 +20,7 @@ from ddpscale.job import held, valhistory, windows
 from ddpscale.job.samplecount import BatchSizeError
 from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
 from ddpscale.job import callbacks, compiling, cudacheck, metriccheck, runinfo, transportinfo
-from ddpscale.spec import ddpsettings, runspec, usermodule
+from ddpscale.run import ddpsettings, runspec, usermodule
 from ddpscale.job.build import build_modules, build_trainer, keep_fit_events, set_threads
 from ddpscale.job.signals import StopRequested, exit_code, stop_message
 from ddpscale.job.teardown import close_process_group

@@ -1,6 +1,6 @@
 """ddpscale: measure how PyTorch Lightning DDP training scales from one device to many.
 
-Keep this file free of heavy imports: the Snakefile imports ddpscale.spec.topology and
+Keep this file free of heavy imports: the Snakefile imports ddpscale.run.topology and
 ddpscale.plan.resources while parsing, and a dry run must stay fast.
 """
 

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 from ddpscale.job import build, checksum, runinfo
 from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run.runspec import RunSpec
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 

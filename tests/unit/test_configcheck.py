@@ -13,7 +13,7 @@ from ddpscale.plan.configcheck import (
     dataset_problems, device_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems,
     schema_problems, setting_problems,
 )
-from ddpscale.spec.topology import Topology, parse_topology
+from ddpscale.run.topology import Topology, parse_topology
 from ddpscale.plan.configsource import config_source
 from ddpscale.core.spiral import split_sizes
 
@@ -364,7 +364,7 @@ def test_the_bf16_hook_is_refused_only_where_torch_has_no_cuda():
 def test_torch_s_build_is_read_without_importing_it(tmp_path):
     import importlib.util
 
-    from ddpscale.spec.ddpsettings import torch_built_with_gpu
+    from ddpscale.run.ddpsettings import torch_built_with_gpu
 
     def spec_at(folder):
         return lambda name: importlib.util.spec_from_file_location(name, folder / "__init__.py",
@@ -403,7 +403,7 @@ def test_a_static_graph_under_accumulation_is_refused_where_ddp_runs(accumulate,
 
 
 def test_a_step_s_ddp_error_is_named_by_its_setting():
-    from ddpscale.spec import ddpsettings
+    from ddpscale.run import ddpsettings
 
     static = RuntimeError("Your training graph has changed in this iteration ... not compatible with static_graph "
                           "set to True.")

@@ -1,11 +1,11 @@
-"""The user's modules checked while the workflow is parsed (ddpscale.spec.usermodule): the facts
+"""The user's modules checked while the workflow is parsed (ddpscale.run.usermodule): the facts
 read by importing them judged into one line per problem naming key, file and fix (reading
 and keeping those facts: tests/workflow/test_contract.py)."""
 
 from __future__ import annotations
 
 from ddpscale.plan.configsource import key_source
-from ddpscale.spec import usermodule
+from ddpscale.run import usermodule
 
 
 def config(**sections):

@@ -16,11 +16,11 @@ from snakemake.utils import validate
 from conftest import ROOT
 from ddpscale.plan.profile import resource_problems
 from ddpscale.plan.resources import SiteError, check_stage_entry, site_from_resources
-from ddpscale.spec.topology import TopologyError, check_topologies
+from ddpscale.run.topology import TopologyError, check_topologies
 from ddpscale.plan.configcheck import schema_problems, setting_problems
 from ddpscale.plan.configsource import own_init_args
 from ddpscale.status.rows import merge_configs
-from ddpscale.spec import lightningcli
+from ddpscale.run import lightningcli
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"

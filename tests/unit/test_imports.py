@@ -24,21 +24,21 @@ from conftest import ROOT
 PACKAGE = ROOT / "scripts/ddpscale"
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics")
 
-# package -> the packages it may import. core: torch-free definitions every stage shares; spec:
+# package -> the packages it may import. core: torch-free definitions every stage shares; run:
 # the run's shared vocabulary (its settings, identity, topology, DDP settings, the user's modules),
 # which the workflow builds and the job reads back; plan: what the workflow imports while it
 # parses; job: what runs inside a training job; workloads: the built-in models and data modules,
 # made with the job's helpers; report and status read the records the jobs wrote.
 ALLOWED = {
     "core": set(),
-    "spec": {"core"},
-    "plan": {"core", "spec"},
-    "job": {"core", "spec"},
-    "workloads": {"core", "spec", "job"},
-    "report": {"core", "spec"},
-    "status": {"core", "spec", "plan"},
+    "run": {"core"},
+    "plan": {"core", "run"},
+    "job": {"core", "run"},
+    "workloads": {"core", "run", "job"},
+    "report": {"core", "run"},
+    "status": {"core", "run", "plan"},
 }
-TORCH_FREE = ("core", "spec", "plan", "report", "status")
+TORCH_FREE = ("core", "run", "plan", "report", "status")
 
 
 def module_name(path) -> str:
@@ -104,7 +104,7 @@ def wrong_arrows(graph: dict[str, set[str]]) -> set[str]:
 def test_a_wrong_arrow_is_found():
     assert wrong_arrows({"plan.x": {"core.y"}, "core.y": set()}) == set()
     assert wrong_arrows({"plan.x": {"job.y"}, "job.y": {"plan.x"}}) == {"plan.x -> job.y", "job.y -> plan.x"}
-    assert wrong_arrows({"spec.x": {"plan.y"}, "plan.y": {"spec.x"}}) == {"spec.x -> plan.y"}
+    assert wrong_arrows({"run.x": {"plan.y"}, "plan.y": {"run.x"}}) == {"run.x -> plan.y"}
     assert wrong_arrows({"report.x": {"job.y"}}) == {"report.x -> job.y"}
 
 
@@ -113,7 +113,7 @@ def test_every_module_lives_in_a_package_and_imports_only_downwards():
     assert sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py")) == sorted(ALLOWED)
     assert wrong_arrows(import_graph()) == set(), (
         "a module imports a package its own may not import (ALLOWED): move the code it needs down "
-        "into core or spec, or the module up")
+        "into core or run, or the module up")
 
 
 # `from ddpscale.x import a, b` and `import ddpscale.x`, parenthesised lists (with comments) included
@@ -159,7 +159,7 @@ def test_the_workflow_imports_only_torch_free_packages():
     modules = workflow_imports()
     assert {"ddpscale.plan.configcheck", "ddpscale.plan.resources", "ddpscale.core.layout",
             "ddpscale.plan.runplan", "ddpscale.plan.contractfacts"} <= set(modules), modules
-    assert {m.split(".")[1] for m in modules if m.count(".") >= 1} <= {"core", "spec", "plan"}, modules
+    assert {m.split(".")[1] for m in modules if m.count(".") >= 1} <= {"core", "run", "plan"}, modules
 
 
 @pytest.mark.parametrize("package", TORCH_FREE)

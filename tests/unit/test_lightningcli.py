@@ -1,4 +1,4 @@
-"""A LightningCLI config as ddpscale's settings (ddpscale.spec.lightningcli): every Trainer and
+"""A LightningCLI config as ddpscale's settings (ddpscale.run.lightningcli): every Trainer and
 DDPStrategy argument classified with Lightning's own default, and configs written by hand read
 or refused in one line each (the files LightningCLI itself writes, and a run writing the
 loggers a config names: tests/workflow/test_lightningcli.py)."""
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ddpscale.spec import lightningcli
+from ddpscale.run import lightningcli
 
 
 def ddpscale_config() -> dict:

@@ -1,7 +1,7 @@
 """config measure and accuracy.epoch_metric, resolved as the workflow resolves them."""
 import pytest
 
-from ddpscale.spec import measuremode
+from ddpscale.run import measuremode
 
 
 def test_auto_measures_throughput_on_a_cluster_and_the_full_training_locally():

@@ -1,10 +1,10 @@
-"""The parse-time import check (ddpscale.spec.usermodule.check_importable) finds a user's module where
+"""The parse-time import check (ddpscale.run.usermodule.check_importable) finds a user's module where
 train.py will import it from: the workflow's working directory, then sys.path."""
 import sys
 
 import pytest
 
-from ddpscale.spec.usermodule import PluginError, check_importable
+from ddpscale.run.usermodule import PluginError, check_importable
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_installed_and_scripts_modules_are_still_found(user_root):
 def test_loader_knobs_reach_a_kwargs_data_module_only_when_the_config_sets_them():
     """A **kwargs module often hands them on to a parent that takes none (the subclass that a
     refusal of Lightning's BoringDataModule suggests failed on num_workers=0)."""
-    from ddpscale.spec.usermodule import data_init_args
+    from ddpscale.run.usermodule import data_init_args
 
     class Forwards:
         def __init__(self, batch_size, **kwargs):

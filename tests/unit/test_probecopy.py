@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ddpscale.job import build, compiling, probecopy, probing
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run.runspec import RunSpec
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from conftest import ROOT

@@ -7,7 +7,7 @@ import pytest
 from ddpscale.plan.resources import (
     Site, SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
 )
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 
 from conftest import ROOT, load_profile, profile_site
 

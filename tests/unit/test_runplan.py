@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ddpscale.spec.topology import TopologyError
+from ddpscale.run.topology import TopologyError
 from ddpscale.plan import runplan
-from ddpscale.spec.hostdevices import AcceleratorError, VisibleGpus
+from ddpscale.run.hostdevices import AcceleratorError, VisibleGpus
 from ddpscale.plan.resources import Site
 from test_analysis import make_run
 from test_runspec import default_config

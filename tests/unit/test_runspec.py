@@ -11,11 +11,11 @@ from snakemake.utils import validate
 
 from conftest import ROOT
 from ddpscale.core.layout import layout
-from ddpscale.spec.topology import parse_topology
-from ddpscale.spec import runspec
+from ddpscale.run.topology import parse_topology
+from ddpscale.run import runspec
 from ddpscale.plan.resources import Site
 from ddpscale.plan.runplan import build_spec
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run.runspec import RunSpec
 
 BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
             scaling="weak", batch_size=32, max_epochs=3)

@@ -1,6 +1,6 @@
 """Every setting reaches train.py and report.py as the value it is: one that begins with "-"
 is never read as a flag, and settings longer than a command line may be reach the job through
-the args file the workflow writes (ddpscale.spec.argsfile)."""
+the args file the workflow writes (ddpscale.run.argsfile)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import threading
 import pytest
 import yaml
 from conftest import ROOT
-from ddpscale.spec import argsfile, runspec
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run import argsfile, runspec
+from ddpscale.run.runspec import RunSpec
 from test_runplan import plan
 from test_runspec import BASE, default_config
 

@@ -323,7 +323,7 @@ def test_repeats_out_of_the_schema_s_bounds_is_one_line_naming_the_fix(tmp_path,
 
 
 def test_status_bounds_repeats_as_the_config_schema_does():
-    from ddpscale.spec.measuremode import MAX_REPEATS
+    from ddpscale.run.measuremode import MAX_REPEATS
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert (schema["properties"]["repeats"]["minimum"], schema["properties"]["repeats"]["maximum"]) == (1, MAX_REPEATS)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 from ddpscale.plan import throughputfit
 from ddpscale.plan.throughputfit import Epoch, epoch_batches, judge, sharded_batches
 from ddpscale.workloads.markov_datamodule import MarkovTokens

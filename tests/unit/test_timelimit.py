@@ -73,7 +73,7 @@ def test_one_dry_run_line_per_stage():
 def test_the_plan_sizes_job_limits_only_on_a_cluster(site_local):
     """RunPlan is handed the measured set-up (build stays pure) and gives the jobs sized limits."""
     from ddpscale.plan import runplan
-    from ddpscale.spec.hostdevices import VisibleGpus
+    from ddpscale.run.hostdevices import VisibleGpus
     from ddpscale.plan.resources import Site
     from test_runspec import default_config
 

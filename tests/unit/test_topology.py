@@ -1,9 +1,9 @@
-"""Topology parsing and the checks made before any job runs (ddpscale.spec.topology)."""
+"""Topology parsing and the checks made before any job runs (ddpscale.run.topology)."""
 import re
 
 import pytest
 
-from ddpscale.spec.topology import (
+from ddpscale.run.topology import (
     Topology, TopologyError, batch_per_device, check_topologies, name_pattern, parse_topology, stage_topologies,
 )
 

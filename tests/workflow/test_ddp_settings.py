@@ -1,5 +1,5 @@
 """Config ddp: DistributedDataParallel's settings, from the flag to the Trainer, the probe and the
-record (ddpscale.spec.ddpsettings); the config's own refusals are in tests/test_configcheck.py."""
+record (ddpscale.run.ddpsettings); the config's own refusals are in tests/test_configcheck.py."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from conftest import ROOT, run_user_module
 from ddpscale.job import commbench
-from ddpscale.spec import ddpsettings
+from ddpscale.run import ddpsettings
 from ddpscale.job import build
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run.runspec import RunSpec
 
 SET = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucket_view": True,
        "bucket_cap_mb": 50, "comm_hook": "fp16_compress"}

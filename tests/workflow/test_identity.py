@@ -18,7 +18,7 @@ import torch
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records
 from ddpscale.job import checksum
-from ddpscale.spec import identity
+from ddpscale.run import identity
 from test_analysis import make_run
 from test_identity import train_args
 from test_report_script import _assert_one_line_error, run_report, write_fixtures

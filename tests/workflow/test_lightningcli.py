@@ -1,4 +1,4 @@
-"""A LightningCLI config as ddpscale's settings (ddpscale.spec.lightningcli), read from the
+"""A LightningCLI config as ddpscale's settings (ddpscale.run.lightningcli), read from the
 files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py), and
 a run writing the loggers one names (configs written by hand, and the Trainer and DDP
 arguments classified: tests/unit/test_lightningcli.py)."""
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ddpscale.spec import lightningcli
+from ddpscale.run import lightningcli
 from test_lightningcli import ddpscale_config
 
 FIXTURES = ROOT / "tests/fixtures"

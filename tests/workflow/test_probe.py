@@ -26,7 +26,7 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     import torch
 
     from ddpscale.job import probecopy
-    from ddpscale.spec.usermodule import PluginError
+    from ddpscale.run.usermodule import PluginError
 
     def forms(opt, sched):
         return (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched}, [{"optimizer": opt}])
@@ -83,7 +83,7 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
 
     from ddpscale.job import build
     from ddpscale.job.callbacks import ProbeBeforeTraining
-    from ddpscale.spec.runspec import RunSpec
+    from ddpscale.run.runspec import RunSpec
 
     class Logs(pl.LightningModule):
         def __init__(self):

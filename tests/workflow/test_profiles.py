@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ddpscale.plan.resources import cluster_env, launch_prefix, slurm_resources
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 
 from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_site, with_account
 

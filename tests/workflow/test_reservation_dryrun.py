@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 from ddpscale.plan.reservation import hours
 from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.core.spiral import write_dataset

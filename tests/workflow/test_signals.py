@@ -21,7 +21,7 @@ from conftest import ROOT, launched, tiny_config
 from test_identity import train_args
 from ddpscale.job.launch import describe_exit, run
 from ddpscale.job import build, callbacks
-from ddpscale.spec import runspec
+from ddpscale.run import runspec
 from ddpscale.job.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from ddpscale.spec import runspec
+from ddpscale.run import runspec
 
 from conftest import ROOT
 from test_identity import train_args

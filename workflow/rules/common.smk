@@ -18,18 +18,18 @@ from snakemake_interface_logger_plugins.common import LogEvent
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
-from ddpscale.spec.topology import STAGE_RULES, TopologyError  # noqa: E402
-from ddpscale.spec import runspec  # noqa: E402
+from ddpscale.run.topology import STAGE_RULES, TopologyError  # noqa: E402
+from ddpscale.run import runspec  # noqa: E402
 from ddpscale.plan import contractfacts, profile, reservation, runplan, timelimit  # noqa: E402
 from ddpscale.plan.profile import profile_file  # noqa: E402
 from ddpscale.plan.configcheck import device_problems, file_problems, setting_problems  # noqa: E402
-from ddpscale.spec.usermodule import owned_init_args  # noqa: E402
-from ddpscale.spec.usermodule import problems as contract_problems  # noqa: E402
-from ddpscale.spec.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus  # noqa: E402
-from ddpscale.spec.identity import installed_versions  # noqa: E402
+from ddpscale.run.usermodule import owned_init_args  # noqa: E402
+from ddpscale.run.usermodule import problems as contract_problems  # noqa: E402
+from ddpscale.run.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus  # noqa: E402
+from ddpscale.run.identity import installed_versions  # noqa: E402
 from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
-from ddpscale.spec.usermodule import PluginError, check_importable  # noqa: E402
-from ddpscale.spec.ddpsettings import torch_built_with_gpu  # noqa: E402
+from ddpscale.run.usermodule import PluginError, check_importable  # noqa: E402
+from ddpscale.run.ddpsettings import torch_built_with_gpu  # noqa: E402
 from ddpscale.plan.resources import SiteError, run_accelerator, signal_problem  # noqa: E402
 from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
 
@@ -330,7 +330,7 @@ def writes_args():
 
 
 def get_run_flags(wildcards):
-    """The run's settings, inline or as their args file and digest (ddpscale.spec.argsfile: they may
+    """The run's settings, inline or as their args file and digest (ddpscale.run.argsfile: they may
     be longer than a command line can be), unrecorded: get_run_settings is what reruns the job.
     train.py prints them all, so the log shows what ran."""
     return runspec.Unrecorded(PLAN.run_flags(wildcards.topology, wildcards.repeat, write=writes_args()))

@@ -19,7 +19,7 @@ from ddpscale.plan.configsource import (  # noqa: E402
     relative_name,
     set_beyond_default,
 )
-from ddpscale.spec import lightningcli  # noqa: E402
+from ddpscale.run import lightningcli  # noqa: E402
 
 CONFIG_SOURCE = config_source(workflow.configfiles, os.getcwd())
 
@@ -79,7 +79,7 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 def apply_lightning_config():
     """A LightningCLI config (config lightning_config) brings the model, the data and the trainer
-    settings that change what is measured (ddpscale.spec.lightningcli); what ddpscale sets
+    settings that change what is measured (ddpscale.run.lightningcli); what ddpscale sets
     per topology is named in one line. Its values go through the schema like the config's."""
     path = config["lightning_config"]
     if not path:

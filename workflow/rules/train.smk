@@ -37,7 +37,7 @@ rule train_baseline:
         train_slots=1,
     params:
         launch=get_launch,
-        # the run's settings (ddpscale.spec.runspec): for the shell, inline or as their args file and
+        # the run's settings (ddpscale.run.runspec): for the shell, inline or as their args file and
         # digest (unrecorded); as Snakemake records them, so that a change reruns the job
         flags=get_run_flags,
         settings=get_run_settings,

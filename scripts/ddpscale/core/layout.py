@@ -87,7 +87,7 @@ class Layout:
 
     @property
     def args(self) -> str:
-        """The settings the workflow hands its jobs in files (ddpscale.spec.argsfile)."""
+        """The settings the workflow hands its jobs in files (ddpscale.run.argsfile)."""
         return f"{self.root}/args"
 
     def run_args(self, topology: str, repeat) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from ddpscale.job import compiling
-from ddpscale.spec import ddpsettings, lightningcli, usermodule
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run import ddpsettings, lightningcli, usermodule
+from ddpscale.run.runspec import RunSpec
 
 def ddp_strategy(spec: RunSpec):
     """The DDPStrategy of a run on more than one device: the config's DDP settings, its named

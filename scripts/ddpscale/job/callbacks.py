@@ -31,7 +31,7 @@ from ddpscale.job import probing, runinfo
 from ddpscale.job.checkpoint import epoch_checkpoint
 from ddpscale.job.placement_check import PlacementCheck
 from ddpscale.job.signals import GracefulStop
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run.runspec import RunSpec
 
 
 class GpuFacts(pl.Callback):

@@ -39,7 +39,7 @@ from pytorch_lightning.utilities import CombinedLoader
 from torch.utils.data import DataLoader
 
 from ddpscale.job import compiling
-from ddpscale.spec.usermodule import PluginError
+from ddpscale.run.usermodule import PluginError
 
 # What pytorch_lightning.utilities.compile.from_compiled sets on the module it compiles:
 # compiled methods as instance attributes bound to that module, and the original ones.

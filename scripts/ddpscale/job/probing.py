@@ -46,8 +46,8 @@ from torch.utils.data import DataLoader
 
 from ddpscale.job import batchsizes, commbench, probecopy, ranks, stepprobe
 from ddpscale.job import proberecord as probe_record
-from ddpscale.spec import ddpsettings
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run import ddpsettings
+from ddpscale.run.runspec import RunSpec
 
 
 @dataclass(frozen=True)

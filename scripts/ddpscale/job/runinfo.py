@@ -23,9 +23,9 @@ from ddpscale.job import checksum
 # between topologies whenever the launcher gained an import. Imported here, every rank holds
 # the same set.
 from ddpscale.job import launch as _launcher  # noqa: F401
-from ddpscale.spec import ddpsettings, identity
-from ddpscale.spec.hostdevices import host_oversubscribed, usable_cores
-from ddpscale.spec.runspec import RunSpec
+from ddpscale.run import ddpsettings, identity
+from ddpscale.run.hostdevices import host_oversubscribed, usable_cores
+from ddpscale.run.runspec import RunSpec
 
 LAST = "last.ckpt"
 PREVIOUS = "previous.ckpt"  # the checkpoint last.ckpt replaced, kept until the next save (ddpscale.job.checksum)
@@ -41,7 +41,7 @@ def logger_dir(record_path: str) -> str:
 
 
 def run_identity(spec: RunSpec, root_device: torch.device) -> dict:
-    """What this run's numbers depend on (ddpscale.spec.identity), measured on this rank.
+    """What this run's numbers depend on (ddpscale.run.identity), measured on this rank.
 
     Called once the user's classes are imported (their modules are part of the code) and
     before anything imports modules by topology, so every run of a config hashes the same set.

@@ -18,9 +18,9 @@ import yaml
 
 from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
 from ddpscale.core.layout import experiment_name, layout, reserved_problem
-from ddpscale.spec.topology import Topology
-from ddpscale.spec import ddpsettings
-from ddpscale.spec.lightningcli import ALIASES
+from ddpscale.run.topology import Topology
+from ddpscale.run import ddpsettings
+from ddpscale.run.lightningcli import ALIASES
 from ddpscale.plan.configsource import DEFAULT_CONFIG
 from ddpscale.core.spiral import split_sizes
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core.io import read_json_dict, write_json_atomic
-from ddpscale.spec import usermodule
-from ddpscale.spec.usermodule import sha256_of
+from ddpscale.run import usermodule
+from ddpscale.run.usermodule import sha256_of
 
 CACHE_DIR = ".snakemake/ddpscale"
 TIMEOUT_S = 300

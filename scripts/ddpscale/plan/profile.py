@@ -25,7 +25,7 @@ import inspect
 import re
 from dataclasses import dataclass
 
-from ddpscale.spec.topology import STAGE_RULES
+from ddpscale.run.topology import STAGE_RULES
 from ddpscale.plan.reservation import stage_runtime
 from ddpscale.plan.resources import (
     NAME_TEXT,

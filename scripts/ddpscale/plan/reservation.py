@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpscale.plan.resources import Site
-from ddpscale.spec.topology import STAGE_RULES, parse_topology
+from ddpscale.run.topology import STAGE_RULES, parse_topology
 
 PREFIX = "ddpscale: cost: "
 

@@ -10,7 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass, fields
 
-from ddpscale.spec.topology import Topology
+from ddpscale.run.topology import Topology
 from ddpscale.core.io import CONTROL_CHARACTER
 from ddpscale.plan.configcheck import closest
 
@@ -311,7 +311,7 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
     All counts are explicit: under SLURM the plugin's jobstep strips SLURM_* variables before
     the shell runs, and Lightning's SLURMEnvironment needs --ntasks-per-node == devices.
 
-    Local site: gpu_ids are the GPUs this host hands out (ddpscale.spec.hostdevices). Absent, the
+    Local site: gpu_ids are the GPUs this host hands out (ddpscale.run.hostdevices). Absent, the
     run is CPU-simulated and its ranks see no GPU (CUDA_VISIBLE_DEVICES empty), so CUDA is
     never initialised; given, the local launcher gives each simulated node its own. A
     cluster's ranks get their GPUs from the allocation.

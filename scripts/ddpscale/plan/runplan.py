@@ -1,5 +1,5 @@
 """The plan of one experiment's runs: which topologies and repeats, in which stage, on which
-accelerator, where each run's files go and each run's spec (ddpscale.spec.runspec).
+accelerator, where each run's files go and each run's spec (ddpscale.run.runspec).
 
 The workflow builds it once while it parses (workflow/rules/common.smk), from the checked
 config, the site read from the profile and what this host has, and every rule's inputs,
@@ -24,11 +24,11 @@ from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.spiral import corruption, manifest_path_for
 from ddpscale.plan import reservation, throughputfit, timelimit
 from ddpscale.plan.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
-from ddpscale.spec import argsfile, measuremode, runspec
-from ddpscale.spec.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
+from ddpscale.run import argsfile, measuremode, runspec
+from ddpscale.run.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
-from ddpscale.spec.identity import generated_with_other_settings
-from ddpscale.spec.topology import (Topology, TopologyError, batch_per_device, check_topologies, name_pattern,
+from ddpscale.run.identity import generated_with_other_settings
+from ddpscale.run.topology import (Topology, TopologyError, batch_per_device, check_topologies, name_pattern,
                                     parse_topology, stage_topologies)
 
 
@@ -37,15 +37,15 @@ class RunPlan:
     config: dict  # checked, with the schema's defaults filled in
     config_source: str  # the files the config came from: the first words of its messages
     site: Site
-    measure: str  # throughput or full (ddpscale.spec.measuremode)
+    measure: str  # throughput or full (ddpscale.run.measuremode)
     topologies: tuple[Topology, ...]
     repeats: tuple[int, ...]
     # The accelerator of every run; locally decided once for this host, so a report never
-    # mixes GPU and CPU rows (ddpscale.spec.hostdevices)
+    # mixes GPU and CPU rows (ddpscale.run.hostdevices)
     accelerator: str
     gpu_ids: tuple[str, ...] | None  # the GPUs the local launcher hands out; None: none or a cluster's
     local_threads: int | None  # each local rank's CPU threads; None: a cluster rank gets cpus-per-task
-    lightning: object | None  # a LightningCLI config's parts (ddpscale.spec.lightningcli), or None
+    lightning: object | None  # a LightningCLI config's parts (ddpscale.run.lightningcli), or None
     python: str  # the interpreter running Snakemake, also the one inside jobs
     versions: dict  # torch and Lightning as installed
     notes: tuple[str, ...] = ()  # what the user is told while the workflow parses

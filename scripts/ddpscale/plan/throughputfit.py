@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.spec import measuremode
-from ddpscale.spec.topology import Topology, batch_per_device
+from ddpscale.run import measuremode
+from ddpscale.run.topology import Topology, batch_per_device
 from ddpscale.core.spiral import split_sizes
 
 SPIRAL = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpscale.spec.measuremode import THROUGHPUT
-from ddpscale.spec.topology import STAGE_RULES
+from ddpscale.run.measuremode import THROUGHPUT
+from ddpscale.run.topology import STAGE_RULES
 
 PREFIX = "ddpscale: time limit: "
 # With nothing measured yet: a GPU job's start-up (imports, NCCL), the first repeat's probe and a

@@ -13,7 +13,7 @@ import pandas as pd
 from ddpscale.report import accuracy, interconnect
 from ddpscale.report.comparison import Comparison
 from ddpscale.core import steadystate
-from ddpscale.spec.measuremode import THROUGHPUT
+from ddpscale.run.measuremode import THROUGHPUT
 from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
                                      column, device_kinds, held_devices, known, measure_mode)
 from ddpscale.core.stats import mean_interval

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpscale.spec.measuremode import THROUGHPUT
+from ddpscale.run.measuremode import THROUGHPUT
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.spec.ddpsettings import said as ddp_said
+from ddpscale.run.ddpsettings import said as ddp_said
 
 # scaling.tsv columns, in this order, the same value on every row of one report
 COLUMNS = ("experiment", "model_class", "model_parameters", "data_class", "dataset", "config_files",

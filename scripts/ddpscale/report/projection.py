@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ddpscale.core import steadystate
-from ddpscale.spec.measuremode import THROUGHPUT
+from ddpscale.run.measuremode import THROUGHPUT
 from ddpscale.report.analysis import log_spread_over_repeats, wider_spread
 from ddpscale.report.records import held_devices, known, measure_mode
 from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estimate, supported

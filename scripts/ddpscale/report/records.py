@@ -13,9 +13,9 @@ import pandas as pd
 
 from ddpscale.core import record as run_record
 from ddpscale.core.layout import RESULTS
-from ddpscale.spec.measuremode import FULL
-from ddpscale.spec.topology import STAGE_RULES
-from ddpscale.spec import identity
+from ddpscale.run.measuremode import FULL
+from ddpscale.run.topology import STAGE_RULES
+from ddpscale.run import identity
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:

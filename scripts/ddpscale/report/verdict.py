@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 from ddpscale.core.io import cause_line
 from ddpscale.report import accuracy, boundness, breakdown, decision, interconnect
 from ddpscale.report.analysis import device_word

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpscale.core.record import last_progress
-from ddpscale.spec import measuremode
+from ddpscale.run import measuremode
 from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
-from ddpscale.spec.topology import parse_topology
+from ddpscale.run.topology import parse_topology
 from ddpscale.plan.squeue import QUEUED_STATES, Job
 
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read

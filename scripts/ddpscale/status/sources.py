@@ -34,7 +34,7 @@ def read_config(path: Path, overlays: list[Path]) -> dict:
     cli = config.get("lightning_config")
     if cli and Path(cli).is_file() and isinstance(config.get("dataset"), dict):
         # only for such a config: the reader's config checks load numpy, which status otherwise never needs
-        from ddpscale.spec import lightningcli
+        from ddpscale.run import lightningcli
 
         applied = lightningcli.apply(read_yaml(cli), config, cli, lambda key: set_beyond_default(key, layers))
         config = applied.config

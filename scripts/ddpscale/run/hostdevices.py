@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from ddpscale.spec.topology import Topology
+from ddpscale.run.topology import Topology
 
 # How visible_gpus counted, named in the messages so a user knows what to change.
 SOURCES = "CUDA_VISIBLE_DEVICES / nvidia-smi -L"

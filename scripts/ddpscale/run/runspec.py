@@ -4,9 +4,9 @@
 The workflow builds each run's spec once (ddpscale.plan.runplan.build_spec, from the config,
 the site, the topology and the repeat), `argv` turns it into train.py's flags and `parse`
 reads them back, its inverse (tests/unit/test_runspec.py holds the two to each other); the
-workflow hands a job the flags in an args file (ddpscale.spec.argsfile), since they may be
+workflow hands a job the flags in an args file (ddpscale.run.argsfile), since they may be
 longer than a command line can be. `measured` is the part that defines what a run measures:
-its checkpoint is resumed and its identity computed for these only (ddpscale.spec.identity).
+its checkpoint is resumed and its identity computed for these only (ddpscale.run.identity).
 
 Torch-free: the workflow imports this module while it parses.
 """
@@ -22,8 +22,8 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
-from ddpscale.spec import argsfile, ddpsettings
-from ddpscale.spec.topology import Topology, batch_per_device
+from ddpscale.run import argsfile, ddpsettings
+from ddpscale.run.topology import Topology, batch_per_device
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 DEFAULT_LOADER = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
@@ -242,7 +242,7 @@ def parser() -> argparse.ArgumentParser:
         convert = _ddp if f.metadata.get("parse") == "ddp" else _json_of(kind) if kind in (dict, list) else kind
         p.add_argument(_flag(f.name), type=convert, required=required, default=argparse.SUPPRESS,
                        help=f.metadata["help"].replace("%", "%%"))
-    # read by parse before this parser sees the flags (ddpscale.spec.argsfile): listed for --help
+    # read by parse before this parser sees the flags (ddpscale.run.argsfile): listed for --help
     p.add_argument(argsfile.FILE_FLAG, metavar="PATH", default=argparse.SUPPRESS,
                    help="a JSON file of further flags, as the workflow writes it; read in its place")
     p.add_argument(argsfile.DIGEST_FLAG, metavar="SHA256", default=argparse.SUPPRESS,
@@ -252,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
 
 def parse(argv: list[str] | None = None) -> RunSpec:
     """The spec from train.py's flags (command's inverse), those in an args file (the workflow's
-    way: ddpscale.spec.argsfile) read in their place; a bad value exits with argparse's one line."""
+    way: ddpscale.run.argsfile) read in their place; a bad value exits with argparse's one line."""
     p = parser()
     try:
         argv = argsfile.expand(sys.argv[1:] if argv is None else argv)

@@ -21,8 +21,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ddpscale.spec import ddpsettings
-from ddpscale.spec.usermodule import LOADER_KEYS
+from ddpscale.run import ddpsettings
+from ddpscale.run.usermodule import LOADER_KEYS
 
 # Words whose nearest match by letters would mislead: Lightning's legacy precision spellings
 # (lightning_fabric/plugins/precision/precision.py; by letters "bf16" is nearest "bf16-true",
@@ -420,7 +420,7 @@ def class_setting_problem(key: str, given) -> str | None:
 
 def contract_classes(applied: Applied | None) -> dict[str, dict]:
     """{'optimizer': {class_path, init_args}, ...}: the classes the contract's process checks for
-    their kind and arguments (ddpscale.spec.usermodule.cli_class_problems)."""
+    their kind and arguments (ddpscale.run.usermodule.cli_class_problems)."""
     return {key: {"class_path": class_path_of(given, key),
                   "init_args": {} if isinstance(given, str) else dict(given.get("init_args") or {})}
             for key, given in (applied.optimizers if applied else {}).items()}

@@ -24,14 +24,14 @@ import re
 import sys
 import traceback
 
-from ddpscale.spec.identity import file_sha256
+from ddpscale.run.identity import file_sha256
 
 # The knobs of config `dataloader`, passed to a data module whose __init__ takes them.
 LOADER_KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 LOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
 BASES = {"model": "LightningModule", "data": "LightningDataModule"}
 # A LightningCLI config's optimizer and lr_scheduler: what LightningCLI takes (the kinds of
-# ddpscale.spec.lightningcli.CLASS_BASES), with an example, and what ddpscale passes first.
+# ddpscale.run.lightningcli.CLASS_BASES), with an example, and what ddpscale passes first.
 CLI_KINDS = {"optimizer": ("an optimizer", "torch.optim.Optimizer", "torch.optim.SGD", "params"),
              "lr_scheduler": ("an LR scheduler", "torch.optim.lr_scheduler.LRScheduler or ReduceLROnPlateau",
                               "torch.optim.lr_scheduler.StepLR", "optimizer")}
