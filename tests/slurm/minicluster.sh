@@ -129,7 +129,7 @@ install_packages() {
   ((missing)) || return 0
   say "installing ${pkgs[*]} (apt)"
   export DEBIAN_FRONTEND=noninteractive
-  # one install at a time with the other tests' (tests/workflow/system_tools.py: APT_LOCK)
+  # one install at a time with the other tests' (tests/helpers/system_tools.py: APT_LOCK)
   exec 9>/var/lock/ddpscale-apt.lock && flock 9
   local apt=(apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${pkgs[@]}")
   "${apt[@]}" >"$STATE/log/apt.out" 2>&1 ||           # the package lists may be stale or absent

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 NETNS = ROOT / "tests/slurm/netns.sh"
 RATE_GBIT = 1.0             # 2 cores push ~5 Gbit/s in all: stay well below for both links

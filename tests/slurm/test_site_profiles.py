@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, Workspace, load_profile, tiny_config, with_account
-from slurmtools import SUBMITTED, run_slurm, sacct_job, squeue_jobs
+from helpers.profiles import load_profile, with_account
+from helpers.slurm import SUBMITTED, run_slurm, sacct_job, squeue_jobs
+from helpers.workflow import ROOT, Workspace, tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -38,7 +39,7 @@ FAST = ["--slurm-init-seconds-before-status-checks", "5"]
 
 
 def site_profile(name: str, folder: Path, change=None) -> str:
-    """profiles/<name> with the account set as a user sets it (conftest.with_account), in
+    """profiles/<name> with the account set as a user sets it (helpers.profiles.with_account), in
     `folder`; `change(profile)` edits it further."""
     # with_account gives a temporary folder, or the folder itself when it has no placeholder
     profile = yaml.safe_load((ROOT / with_account(f"profiles/{name}", "test_account") / "config.yaml").read_text())

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from conftest import load_profile, tiny_config
-from slurmtools import SUBMITTED, job_fields, run_slurm, slurm_workspace, squeue_jobs
+from helpers.profiles import load_profile
+from helpers.slurm import SUBMITTED, job_fields, run_slurm, slurm_workspace, squeue_jobs
+from helpers.workflow import tiny_config
 from ddpscale.core.steadystate import Rule
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]

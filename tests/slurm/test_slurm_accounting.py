@@ -14,11 +14,12 @@ import subprocess
 import psutil
 import pytest
 
-from conftest import load_profile, tiny_config
-from slurmtools import (
+from helpers.profiles import load_profile
+from helpers.slurm import (
     SUBMITTED, job_fields, paced, run_slurm, running_train_job, sacct_job, slurm_workspace, training_processes,
 )
-from test_status_slurm import status_of
+from helpers.status import status_of
+from helpers.workflow import tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -65,7 +66,7 @@ def test_a_node_failure_is_node_fail_never_requeued_and_the_retry_resumes(slurm_
     profile's retries submit the run again, which resumes from the checkpoint on another node.
     At no time do two jobs train the run (one checkpoint, one writer)."""
     slurm_workspace(workspace, retries=load_profile("slurm")["retries"])
-    # paced (slurmtools.paced): epochs of about 11 s of sleep, so the job is seen running after its
+    # paced (helpers.slurm.paced): epochs of about 11 s of sleep, so the job is seen running after its
     # first checkpoint whatever else the machine runs; its retry trains unpaced
     config = tiny_config(topologies=["1x2"], baseline="1x2", max_epochs=NODE_FAIL_EPOCHS, measure="full")
     pace = paced(workspace, config)

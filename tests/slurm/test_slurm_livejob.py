@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import tiny_config
-from slurmtools import run_slurm, slurm_workspace, squeue_jobs, squeue_state, wait_for_state
+from helpers.slurm import run_slurm, slurm_workspace, squeue_jobs, squeue_state, wait_for_state
+from helpers.workflow import tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 

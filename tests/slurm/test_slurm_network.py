@@ -15,8 +15,8 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import tiny_config
-from slurmtools import run_slurm, slurm_workspace
+from helpers.slurm import run_slurm, slurm_workspace
+from helpers.workflow import tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Workspace, load_profile, tiny_config
-from slurmtools import (
+from helpers.profiles import load_profile
+from helpers.slurm import (
     SUBMITTED, job_end_epoch, paced, rank_process, run_slurm, running_train_job, slurm_workspace, squeue_jobs,
     squeue_state, training_processes,
 )
+from helpers.workflow import Workspace, tiny_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -120,7 +121,7 @@ LIMIT_AHEAD_S = 35
 
 
 # The scenarios: (topology, signal_s). Their runs train the spiral MLP paced to about 11 s an
-# epoch of sleep (slurmtools.paced), so the kill lands well before the run ends (the 23 epochs
+# epoch of sleep (helpers.slurm.paced), so the kill lands well before the run ends (the 23 epochs
 # after the first last about 250 s, the limit comes 35-125 s after the first) whatever else the
 # machine runs, and the three wait out their limits at once instead of one after another (they
 # took 18 minutes of the suite in turn, most of it training on the cores the other tests use).

@@ -9,29 +9,22 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT, tiny_config
+from helpers.slurm import INTERRUPT, paced, run_slurm, slurm_workspace, squeue_state, wait_for_state
+from helpers.status import status_of
+from helpers.workflow import tiny_config
 from ddpscale.core.io import cause_line
 from ddpscale.core.record import last_progress
 from ddpscale.plan import squeue
 from ddpscale.status import rows as status
-from slurmtools import INTERRUPT, paced, run_slurm, slurm_workspace, squeue_state, wait_for_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
-# 1x1 trains unpaced; 1x2 is paced (slurmtools.paced: about 5 s of sleep an epoch per rank), so
+# 1x1 trains unpaced; 1x2 is paced (helpers.slurm.paced: about 5 s of sleep an epoch per rank), so
 # after its first epoch 9 more keep it running for the seconds the sample takes, at no CPU.
 EPOCHS = 10
-
-
-def status_of(path) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/status.py")], cwd=path, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def held_job(path, topology: str) -> str | None:

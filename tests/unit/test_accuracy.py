@@ -10,11 +10,11 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from helpers.records import compared, make_run, seeded
+from helpers.workflow import ROOT
 from ddpscale.core import stats
 from ddpscale.report import accuracy, verdict
 from ddpscale.job import metriccheck
-from test_analysis import compared, make_run, seeded
 
 
 @pytest.mark.parametrize("name,way", [

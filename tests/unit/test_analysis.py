@@ -8,76 +8,7 @@ import pytest
 from ddpscale.core import record
 from ddpscale.report import analysis, records
 from ddpscale.report.comparison import Comparison
-
-
-def make_run(topology="1x1", **overrides):
-    """One metrics record with every key train.py writes (a CPU run in full mode, probed by no
-    one); topology sets nodes/devices/world size. logged_metrics holds val_loss, val_acc and
-    test_acc as given, unless a test gives it."""
-    nodes, per_node = (int(x) for x in topology.split("x"))
-    run = {
-        "schema_version": record.SCHEMA_VERSION, "topology": topology, "repeat": 0, "seed": 42,
-        "num_nodes": nodes, "devices_per_node": per_node,
-        "world_size": nodes * per_node,
-        "node_ranks": [r // per_node for r in range(nodes * per_node)],
-        "hosts": [f"node{i}" for i in range(nodes)], "simulated_nodes_on_one_host": False, "slurm_job_id": None,
-        "device_kind": "cpu", "device_name": "cpu, simulated", "simulated": True,
-        "usable_cores": 64, "oversubscribed": False, "transport": None, "site_interconnect": "unknown",
-        "backend": "gloo", "scaling": "weak", "batch_per_device": 32,
-        "effective_batch": 32 * nodes * per_node, "accumulate_grad_batches": 1,
-        "precision": "32-true", "compile": "none", "max_epochs": 3, "configured_epochs": 3, "epochs_completed": 3,
-        "warmup_epochs": 1, "epoch_times_s": [12.0, 10.0, 10.0],
-        "fit_time_s": 32.0, "steady_samples": 6400, "steady_time_s": 20.0, "samples_trained": 9600,
-        "samples_per_epoch": 3200, "samples_per_epoch_from": "the loader's length", "samples_uncounted": None,
-        "early_stop": None, "padding_per_epoch": 0,
-        "train_loaders_mode": "max_size_cycle", "train_loaders": [{"name": "train", "samples_per_epoch": 3200,
-                                                              "padding_per_epoch": 0}],
-        "held_s": 40.0, "held_devices": nodes * per_node, "probe_s": 0.0,
-        "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
-        # full mode: its windows measured the throughput to within 1 sample/s (95% interval)
-        "measure": "full", "stop_reason": "full training", "throughput_half_width": 1.0,
-        "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "max_steps": None,
-        "max_minutes": None, "window_seconds": [],
-        "window_samples": [], "window_throughput_samples_s": None, "warmup_excess_s": 0.0, "steps_measured": 0,
-        "checkpoint_s": 0.0, "checkpoint_save_s": [], "epoch_overhead_s": 0.0, "epoch_overheads_s": [],
-        "validates": True, "check_val_every_n_epoch": 1, "validation_s": [], "after_stop_validation_s": [],
-        "after_stop_checkpoint_s": [],
-        "flops_per_sample": None, "achieved_tflops": None, "mfu": None, "peak_tflops_per_device": None,
-        "peak_precision": None, "gpu_utilization_pct": None, "gpu_utilization_reason": None,
-        "gpu_peak_memory_mb": None, "flops_recomputed_per_sample": None, "hfu": None, "flops_batches": 0,
-        "flops_per_sample_min": None, "flops_per_sample_max": None, "flops_reason": None,
-        "val_loss": 0.3, "val_acc": 0.9, "test_acc": 0.9, "attempts": 1,
-        "val_history": [], "val_history_metric": None, "val_history_reason": "no epoch metric configured",
-        "resumed_from_epoch": None, "model_class": "M", "model_parameters": 1000, "data_class": "D",
-        "optimizers": ["Adam"], "trainer_settings": {}, "module_callbacks": [], "loggers": ["CSVLogger"],
-        "ddp": {"used": nodes * per_node > 1},
-        "versions": {"python": "3.11", "torch": "2.x", "lightning": "2.x"},
-        "started_at": "2025-01-01T00:00:00", "finished_at": "2025-01-01T00:01:00",
-        # the same for every run unless a test changes it
-        "identity": {"data": {"data.npz": "aaaa"}, "settings": {"seed": 0}, "code": "c0de",
-                     "versions": {"torch": "2.x", "lightning": "2.x", "cuda": None, "nccl": None},
-                     "digest": "d1"},
-    }
-    run.update(overrides)
-    if "logged_metrics" not in overrides:
-        run["logged_metrics"] = {k: run[k] for k in ("val_loss", "val_acc", "test_acc") if run[k] is not None}
-    return run
-
-
-def seeded(topology, values, metric="test_acc", **overrides):
-    """One run per value, each a repeat (and so a seed) of its own."""
-    return [make_run(topology, repeat=i, **{metric: v, **overrides}) for i, v in enumerate(values)]
-
-
-def compared(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
-    """(summary, comparison) of hand-made runs, as reportdata.build makes them."""
-    frame = pd.DataFrame(runs)
-    comparison = analysis.compare(frame, baseline, metric, tolerance)
-    return analysis.summarize(frame, comparison), comparison
-
-
-def summarize(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
-    return compared(runs, baseline, metric, tolerance)[0]
+from helpers.records import compared, make_run, seeded, summarize
 
 
 def by_topology(summary):

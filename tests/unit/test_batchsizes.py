@@ -125,7 +125,7 @@ def test_one_rank_has_no_lightning_sync(monkeypatch):
 
 def test_the_probe_batch_sizes_flag_is_parsed_and_not_part_of_the_runs_identity(tmp_path):
     from ddpscale.run import runspec
-    from test_identity import train_args
+    from helpers.training import train_args
 
     spec = runspec.parse([*train_args(tmp_path / "d.npz", tmp_path), "--probe-batch-sizes", "[8, 16, 32]"])
     assert spec.probe_batch_sizes == [8, 16, 32]

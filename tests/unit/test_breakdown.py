@@ -3,31 +3,12 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import breakdown
-from test_analysis import make_run, summarize
-
-
-def probe(topology, world, data_s, compute_s, comm_s, allreduce_s, grad=11_000, timed=None, loop_sync_s=0.0):
-    """A probe record; allreduce_s: the gradient's all-reduce in DDP's buckets; timed: {per-device
-    batch: compute_s} the baseline's probe timed besides its own."""
-    record = {"status": "ok", "topology": topology, "world_size": world, "gradient_bytes": grad, "backend": "gloo",
-              "step": {"data_s": data_s, "compute_s": compute_s, "exposed_comm_s": comm_s,
-                       "loop_sync_s": loop_sync_s, "accumulate_grad_batches": 1, "method": "timed"},
-              "allreduce": [{"bytes": 1024, "time_s": allreduce_s / 4},
-                            {"bytes": grad, "time_s": allreduce_s / 2}],
-              "allreduce_ddp": {"bytes": grad, "time_s": allreduce_s},
-              "sized": "20 steps x 5 rounds, about 0.4 s", "probe_wall_s": 0.4}
-    if timed is not None:
-        record["step"]["compute_by_batch"] = [{"batch_per_device": b, "compute_s": c} for b, c in timed.items()]
-    return record
+from helpers.records import NO_OPTIMIZER, make_run, na_probe, probe, summary
 
 
 def base_probe(**kw):
     """The baseline's probe (64 per device, 6 ms compute), its compute also timed at 32: 3 ms."""
     return probe("1x1", 1, 0.001, 0.006, 0.0, 0.0, timed={32: 0.003, 64: 0.006}, **kw)
-
-
-def summary(*runs):
-    return summarize(list(runs))
 
 
 # Strong scaling, global batch 64: the baseline's step takes 64 / 6400 = 10 ms.
@@ -131,14 +112,6 @@ def test_predicted_comm_is_one_allreduce_per_k_batches(k):
     assert row.comm_measured_s == pytest.approx(per_batch)
     assert row.predicted_step_s == pytest.approx(0.0005 + 0.003 + per_batch + 0.003)
     assert row.explanation.startswith("prediction and measurement agree (unexplained: 0.00 ms")
-
-
-NO_OPTIMIZER = "PluginError: M.configure_optimizers() returned no optimizer (in building the optimizers)"
-
-
-def na_probe(topology, world, reason=NO_OPTIMIZER):
-    """What a run records when its probe could not measure (it trained anyway)."""
-    return {"status": "n/a", "reason": reason, "topology": topology, "world_size": world}
 
 
 def test_a_failed_probe_keeps_its_row_with_every_probed_term_unknown():

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.job import build, checksum, runinfo
 from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.run.runspec import RunSpec
@@ -187,7 +187,7 @@ def test_a_checkpoint_whose_pickle_runs_code_is_neither_run_nor_resumed(tmp_path
 def test_a_finished_record_of_another_shape_is_as_good_as_none(tmp_path, content):
     """final.json, kept for a retry of a finished run: one that is not what finish() writes
     makes the run train (or resume) as if there were none, never an AttributeError."""
-    from test_analysis import make_run
+    from helpers.records import make_run
 
     (tmp_path / runinfo.FINAL).write_text(content.replace('"F"', f'"{runinfo.identity.digest(SETTINGS)}"'))
     assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=False) is None

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import ddpscale
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"
 DOC_PATH = ROOT / "config/README.md"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.plan.configcheck import (
     dataset_problems, device_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems,
     schema_problems, setting_problems,

@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.plan.configread import MAX_CONFIG_BYTES, MAX_DEPTH, parse_yaml, read_yaml
 
 

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import analysis, decision, firstscreen, html_tables, plots, verdict
-from test_analysis import make_run
-from test_projection import build, windows_run
+from helpers.records import build, make_run, windows_run
 
 THRESHOLD = 0.8
 

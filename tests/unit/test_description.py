@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpscale.report import description
-from test_analysis import make_run
+from helpers.records import make_run
 
 SPIRAL = {"generator": "spiral", "samples": 10000, "noise": 0.2, "seed": 1234, "split": [0.7, 0.15, 0.15]}
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.plan.profile import resource_problems
 from ddpscale.plan.resources import SiteError, check_stage_entry, site_from_resources
 from ddpscale.run.topology import TopologyError, check_topologies

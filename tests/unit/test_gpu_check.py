@@ -1,6 +1,5 @@
 """make gpu-check (benchmarks/gpu_check.py): what it runs where, the table it prints, the figures
 it keeps when stopped midway, and its refusal without a GPU."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,11 +7,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT
-
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks/gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu_check)
+from helpers.devices import gpu_check
+from helpers.workflow import ROOT
 
 
 @pytest.mark.parametrize("gpus, expected", [

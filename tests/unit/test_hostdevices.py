@@ -22,11 +22,11 @@ from ddpscale.job.launch import LaunchError, parse_gpu_ids, rank_env
 from ddpscale.plan.resources import launch_prefix, site_from_resources
 from ddpscale.run.topology import parse_topology
 
-from conftest import ROOT
+from helpers.devices import SMI_ONE, fake_nvidia_smi
+from helpers.workflow import ROOT
 
 pytestmark = pytest.mark.timeout(180)
 
-SMI_ONE = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5a1c2f0e-0000-4000-8000-000000000000)\n"
 SMI_TWO_WITH_MIG = (
     "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-aaaa)\n"
     "  MIG 3g.40gb     Device  0: (UUID: MIG-bbbb)\n"
@@ -74,14 +74,6 @@ def test_cuda_visible_devices_decides_when_set(value, ids):
 def test_nvidia_smi_counts_gpu_lines_when_unset(listing, count):
     gpus = visible_gpus({}, run_smi=lambda: listing)
     assert gpus.count == count and gpus.ids == tuple(str(i) for i in range(count))
-
-
-def fake_nvidia_smi(folder: Path, listing: str, code: int = 0) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\n[ \"$1\" = \"-L\" ] || exit 9\nprintf '%s' '{listing}'\nexit {code}\n")
-    script.chmod(0o755)
-    return folder
 
 
 def test_run_nvidia_smi_missing_failing_and_present(tmp_path, monkeypatch):

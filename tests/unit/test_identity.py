@@ -12,20 +12,12 @@ import pytest
 import torch
 
 import train  # noqa: F401  the job modules loaded, as train.py has them when it hashes its code
-from conftest import ROOT
+from helpers.records import make_run
+from helpers.training import train_args
+from helpers.workflow import ROOT
 from ddpscale.report import records
 from ddpscale.run import identity, runspec
 from ddpscale.job import checksum, runinfo
-from test_analysis import make_run
-
-SPIRAL = ["--model-class", "ddpscale.workloads.models.SpiralMLP", "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule"]
-
-
-def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1) -> list[str]:
-    return ["--topology", f"{nodes}x{devices}", "--nodes", str(nodes), "--devices", str(devices),
-            "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-            *SPIRAL, "--data-file", str(data_file),
-            "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
 
 
 def keyed_settings(argv: list[str]) -> dict:

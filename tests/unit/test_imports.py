@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 PACKAGE = ROOT / "scripts/ddpscale"
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.core import earliertable
 from ddpscale.plan.configcheck import input_problems, override_problems
 from snakemake.cli import parse_config

@@ -40,7 +40,7 @@ def test_an_experiment_name_is_one_folder_never_a_path(name, allowed):
 def test_the_schema_holds_the_same_name_pattern():
     import yaml
 
-    from conftest import ROOT
+    from helpers.workflow import ROOT
 
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert schema["properties"]["experiment"]["pattern"] == NAME_PATTERN
@@ -64,7 +64,7 @@ def test_the_legacy_note_says_where_the_results_are_and_how_to_keep_old_ones():
 def test_only_the_layout_spells_a_run_s_paths():
     """The rule files, the status command and the scripts ask Layout for a run's metrics, log
     and checkpoint paths; a second spelling would drift from the one the rules write."""
-    from conftest import ROOT
+    from helpers.workflow import ROOT
 
     spelled = re.compile(r"""r\{\{?repeat\}?\}?/metrics\.json|/r\{\{?repeat\}?\}?\.log|["']runs/|logs/train/""")
     files = [*(ROOT / "workflow").rglob("*.smk"), ROOT / "workflow/Snakefile", *(ROOT / "scripts").rglob("*.py")]

@@ -8,16 +8,9 @@ from __future__ import annotations
 import inspect
 
 import pytest
-import yaml
 
-from conftest import ROOT
+from helpers.configs import ddpscale_config
 from ddpscale.run import lightningcli
-
-
-def ddpscale_config() -> dict:
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config["experiment"], config["accumulate_grad_batches"] = None, 1
-    return config
 
 
 def test_every_trainer_argument_is_classified_with_lightnings_own_default():

@@ -11,7 +11,7 @@ from lightning_fabric.utilities.data import _set_sampler_epoch
 from pytorch_lightning.trainer.states import TrainerStatus
 
 from ddpscale.workloads.markov_datamodule import TEST_OFFSET, VAL_OFFSET, MarkovChain, MarkovTokens
-from test_transformer import TINY_PRESET
+from helpers.configs import TINY_PRESET
 
 
 def tiny_data(**changes) -> MarkovTokens:

@@ -13,7 +13,7 @@ import pytest
 from ddpscale.job.placement import PORT_HIGH, PORT_LOW, PlacementError, check, master_port, summary
 from ddpscale.job.placement_check import PlacementCheck, launcher_rank, own_record
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 UUIDS = ["GPU-5f2c6a1e-0b7d-4c55-9f0e-1a2b3c4d5e60", "GPU-8e1d2f3a-4b5c-6d7e-8f90-a1b2c3d4e5f6",
          "GPU-0a9b8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d", "GPU-1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9"]

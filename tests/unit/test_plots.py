@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import plots, reportdata
-from test_analysis import make_run
+from helpers.records import make_run
 
 # two topologies of world size 2 (1x2, 2x1) at the same speedup, and one at the largest size
 RUNS = [make_run("1x1"), make_run("1x2", throughput_samples_s=180.0),
@@ -70,7 +70,7 @@ def test_efficiency_legend_covers_no_bar_and_stays_in_the_figure(monkeypatch):
 def test_breakdown_legend_covers_no_bar_or_step_time_and_stays_in_the_figure(monkeypatch):
     # with a fifth term (Lightning's per-step sync) the legend inside the axes hid the step
     # times printed above the bars
-    from test_breakdown import probe
+    from helpers.records import probe
 
     data = reportdata.build(pd.DataFrame(RUNS[:3]), {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0),
                                                      "1x2": probe("1x2", 2, 0.0005, 0.003, 0.001, 0.001),

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddpscale.report import breakdown, html_tables
-from test_analysis import make_run
-from test_breakdown import probe, summary
+from helpers.records import make_run, probe, summary
 
 MS = 1e-3
 

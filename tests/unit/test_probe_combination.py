@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpscale.report import breakdown
-from test_breakdown import probe
+from helpers.records import probe
 
 
 def test_the_comm_term_is_the_gradient_in_ddp_s_buckets():

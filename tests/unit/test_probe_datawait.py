@@ -11,10 +11,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from ddpscale.job import probecopy, probing
 from ddpscale.workloads.resident import ResidentBatches
 
-import test_probecopy
-from test_probecopy import fit_with_probe
+from helpers.probe import fit_with_probe
 
-usermods = test_probecopy.usermods  # the fixture: the test user modules, importable
 STEP = {"data_s": 0.005, "compute_s": 0.002, "sync_step_s": 0.003, "method": "timed"}
 
 

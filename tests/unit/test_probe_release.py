@@ -4,20 +4,17 @@ is counted from training on, and torch.compile compiles training's own graphs.""
 
 from __future__ import annotations
 
-import socket
 import weakref
 
-import pytest
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.job import stepprobe
 from ddpscale.job import build, compiling, probecopy, probing
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
-from test_probecopy import SMALL, run_args
+from helpers.probe import SMALL, run_args
 
 
 class Tiny(pl.LightningModule):
@@ -34,19 +31,6 @@ class Tiny(pl.LightningModule):
 
     def train_dataloader(self):
         return DataLoader(TensorDataset(torch.randn(64, 16), torch.arange(64) % 4), batch_size=16)
-
-
-@pytest.fixture
-def one_rank_group(monkeypatch):
-    """A gloo group of one rank in this process: DDP can wrap a module."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_the_probe_s_ddp_wrapper_optimizers_view_grads_and_hook_state_are_collected(one_rank_group):

@@ -13,40 +13,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ddpscale.job import build, compiling, probecopy, probing
-from ddpscale.run.runspec import RunSpec
-from ddpscale.job.callbacks import ProbeBeforeTraining
 
-from conftest import ROOT
-
-SMALL = {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}
-
-
-@pytest.fixture
-def usermods(monkeypatch, tmp_path):
-    """The fixtures' user modules, importable as the workflow imports them; Lightning's default
-    checkpoint folder in tmp_path."""
-    monkeypatch.syspath_prepend(str(ROOT / "tests/fixtures"))
-    monkeypatch.chdir(tmp_path)
-    import usermods.cnn
-    import usermods.imagedata
-    import usermods.manual
-    import usermods.unprobeable
-
-    return usermods
-
-
-def run_args(batch_size: int = 16, **extra) -> RunSpec:
-    """A run's spec for one CPU rank (the module and data are the test's own)."""
-    return RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
-                   batch_size=batch_size, max_epochs=1, accelerator="cpu", collective_timeout_s=30, **extra)
-
-
-def fit_with_probe(model, data, *callbacks, alone: bool = True, max_epochs: int = 1):
-    """A fit under train.py's Trainer with the probe before training (alone: stop after it)."""
-    probed = ProbeBeforeTraining(run_args(data.batch_size), SMALL, alone=alone)
-    trainer = build.build_trainer(run_args(data.batch_size), [*callbacks, probed], max_epochs=max_epochs)
-    trainer.fit(model, datamodule=data)
-    return probed, trainer
+from helpers.probe import fit_with_probe, run_args
 
 
 class Snapshot(pl.Callback):

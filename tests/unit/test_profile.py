@@ -154,7 +154,7 @@ def test_retries_where_slurm_may_requeue_are_refused_and_no_retries_are_said():
 @pytest.mark.parametrize("name", ["gilbreth", "gilbreth-training", "raven", "slurm", "tests/slurm/profile"])
 def test_every_cluster_profile_retries_and_never_lets_slurm_requeue(name):
     """The shipped profiles pass the check above, with the spelling the installed plugin reads."""
-    from conftest import load_profile
+    from helpers.profiles import load_profile
     from snakemake_executor_plugin_slurm import ExecutorSettings
 
     written = load_profile(name)

@@ -7,7 +7,7 @@ its resource parser turns those into the Resource objects the workflow is handed
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.plan import profile
 from ddpscale.plan.resources import SiteError
 from snakemake.cli import parse_set_resources

@@ -8,35 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddpscale.report import accuracy, html_tables, projection, reportdata, summaries, verdict
+from ddpscale.report import accuracy, html_tables, projection, summaries, verdict
 from ddpscale.report import html as report_html
-from test_analysis import make_run
-from test_report_script import _assert_one_line_error, run_report, write_fixtures
+from helpers.records import KNOWN, build, make_run, windows_run
+from helpers.report import _assert_one_line_error, run_report, write_fixtures
 
 # 10 epochs x (36,000 samples / 100 samples/s + 6 s per epoch outside the steps: loader start
 # and hooks; no validation, a save at every epoch's end that takes no time) + 5 s warm-up excess
-KNOWN = {"configured_epochs": 10, "samples_per_epoch": 36000, "window_throughput_samples_s": 100.0,
-         "epoch_overhead_s": 6.0, "epoch_overheads_s": [6.0], "validates": False, "checkpoint_save_s": [[0, 0.0]],
-         "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}
 KNOWN_S = 10 * (360.0 + 6.0) + 5.0
 
 
 def known_run(**overrides) -> pd.Series:
     """A 1x1 record with the KNOWN figures, as the report's frame holds a row."""
     return pd.Series(make_run("1x1", **{**KNOWN, **overrides}))
-
-
-def windows_run(topology="1x1", **overrides):
-    """A throughput-mode record with the keys the projection reads."""
-    return make_run(topology, **{**KNOWN, "measure": "throughput", "time_per_epoch_s": None,
-                                 "throughput_half_width": 1.0, "stop_reason": "precision reached",
-                                 "window_steps": 20, "target_precision": 0.02, "max_steps": 2000,
-                                 "max_minutes": 10, **overrides})
-
-
-def build(runs, baseline: str = "1x1"):
-    return reportdata.build(pd.DataFrame(runs), {}, baseline=baseline, metric="test_acc", tolerance=0.02,
-                            threshold=0.8, expected=[], repeats=1, log_tails={})
 
 
 def test_projection_arithmetic_on_known_numbers():

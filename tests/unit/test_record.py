@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from conftest import ROOT
+from helpers.records import make_run
+from helpers.workflow import ROOT
 from ddpscale.core import record
-from test_analysis import make_run
 
 
 def test_a_written_record_reads_back_stamped_with_this_version(tmp_path):

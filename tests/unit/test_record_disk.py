@@ -11,15 +11,15 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers.configs import plan, source
+from helpers.records import make_run
+from helpers.status import run_status, write_tree
+from helpers.workflow import ROOT
 from ddpscale.core import io, record
 from ddpscale.plan import runplan, timelimit
 from ddpscale.report import records as report_records
 from ddpscale.status import rows as status
 from ddpscale.status import sources
-from test_analysis import make_run
-from test_runplan import in_tmp, plan, source  # noqa: F401 (in_tmp: a fixture)
-from test_status import run_status, write_tree
 
 NONFINITE = json.loads((ROOT / "tests/fixtures/adversarial/record_nonfinite.json.txt").read_text())
 

@@ -9,9 +9,8 @@ import pytest
 
 from ddpscale.report import analysis, boundness, reportdata, verdict
 from ddpscale.report import html as report_html
-from test_analysis import compared, make_run, summarize
-from test_breakdown import probe
-from test_report_script import _assert_one_line_error, run_report, write_fixtures
+from helpers.records import compared, make_run, probe, summarize
+from helpers.report import _assert_one_line_error, run_report, write_fixtures
 
 OVER = dict(usable_cores=2, hosts=["node0"])  # every rank on one host with 2 usable cores
 GPU = dict(device_kind="cuda", device_name="NVIDIA H100", simulated=False, backend="nccl")

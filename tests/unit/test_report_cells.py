@@ -12,9 +12,8 @@ import pandas as pd
 import pytest
 from ddpscale.core.io import from_sheet_cell, sheet_cell
 from ddpscale.report import earlier, tsv
-from test_analysis import make_run
-from test_breakdown import probe
-from test_report_script import run_report, write_fixtures
+from helpers.records import make_run, probe
+from helpers.report import run_report, write_fixtures
 
 ADVERSARIAL = Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"
 HOSTILE = json.loads((ADVERSARIAL / "report_hostile_names.json").read_text())

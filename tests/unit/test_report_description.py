@@ -8,7 +8,7 @@ import yaml
 from docutils.core import publish_parts
 from jinja2 import Environment
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 RST = ROOT / "workflow/report/workflow.rst"
 

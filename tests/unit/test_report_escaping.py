@@ -8,9 +8,8 @@ from markupsafe import escape
 
 from ddpscale.report import html_tables, reportdata, templating
 from ddpscale.report import html as report_html
-from test_analysis import make_run
-from test_breakdown import probe
-from test_report_script import probed_runs
+from helpers.records import make_run, probe
+from helpers.report import probed_runs
 
 HOSTILE = "<script>alert(1)</script>"
 SHOWN = "&lt;script&gt;alert(1)&lt;/script&gt;"

@@ -8,7 +8,7 @@ import pytest
 
 from ddpscale.report import analysis, decision, firstscreen, fmt, html_tables
 from ddpscale.report import html as report_html
-from test_projection import build, windows_run
+from helpers.records import build, windows_run
 
 
 @pytest.mark.parametrize("value, text", [(0.000561, "0.00056"), (0.0333, "0.033"), (24.8, "25"), (20.0, "20"),

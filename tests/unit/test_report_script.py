@@ -1,42 +1,17 @@
 """End-to-end tests of scripts/report.py on fixture metrics files."""
-import json
 import re
-import subprocess
-import sys
 from markupsafe import escape
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from ddpscale.report import analysis, description, reportdata, timetoacc
 from ddpscale.report import html as report_html
-from test_analysis import make_run
+from helpers.records import make_run
+from helpers.report import OUTPUTS, PDFS, PNGS, SVGS, _assert_one_line_error, probed_runs, run_report, write_fixtures
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "report.py"
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
-PNGS = ["speedup.png", "efficiency.png", "throughput.png", "breakdown.png", "busbw.png"]
-SVGS = ["overview.svg", *(name.replace(".png", ".svg") for name in PNGS)]
-PDFS = [name.replace(".svg", ".pdf") for name in SVGS]
-OUTPUTS = ["scaling.tsv", "breakdown.tsv", "prediction.tsv", "projection.tsv", "timetoacc.tsv", *PNGS, *SVGS,
-           *PDFS, "report.html"]
-
-
-def run_report(metrics, out_dir, *extra):
-    cmd = [sys.executable, str(SCRIPT), "--metrics", *map(str, metrics),
-           "--out-dir", str(out_dir), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-
-
-def write_fixtures(tmp_path, runs):
-    paths = []
-    for run in runs:
-        path = tmp_path / "runs" / f"{run['topology']}_r{run['repeat']}" / "metrics.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(run))
-        paths.append(path)
-    return paths
 
 
 # three repeats (seeds) each, so "accuracy held" is a test (report.accuracy)
@@ -140,15 +115,6 @@ def test_gpu_report_has_no_banner(tmp_path):
             in page)
 
 
-def _assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("ddpscale report: ")
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 def test_bad_metrics_file_exits_2(tmp_path):
     paths = write_fixtures(tmp_path, SIM_RUNS[:1])
     bad = tmp_path / "broken.json"
@@ -220,20 +186,6 @@ def test_partial_report_marks_failed_and_missing_topologies(tmp_path):
     assert "Not complete: 1x2: 1 of 2 repeats finished; 2x2: failed" in page
 
 
-def probed_runs():
-    """Two runs and the probe each topology's first repeat recorded."""
-    from test_breakdown import probe
-
-    runs = [make_run("1x1", batch_per_device=64, throughput_samples_s=6400.0),
-            make_run("1x2", batch_per_device=32, throughput_samples_s=64 / 0.0105)]
-    probes = {"1x1": probe("1x1", 1, 0.001, 0.006, 0.0, 0.0), "1x2": probe("1x2", 2, 0.0005, 0.006, 0.001, 0.001)}
-    for record in probes.values():
-        record["allreduce"] = [{**r, "algbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None,
-                                "busbw_gbps": r["bytes"] / r["time_s"] / 1e9 if r["time_s"] else None}
-                               for r in record["allreduce"]]
-    return runs, probes
-
-
 def assert_breakdown_prediction_and_bandwidth(out):
     page = (out / "report.html").read_text()
     for heading in ("Where the time goes", "Predicted vs measured", "All-reduce at the gradient size"):
@@ -255,7 +207,7 @@ def test_probes_in_the_runs_give_breakdown_prediction_and_bandwidth(tmp_path):
 
 def test_a_failed_probe_shows_its_topology_with_the_terms_unknown(tmp_path):
     """A run whose probe was n/a trained anyway: its rows say so, and the plots leave it out."""
-    from test_breakdown import NO_OPTIMIZER, na_probe
+    from helpers.records import NO_OPTIMIZER, na_probe
 
     runs, probes = probed_runs()
     probes["1x2"] = na_probe("1x2", 2)

@@ -4,8 +4,7 @@ import pandas as pd
 
 from ddpscale.report import html_tables, reportdata
 from ddpscale.report import html as report_html
-from test_analysis import make_run
-from test_breakdown import probe
+from helpers.records import make_run, probe
 
 # 1x2 at 1.96x: rounded to one place it read 2.0x in the headline, 1.96x in the table
 RUNS = [make_run("1x1"), make_run("1x2", throughput_samples_s=196.0)]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from ddpscale.core.io import STAGING, keep, publish_lock, restore, staged
-from test_analysis import make_run
-from test_report_script import OUTPUTS, SCRIPT, run_report, write_fixtures
+from helpers.records import make_run
+from helpers.report import OUTPUTS, SCRIPT, run_report, write_fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "workflow" / "rules" / "report.smk"

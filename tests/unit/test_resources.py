@@ -9,7 +9,8 @@ from ddpscale.plan.resources import (
 )
 from ddpscale.run.topology import parse_topology
 
-from conftest import ROOT, load_profile, profile_site
+from helpers.profiles import load_profile, profile_site
+from helpers.workflow import ROOT
 
 PROFILES = sorted(p.parent.name for p in ROOT.glob("profiles/*/config.yaml"))
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]

@@ -4,7 +4,6 @@ read from it (targets, stages, each run's spec, resources, flags, what blocks th
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -12,19 +11,10 @@ from ddpscale.run.topology import TopologyError
 from ddpscale.plan import runplan
 from ddpscale.run.hostdevices import AcceleratorError, VisibleGpus
 from ddpscale.plan.resources import Site
-from test_analysis import make_run
-from test_runspec import default_config
+from helpers.configs import default_config, plan, source
+from helpers.records import make_run
 
 SRUN = Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=1000)
-NO_GPU = VisibleGpus(0, (), "nvidia-smi -L")
-
-
-def plan(config=None, site=Site(), gpus=NO_GPU, cores=8, memory_mb=None, source=None, **changes) -> runplan.RunPlan:
-    config = config or default_config(**changes)
-    local = site.is_local
-    return runplan.build(config, site, config_source="config/config.yaml", lightning=None, python="/v/bin/python",
-                         versions={"torch": "2.13.0"}, gpus=gpus if local else None, cores=cores if local else None,
-                         memory_mb=memory_mb if local else None, source=source)
 
 
 def test_targets_are_every_topology_and_repeat_under_the_layout():
@@ -155,18 +145,6 @@ def test_run_identity_holds_the_generated_data_settings_and_versions_only():
     assert json.loads(p.run_identity())["dataset"] is None
     assert p.data_file is None and p.generated_files == [] and not p.data_settings_changed()
     assert "--out results/spiralmlp/data/none/data.npz" in p.prepare_flags()  # unused, but well formed
-
-
-@pytest.fixture
-def in_tmp(tmp_path):
-    old = os.getcwd()
-    os.chdir(tmp_path)
-    yield tmp_path
-    os.chdir(old)
-
-
-def source(key):
-    return "overlay.yaml"
 
 
 def test_nothing_on_disk_blocks_a_fresh_experiment(in_tmp):

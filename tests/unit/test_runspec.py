@@ -6,26 +6,14 @@ import dataclasses
 import shlex
 
 import pytest
-import yaml
-from snakemake.utils import validate
 
-from conftest import ROOT
+from helpers.configs import BASE, default_config
 from ddpscale.core.layout import layout
 from ddpscale.run.topology import parse_topology
 from ddpscale.run import runspec
 from ddpscale.plan.resources import Site
 from ddpscale.plan.runplan import build_spec
 from ddpscale.run.runspec import RunSpec
-
-BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
-            scaling="weak", batch_size=32, max_epochs=3)
-
-
-def default_config(**changes) -> dict:
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    config.update(changes)
-    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))  # fills the schema's defaults
-    return config
 
 
 def built(config: dict, topology: str, repeat: int, site: Site = Site(), measure: str = "full") -> RunSpec:

@@ -13,11 +13,10 @@ import threading
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers.configs import BASE, default_config, plan
+from helpers.workflow import ROOT
 from ddpscale.run import argsfile, runspec
 from ddpscale.run.runspec import RunSpec
-from test_runplan import plan
-from test_runspec import BASE, default_config
 
 # a command line's longest argument on Linux (MAX_ARG_STRLEN): the whole shell line of a rule
 # is one argument of `bash -c`

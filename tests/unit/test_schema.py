@@ -6,7 +6,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 SHIPPED = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 SCRIPT = ROOT / "scripts/setup_python.sh"
 

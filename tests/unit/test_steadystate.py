@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.core import stats
 from ddpscale.core import steadystate
 from ddpscale.core.steadystate import Rule, decide

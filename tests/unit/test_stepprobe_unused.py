@@ -13,7 +13,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from ddpscale.job import probing, stepprobe
-from test_probe_release import one_rank_group  # noqa: F401 - a fixture
 
 
 class SkipsOnEvenBatches(pl.LightningModule):

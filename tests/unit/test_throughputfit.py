@@ -15,7 +15,7 @@ from ddpscale.plan.throughputfit import Epoch, epoch_batches, judge, sharded_bat
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.resident import ResidentBatches
 from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule
-from test_runspec import default_config
+from helpers.configs import default_config
 
 SHIPPED = ["1x1", "1x2", "2x1"]
 

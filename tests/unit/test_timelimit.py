@@ -75,7 +75,7 @@ def test_the_plan_sizes_job_limits_only_on_a_cluster(site_local):
     from ddpscale.plan import runplan
     from ddpscale.run.hostdevices import VisibleGpus
     from ddpscale.plan.resources import Site
-    from test_runspec import default_config
+    from helpers.configs import default_config
 
     site = Site() if site_local else Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=1000)
     plan = runplan.build(default_config(topologies=["1x1", "1x2"], measure="throughput"), site,

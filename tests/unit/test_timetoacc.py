@@ -12,7 +12,7 @@ import pytest
 
 from ddpscale.report import reportdata, timetoacc
 from ddpscale.report import html as report_html
-from test_analysis import make_run
+from helpers.records import make_run
 
 
 def run(topology: str, values: list[float] | None, epoch_s: float, repeat: int = 0, metric: str = "val_acc",

@@ -12,17 +12,12 @@ from snakemake.utils import validate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import ROOT
+from helpers.configs import TINY_PRESET, shapes
+from helpers.workflow import ROOT
 from ddpscale.job import flops
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
 
 GPU_PRESET = yaml.safe_load((ROOT / "config/transformer.yaml").read_text())
-TINY_PRESET = yaml.safe_load((ROOT / "config/transformer_tiny.yaml").read_text())
-SHAPES = ("vocab_size", "seq_len", "d_model", "n_layers", "mlp_ratio", "tie_weights")
-
-
-def shapes(init_args: dict) -> dict:
-    return {k: init_args[k] for k in SHAPES if k in init_args}
 
 
 def small_model(tie_weights: bool) -> TransformerLM:

@@ -15,8 +15,8 @@ from ddpscale.report.analysis import run_facts
 from ddpscale.report.verdict import OVER_SOCKETS, label
 from ddpscale.job.transportinfo import nccl_debug_env
 
-from conftest import ROOT
-from test_analysis import make_run
+from helpers.records import make_run
+from helpers.workflow import ROOT
 
 FIXTURES = ROOT / "tests/fixtures/nccl"
 

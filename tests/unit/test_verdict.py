@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from ddpscale.report import analysis, cost, earlier, html_tables, verdict
-from test_analysis import compared, make_run
+from helpers.records import compared, make_run
 
 
 def compared_table(runs, expected=None, repeats=1, tails=None, simulated=False):

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for folder in ("scripts", "tests/unit", "tests/workflow"):  # runnable outside pytest too
+for folder in ("scripts", "tests"):  # runnable outside pytest too
     sys.path.insert(0, str(ROOT / folder))
 
-from test_analysis import make_run  # noqa: E402
-from test_breakdown import probe  # noqa: E402
-from test_report_script import run_report, write_fixtures  # noqa: E402
+from helpers.records import make_run, probe  # noqa: E402
+from helpers.report import run_report, write_fixtures  # noqa: E402
 
 # topology -> (samples/s of the repeats, within-run half width as a share, stop reason)
 MEASURED = {"1x1": ((412.0, 405.0, 409.0), 0.012, "precision reached"),
@@ -92,6 +91,6 @@ if __name__ == "__main__":
     report = build(args.out_dir)
     print(report / "report.html")
     if args.screenshot:
-        import browser
+        from helpers import browser
         browser.screenshot(report / "report.html", args.screenshot, height=900)
         print(args.screenshot)

@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT, SNAKEMAKE
+from helpers.workflow import ROOT, SNAKEMAKE
 
 ADVERSARIAL = ROOT / "tests/fixtures/adversarial"
 

@@ -15,7 +15,8 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import ROOT, assert_counted, launched, run_user_module
+from helpers.training import assert_counted, epoch_truth, launched, loader_sizes, run_user_module, shard_flags
+from helpers.workflow import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -96,7 +97,7 @@ def one_sequence_flops() -> float:
 
 @pytest.mark.parametrize("measure", ["full", "throughput"])
 def test_an_undeclared_sequence_first_batch_is_na_with_the_reason(tmp_path, data_file, measure):
-    from test_projection import build
+    from helpers.records import build
 
     m = train(tmp_path, data_file, 1, "--measure", measure, "--window-steps", "2", "--min-windows", "2")
     assert "samples not counted" in m["_out"] and "batch.dim" in m["_out"]
@@ -144,38 +145,6 @@ def train_usermod(tmp_path, devices: int, model: str, data: str, data_args: str 
     if not (tmp_path / "metrics.json").exists():
         return {"_rc": done.returncode, "_out": out}
     return json.loads((tmp_path / "metrics.json").read_text()) | {"_rc": done.returncode, "_out": out}
-
-
-def shard_flags(n: int, world: int, rank: int) -> list[bool]:
-    """DistributedSampler's shard of rank: each place, whether it holds a real sample (the
-    padded order repeats the first indices past n; the rank takes every world-th place)."""
-    return [place < n for place in range(-(-n // world) * world)][rank::world]
-
-
-def epoch_truth(sizes: dict[str, int], world: int, mode: str, batch: int = 16) -> tuple[int, int]:
-    """(real samples, padding repeats) an epoch trains over all ranks, each loader's batches
-    taken as the mode takes them: min_size stops with the shortest, max_size with the longest,
-    max_size_cycle starts a shorter one again (what it yields again is trained again)."""
-    real = padding = 0
-    for rank in range(world):
-        passes = {name: [shard_flags(n, world, rank)[i:i + batch] for i in range(0, -(-n // world), batch)]
-                  for name, n in sizes.items()}
-        lengths = [len(p) for p in passes.values()]
-        steps = min(lengths) if mode == "min_size" else max(lengths)
-        for batches in passes.values():
-            taken = [batches[step % len(batches)] for step in range(steps)
-                     if mode != "max_size" or step < len(batches)]
-            real += sum(flag for b in taken for flag in b)
-            padding += sum(not flag for b in taken for flag in b)
-    return real, padding
-
-
-def loader_sizes() -> dict[str, int]:
-    from fixtures.usermods.multiloader import LabeledAndUnlabeled
-
-    data = LabeledAndUnlabeled(batch_size=16)
-    data.setup("fit")
-    return {"labeled": len(data.labeled_set), "unlabeled": len(data.unlabeled_set)}
 
 
 @pytest.mark.parametrize("devices, mode", [(1, None), (2, None), (2, "min_size"), (2, "max_size")])

@@ -8,8 +8,8 @@ import pytest
 
 @pytest.mark.timeout(180)
 def test_the_workflow_gives_the_baseline_every_topologys_per_device_batch(workspace):
-    from conftest import tiny_config
-    from test_hostdevices_dryrun import dry_run
+    from helpers.workflow import tiny_config
+    from helpers.devices import dry_run
 
     config = tiny_config(topologies=["1x1", "1x2", "2x2"], batch={"scaling": "strong", "size": 64}, repeats=2)
     rc, output = dry_run(workspace, config, cuda_visible_devices="")

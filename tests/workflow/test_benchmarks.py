@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
-from test_status import run_status
+from helpers.status import run_status
+from helpers.workflow import ROOT, SNAKEMAKE, Workspace, tiny_config
 
 # on one xdist worker: each worker would run the module's fixture (real training) again
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("broken-configs"), pytest.mark.timeout(600)]
@@ -246,7 +246,7 @@ def test_status_on_a_config_made_to_break_the_reader_is_one_line(tmp_path, name)
 def test_sync_batchnorm_is_planned_where_every_run_has_gpus(workspace):
     """The CLI config refused above (sync_batchnorm_on_cpu), where every run gets GPUs of its own
     (two shown to the local profile): planned, each run's Trainer given the setting."""
-    from test_hostdevices_dryrun import dry_run, train_commands
+    from helpers.devices import dry_run, train_commands
 
     shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
     config = tiny_config(lightning_config="usermods/syncbn_cli.yaml")

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT
-from test_commbench import MIB
+from helpers.workflow import ROOT
+
+MIB = 1024 * 1024
 
 
 # -- timed as nccl-tests times it, on 2 gloo ranks ------------------

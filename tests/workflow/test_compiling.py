@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-import system_tools
-from conftest import ROOT, launched, run_user_module
+from helpers import system_tools
+from helpers.training import launched, run_user_module
+from helpers.workflow import ROOT
 from ddpscale.job import compiling
 from ddpscale.workloads.models import SpiralMLP
 
@@ -151,7 +152,7 @@ class ManualSpiral(SpiralMLP):
 def test_on_a_gpu_manual_optimisation_trains_under_cuda_graphs(tmp_path, data_file):
     """compile: reduce-overhead replays CUDA graphs whose outputs the next replay overwrites;
     Lightning's manual loop hands the loss on uncloned (the CPU twin: test_timing.py)."""
-    from conftest import require_cuda
+    from helpers.devices import require_cuda
 
     require_cuda()
     done = run_user_module(tmp_path, MANUAL, "manualmod.ManualSpiral", data_file, "--accelerator", "gpu",

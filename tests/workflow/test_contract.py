@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.plan import contractfacts
 
 SCRIPT = str(ROOT / "scripts/contract.py")

@@ -15,8 +15,9 @@ import torch
 from ddpscale.plan.resources import Site, run_accelerator
 from ddpscale.job.cudacheck import NO_DRIVER, driver_text, stop_line
 
-from conftest import ROOT, launched, profile_site
-from test_profiles import dry_run, train_jobs
+from helpers.profiles import dry_run, profile_site, train_jobs
+from helpers.training import launched
+from helpers.workflow import ROOT
 
 # Texts as the tools print them. torch's CUDA init error and its warning:
 # "The NVIDIA driver on your system is too old (found version 11040). Please update your GPU

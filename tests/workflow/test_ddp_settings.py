@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_user_module
+from helpers.training import run_user_module
+from helpers.workflow import ROOT
 from ddpscale.job import commbench
 from ddpscale.run import ddpsettings
 from ddpscale.job import build

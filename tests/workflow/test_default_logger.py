@@ -9,7 +9,8 @@ import json
 import struct
 
 import pytest
-from conftest import ROOT, assert_counted, run_user_module
+from helpers.training import assert_counted, run_user_module
+from helpers.workflow import ROOT
 from ddpscale.core.spiral import split_sizes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, run_user_module
+from helpers.training import run_user_module
+from helpers.workflow import ROOT
 
 FP32_SETTINGS = [
     # (what a module sets, torch's fp32_precision API or the legacy one, and what is in effect)
@@ -55,7 +56,7 @@ class Tf32Spiral(SpiralMLP):
 @pytest.mark.slow
 def test_on_a_gpu_a_module_on_the_fp32_precision_api_gets_its_tf32_peak(tmp_path, data_file):
     """Rank 0 died in FlopsCount once a module used the new API (the CPU twin reads the record)."""
-    from conftest import require_cuda
+    from helpers.devices import require_cuda
 
     require_cuda()
     done = run_user_module(tmp_path, TF32_MODULE, "tf32mod.Tf32Spiral", data_file, "--accelerator", "gpu",

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
+from helpers.training import assert_counted, assert_speedup_of, trained_on_one_and_two
 
 # on one xdist worker: each worker would run the module's fixture (real training) again
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gan-module"), pytest.mark.timeout(300)]

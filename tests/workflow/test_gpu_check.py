@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from test_gpu_check import gpu_check
+from helpers.devices import gpu_check
+from helpers.workflow import ROOT
 
 
 @pytest.mark.slow

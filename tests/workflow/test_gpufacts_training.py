@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT, require_cuda
-from test_train_ddp import run, train_command
+from helpers.devices import require_cuda
+from helpers.training import run, train_command
+from helpers.workflow import ROOT
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_counted, assert_speedup_of, trained_on_one_and_two
+from helpers.training import assert_counted, assert_speedup_of, trained_on_one_and_two
 
 # on one xdist worker: each worker would run the module's fixture (real training) again
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hf-module"), pytest.mark.timeout(300)]

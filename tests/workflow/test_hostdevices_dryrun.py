@@ -4,42 +4,13 @@ topologies get GPUs, each simulated node its own (the decision itself: test_host
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import SNAKEMAKE, tiny_config
-from test_hostdevices import SMI_ONE, fake_nvidia_smi
+from helpers.devices import SMI_ONE, dry_run, train_commands
+from helpers.workflow import tiny_config
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def dry_run(workspace, config: dict, cuda_visible_devices: str | None = None, smi: str | None = None):
-    """`snakemake --profile profiles/local -n -p` with a fake nvidia-smi (or none) on PATH."""
-    workspace.write_config(config)
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-    bin_dir = workspace.path.parent / "fakebin"
-    if smi is not None:
-        fake_nvidia_smi(bin_dir, smi)
-    env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
-    if cuda_visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
-    proc = subprocess.run([*SNAKEMAKE, "--profile", "profiles/local", "-n", "-p"], cwd=workspace.path,
-                          capture_output=True, text=True, timeout=120, env=env)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def train_commands(output: str) -> dict[str, str]:
-    """{topology: shell command} of the planned train jobs."""
-    commands = {}
-    for line in output.splitlines():
-        match = re.search(r"scripts/train\.py --topology=(\d+x\d+) ", line)
-        if line.startswith("Shell command: ") and match:
-            commands[match.group(1)] = line[len("Shell command: "):]
-    return commands
 
 
 def test_dry_run_one_gpu_too_few_for_1x2_runs_everything_on_cpu(workspace):

@@ -15,14 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT, launched, tiny_config
+from helpers.records import make_run
+from helpers.report import _assert_one_line_error, run_report, write_fixtures
+from helpers.training import launched, train_args
+from helpers.workflow import ROOT, job_counts, tiny_config
 from ddpscale.report import analysis, records
 from ddpscale.job import checksum
 from ddpscale.run import identity
-from test_analysis import make_run
-from test_identity import train_args
-from test_report_script import _assert_one_line_error, run_report, write_fixtures
-from test_workflow_local import job_counts
 
 
 # --- the report ---------------------------------------------------------------------------------

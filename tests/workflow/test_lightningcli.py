@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT
+from helpers.configs import ddpscale_config
+from helpers.workflow import ROOT
 from ddpscale.run import lightningcli
-from test_lightningcli import ddpscale_config
 
 FIXTURES = ROOT / "tests/fixtures"
 
@@ -102,7 +102,7 @@ def test_a_cli_config_s_tensorboard_logger_is_kept_with_its_arguments_in_the_run
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_writes_the_loggers_the_cli_config_names_beside_its_record(tmp_path, data_file):
-    from conftest import run_user_module
+    from helpers.training import run_user_module
 
     loggers = [{"kind": "csv", "init_args": {}}, {"kind": "tensorboard", "init_args": {"default_hp_metric": False}}]
     done = run_user_module(tmp_path, "from ddpscale.workloads.models import SpiralMLP as Model\n", "plain.Model",

@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, SNAKEMAKE
+from helpers.workflow import ROOT, SNAKEMAKE
 
 KEPT = "Specify a conda environment or container for each rule."
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 from ddpscale.job import machinelock
 
 RANK = '''

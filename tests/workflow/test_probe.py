@@ -12,7 +12,9 @@ import pytest
 
 from ddpscale.job.commbench import message_sizes
 
-from conftest import ROOT, launched, require_cuda
+from helpers.devices import require_cuda
+from helpers.training import launched
+from helpers.workflow import ROOT
 
 # SpiralMLP(hidden=[64, 32, 16]) on 2-D points, 2 classes: weights + biases of 4 layers
 SPIRAL_NUMEL = (2 * 64 + 64) + (64 * 32 + 32) + (32 * 16 + 16) + (16 * 2 + 2)
@@ -293,7 +295,7 @@ class NoBatchIdx(SpiralMLP):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_training_step_without_batch_idx_is_probed_and_counted(tmp_path, data_file):
-    from conftest import run_user_module
+    from helpers.training import run_user_module
 
     done = run_user_module(tmp_path, NO_BATCH_IDX, "nobatchidx.NoBatchIdx", data_file, "--probe", devices=2)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -326,7 +328,7 @@ class LogsThroughLogger(SpiralMLP):
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_run_s_folder(tmp_path, data_file,
                                                                                           devices):
-    from conftest import run_user_module
+    from helpers.training import run_user_module
 
     done = run_user_module(tmp_path, LOGS_THROUGH_LOGGER, "logsmod.LogsThroughLogger", data_file, "--probe",
                            devices=devices)
@@ -417,7 +419,7 @@ def test_a_slow_module_s_probe_is_sized_to_its_short_run_or_skipped(tmp_path, da
     would cost three times the training; it times 10 steps x 4 rounds instead (fewer on a host
     busy enough to slow the step by half again). At 0.9 s even
     the smallest probe (13 batches) would: it is skipped, with the reason, and training goes on."""
-    from conftest import run_user_module
+    from helpers.training import run_user_module
 
     done = run_user_module(tmp_path, SLOW_STEP.replace("STEP_S", str(step_s)), "slowstep.SlowStep", data_file,
                            "--probe", "--trainer-args", json.dumps({"limit_train_batches": 2}))

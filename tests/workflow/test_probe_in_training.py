@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from test_train_ddp import kill_after_first_checkpoint, run, train_command
+from helpers.training import kill_after_first_checkpoint, run, train_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

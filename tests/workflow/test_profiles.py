@@ -4,7 +4,6 @@ of ddpscale.plan.resources, and impossible topologies stop the workflow before a
 A dry run needs no SLURM (no sbatch, sacct or squeue) and takes a few seconds.
 """
 import json
-import os
 import re
 import subprocess
 
@@ -14,40 +13,10 @@ import yaml
 from ddpscale.plan.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.run.topology import parse_topology
 
-from conftest import ROOT, SNAKEMAKE, WORKFLOW_PYTHON, load_profile, profile_site, with_account
+from helpers.profiles import dry_run, load_profile, profile_site, train_jobs, with_account
+from helpers.workflow import ROOT, SNAKEMAKE, WORKFLOW_PYTHON
 
 TOPOLOGIES = ["1x1", "1x4", "2x4", "4x1"]
-
-
-def dry_run(profile, topologies, *extra, account="test_account", measure="auto"):
-    # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
-    # no visible GPU, so the local profile plans CPU-simulated runs on any machine
-    # (tests/unit/test_hostdevices.py covers its GPU plans).
-    folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
-    if account is not None:  # as a user does before the first run; None: the profile as shipped
-        folder = with_account(folder, account)
-    cmd = [*SNAKEMAKE, "--profile", folder, "-n", "-p",
-           "--forceall", *extra, "--config", f"topologies={json.dumps(topologies)}", "repeats=1", f"measure={measure}"]
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    return proc.returncode, proc.stdout
-
-
-def train_jobs(output, rules=None):
-    """{topology: (resources dict, shell command)} of the printed training jobs (any stage);
-    `rules`, when given, receives {topology: the rule that trains it}."""
-    jobs = {}
-    for block in re.split(r"^rule ", output, flags=re.M)[1:]:
-        if not block.startswith("train_"):
-            continue
-        wildcards = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block)[1].split(", "))
-        resources = dict(kv.split("=", 1) for kv in re.search(r"resources: (.*)", block)[1].split(", "))
-        shell = re.search(r"^Shell command: (.*)$", block, flags=re.M)[1]
-        assert wildcards["repeat"] == "0"
-        jobs[wildcards["topology"]] = (resources, shell)
-        if rules is not None:
-            rules[wildcards["topology"]] = block.split(":", 1)[0]
-    return jobs
 
 
 @pytest.fixture(scope="module", params=["gilbreth-training", "raven", "slurm", "local"])

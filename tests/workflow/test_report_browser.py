@@ -1,4 +1,4 @@
-"""report.html as a reader sees it: opened in headless Chromium (tests/browser.py), checked for
+"""report.html as a reader sees it: opened in headless Chromium (tests/helpers/browser.py), checked for
 the verdict first, then the tables, then every plot actually decoded, and screenshotted; and the
 first screen (issue 33): the answer, its plot and the decision table inside 1280 x 900, every
 section folding open and shut, the printed PDF holding every section, no two plot labels on top
@@ -25,10 +25,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-import browser
-import report_sample
-import system_tools
-from conftest import ROOT, Workspace, clean_distributed_env, tiny_config
+from helpers import browser, system_tools
+from helpers.training import clean_distributed_env
+from helpers.workflow import ROOT, Workspace, tiny_config
+
+from . import report_sample
 
 # on one xdist worker: each worker would run the module's fixture (real training) again; the
 # timeout may include installing chromium

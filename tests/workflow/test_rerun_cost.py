@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from conftest import Workspace, tiny_config
-from test_workflow_local import job_counts
+from helpers.workflow import Workspace, job_counts, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rerun-cost"), pytest.mark.timeout(300)]
 

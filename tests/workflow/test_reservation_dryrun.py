@@ -11,12 +11,12 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
+from helpers.records import make_run
+from helpers.workflow import ROOT, SNAKEMAKE, Workspace, tiny_config
 from ddpscale.run.topology import parse_topology
 from ddpscale.plan.reservation import hours
 from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.core.spiral import write_dataset
-from test_analysis import make_run
 
 pytestmark = pytest.mark.timeout(240)
 

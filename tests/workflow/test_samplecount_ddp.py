@@ -18,7 +18,8 @@ import torch
 from ddpscale.core.spiral import split_sizes, write_dataset
 from ddpscale.workloads.models import SpiralMLP
 
-from conftest import ROOT, launched
+from helpers.training import launched
+from helpers.workflow import ROOT
 
 SPLIT = [0.7, 0.15, 0.15]
 

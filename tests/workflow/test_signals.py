@@ -17,8 +17,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from conftest import ROOT, launched, tiny_config
-from test_identity import train_args
+from helpers.training import launched, train_args
+from helpers.workflow import ROOT, tiny_config
 from ddpscale.job.launch import describe_exit, run
 from ddpscale.job import build, callbacks
 from ddpscale.run import runspec

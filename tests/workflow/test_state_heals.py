@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from conftest import tiny_config
-from test_status import run_status
-from test_workflow_local import job_counts
+from helpers.status import run_status
+from helpers.workflow import job_counts, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

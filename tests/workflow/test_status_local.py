@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from conftest import SNAKEMAKE, tiny_config
+from helpers.status import run_status
+from helpers.workflow import SNAKEMAKE, tiny_config
 from ddpscale.core.record import last_progress
-from test_status import run_status
 
 
 # -- a real local workflow, watched, then killed ----------------------------------------------

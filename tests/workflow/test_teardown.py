@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers.workflow import ROOT
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,22 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from test_train_ddp import train_command
+from helpers.training import measured, train_command
+from helpers.workflow import ROOT
 
 from ddpscale.core import steadystate
 from ddpscale.job import windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: str, log: list | None = None) -> dict:
-    command = train_command(tmp_path, data_file, nodes, devices, "--window-steps", "5", "--min-windows", "5", *flags)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    if log is not None:
-        log.append(result.stdout + result.stderr)
-    return json.loads((tmp_path / "metrics.json").read_text())
 
 
 @pytest.mark.parametrize("nodes,devices", [(1, 2), (2, 1)])
@@ -188,7 +179,7 @@ def streamed(tmp_path: Path, devices: int, iterable: bool, *flags: str) -> dict:
     import os
     import sys
 
-    from conftest import launched
+    from helpers.training import launched
 
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
              "--devices", str(devices), "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32",

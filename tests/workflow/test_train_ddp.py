@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, launched, require_cuda
-from ddpscale.job import checksum
+from helpers.devices import require_cuda
+from helpers.training import kill_after_first_checkpoint, run, train_command
+from helpers.workflow import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
-             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
-             "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
-             "--model-class", "ddpscale.workloads.models.SpiralMLP",
-             "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *extra]
-    return launched(train, nodes, devices)
-
-
-def run(command, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT, **kwargs)
 
 
 @pytest.mark.parametrize("nodes,devices,data_args", [(1, 2, "{}"), (2, 1, "{}"), (1, 2, '{"resident": true}')])
@@ -57,20 +42,6 @@ def test_two_rank_ddp_forms_the_requested_world(tmp_path, data_file, nodes, devi
     # the float32 arithmetic training ran under, read by rank 0 at fit time
     assert metrics["float32_matmul_precision"] in ("highest", "high", "medium")
     assert isinstance(metrics["cuda_matmul_allow_tf32"], bool) and isinstance(metrics["cudnn_allow_tf32"], bool)
-
-
-def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> None:
-    """Start a training run and SIGKILL it once its first checkpoint is whole: signed. The file
-    alone is not enough: a kill between Lightning's write and the signature leaves an unsigned
-    checkpoint, which is rightly never resumed (on a busy host that window is long)."""
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    signed = checksum.sidecar(tmp_path / "ckpt/last.ckpt")
-    deadline = time.monotonic() + 120
-    while not signed.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert signed.exists(), "no signed checkpoint appeared before the run ended"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
 
 
 def test_each_repeat_trains_with_a_seed_of_its_own(tmp_path, data_file):

@@ -12,10 +12,11 @@ import sys
 import pytest
 import pytorch_lightning as pl
 
-from conftest import ROOT, SNAKEMAKE, Workspace, launched
+from helpers.configs import TINY_PRESET, shapes
+from helpers.training import launched
+from helpers.workflow import ROOT, SNAKEMAKE, Workspace
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample
-from test_transformer import TINY_PRESET, shapes
 
 
 # --- (4) the tiny preset learns through a real Trainer ----------------------------------------
@@ -114,7 +115,7 @@ def test_the_tiny_preset_runs_the_whole_workflow_and_the_report_compares_its_acc
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("compile_mode", ["none", "default"])
 def test_on_one_gpu_the_transformer_reports_its_mfu(tmp_path, compile_mode):
-    from conftest import require_cuda
+    from helpers.devices import require_cuda
 
     torch_ = require_cuda()
     model_args = {"vocab_size": 8192, "seq_len": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "lr": 6e-4}

@@ -13,8 +13,8 @@ import pytest
 
 from ddpscale.run import runspec
 
-from conftest import ROOT
-from test_identity import train_args
+from helpers.training import train_args
+from helpers.workflow import ROOT
 
 
 def test_train_py_records_the_history_of_the_epoch_metric_it_is_given(tmp_path, data_file):

@@ -12,7 +12,7 @@ import json
 import pandas as pd
 import pytest
 
-from test_throughput_mode import measured
+from helpers.training import measured
 
 from ddpscale.report import description
 from ddpscale.report import projection
@@ -84,8 +84,9 @@ class StopsEarly(SpiralMLP):
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_a_module_s_early_stop_is_recorded_said_and_compared_like_for_like(tmp_path, data_file, devices):
-    from conftest import ROOT, run_user_module
-    from test_projection import build
+    from helpers.training import run_user_module
+    from helpers.workflow import ROOT
+    from helpers.records import build
 
     before = set(ROOT.iterdir())
     done = run_user_module(tmp_path, EARLY_STOPPING, "stopsearly.StopsEarly", data_file, "--max-epochs", "4",

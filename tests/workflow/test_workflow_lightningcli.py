@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, WORKFLOW_PYTHON, tiny_config
+from helpers.workflow import ROOT, WORKFLOW_PYTHON, tiny_config
 from workflow.test_lightningcli import print_config  # a bare test_lightningcli is tests/unit's
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 
@@ -11,15 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, WORKFLOW_PYTHON, tiny_config
+from helpers.workflow import ROOT, WORKFLOW_PYTHON, job_counts, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
-
-
-def job_counts(stdout_and_err: str) -> dict[str, int]:
-    """Snakemake's 'Job stats' table of the run: rule -> number of jobs."""
-    table = stdout_and_err.split("Job stats:")[1].split("total")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
 def test_whole_workflow_then_rerun_only_the_deleted_run(workspace):

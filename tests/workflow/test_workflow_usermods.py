@@ -13,7 +13,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import ROOT, tiny_config
+from helpers.workflow import ROOT, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -122,7 +122,7 @@ def test_several_training_loaders_are_counted_through_the_workflow(workspace):
     combines them, max_size_cycle) and two validation loaders, through the whole workflow. Every
     loader's samples count (a cycling one's again, the padding repeat apart) in the record, the
     throughput and the report's table, against the truth computed from the data module."""
-    from test_batch_counting import epoch_truth, loader_sizes
+    from helpers.training import epoch_truth, loader_sizes
 
     shutil.copytree(ROOT / "tests/fixtures/usermods", workspace.path / "usermods")
     config = tiny_config(topologies=["1x1", "1x2"], dataset={"generator": "none"}, measure="full")

@@ -1,9 +1,9 @@
-"""The throwaway SLURM cluster of the tests (tests/slurm/minicluster.sh) and what the SLURM
-tests ask it: run snakemake through the executor, read squeue and scontrol, find a rank."""
+"""The throwaway SLURM cluster of the tests (tests/slurm/minicluster.sh; its fixtures are in
+tests/slurm/conftest.py) and what the SLURM tests ask it: run snakemake through the executor,
+read squeue and scontrol, find a rank."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -16,51 +16,13 @@ import psutil
 import pytest
 import yaml
 
-from conftest import ROOT, WORKFLOW_PYTHON, load_profile
+from helpers.profiles import load_profile
+from helpers.workflow import ROOT, WORKFLOW_PYTHON
 
 MINICLUSTER = ROOT / "tests/slurm/minicluster.sh"
 SUBMITTED = re.compile(r"Job \d+ has been submitted with SLURM jobid (\d+)")
 # snakemake with the executor's status checks kept frequent (its docstring says why)
 SNAKEMAKE_POLLING = [WORKFLOW_PYTHON, str(ROOT / "tests/slurm/polling/snakemake")]
-
-
-def _up() -> str | None:
-    """minicluster.sh up (a no-op when it is up and healthy); why not, or None."""
-    if os.geteuid() != 0:
-        return "the throwaway SLURM cluster needs root (it installs slurm-wlm and writes /etc/slurm)"
-    start = time.monotonic()
-    up = subprocess.run(["bash", str(MINICLUSTER), "up"], capture_output=True, text=True, timeout=600)
-    if up.returncode != 0:
-        return f"minicluster.sh up failed: {(up.stdout + up.stderr)[-1500:]}"
-    if "already up" not in up.stdout:
-        print(f"\nSLURM test cluster up in {time.monotonic() - start:.1f} s")
-    return None
-
-
-@pytest.fixture(scope="session")
-def _slurm_session():
-    """One cluster serves one pytest session at a time: a second session waits on the lock,
-    else its teardown would stop the daemons under the first one's jobs. Down at the end."""
-    lock = open("/tmp/ddpscale-slurm-tests.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        subprocess.run(["bash", str(MINICLUSTER), "down"], capture_output=True, timeout=120)
-        lock.close()
-
-
-@pytest.fixture
-def slurm_cluster(_slurm_session):
-    """The cluster, up for this test; skip where it cannot come up, except under CI=true.
-
-    Checked per test (about 0.1 s when it is up): tests/slurm/test_netns.py takes the cluster down to
-    have the node namespaces to itself, whatever order the tests run in."""
-    reason = _up()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the SLURM tests, but: {reason}")
-        pytest.skip(reason)
 
 
 def slurm_workspace(workspace, **profile_changes):
@@ -165,8 +127,6 @@ def wait_for_state(job_id: str, state: str, timeout: float = 120) -> None:
     while squeue_state(job_id) != state:
         assert time.monotonic() < deadline, f"job {job_id} is {squeue_state(job_id)!r}, never {state}"
         time.sleep(0.5)
-
-
 
 
 def running_train_job(topology: str, workdir: Path | None = None) -> str | None:

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import system_tools
+from helpers import system_tools
 
 # Required by the spec: no sandbox (we run as root in containers), no GPU, no phoning home.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

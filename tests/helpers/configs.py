@@ -1,0 +1,53 @@
+"""The shipped configs as the unit tests read them: validated with the schema's defaults, as
+ddpscale's LightningCLI settings, the transformer presets' shapes, a RunSpec's own fields, and
+the plan of an experiment's runs built from a config."""
+
+from __future__ import annotations
+
+import yaml
+from snakemake.utils import validate
+
+from ddpscale.plan import runplan
+from ddpscale.run.hostdevices import VisibleGpus
+from ddpscale.plan.resources import Site
+from helpers.workflow import ROOT
+
+
+BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
+            scaling="weak", batch_size=32, max_epochs=3)
+
+
+def default_config(**changes) -> dict:
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config.update(changes)
+    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))  # fills the schema's defaults
+    return config
+
+
+def ddpscale_config() -> dict:
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["experiment"], config["accumulate_grad_batches"] = None, 1
+    return config
+
+
+TINY_PRESET = yaml.safe_load((ROOT / "config/transformer_tiny.yaml").read_text())
+SHAPES = ("vocab_size", "seq_len", "d_model", "n_layers", "mlp_ratio", "tie_weights")
+
+
+def shapes(init_args: dict) -> dict:
+    return {k: init_args[k] for k in SHAPES if k in init_args}
+
+
+NO_GPU = VisibleGpus(0, (), "nvidia-smi -L")
+
+
+def plan(config=None, site=Site(), gpus=NO_GPU, cores=8, memory_mb=None, source=None, **changes) -> runplan.RunPlan:
+    config = config or default_config(**changes)
+    local = site.is_local
+    return runplan.build(config, site, config_source="config/config.yaml", lightning=None, python="/v/bin/python",
+                         versions={"torch": "2.13.0"}, gpus=gpus if local else None, cores=cores if local else None,
+                         memory_mb=memory_mb if local else None, source=source)
+
+
+def source(key):
+    return "overlay.yaml"
