@@ -28,7 +28,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.report import projection  # noqa: E402
+from ddpscale.report.figures import projection  # noqa: E402
 
 # 7,000 training samples at a global batch of 64: 110 steps an epoch, 22,000 in the full run,
 # the "training of tens of thousands of steps" the cost-share target is stated for

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from ddpscale.report import breakdown
+from ddpscale.report.figures import breakdown
 from test_analysis import make_run, summarize
 
 

@@ -8,7 +8,9 @@ import random
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, decision, firstscreen, html_tables, plots, verdict
+from ddpscale.report.figures import scaling
+from ddpscale.report.render import html_tables, plots
+from ddpscale.report.verdict import decision, firstscreen, recommendation
 from test_analysis import make_run
 from test_projection import build, windows_run
 
@@ -135,7 +137,7 @@ def test_no_bound_of_any_interval_reaches_zero_whatever_the_half_widths():
             runs.append(windows_run(t, throughput_samples_s=figure,
                                     throughput_half_width=None if rel is None else rel * figure))
         data = build(runs)
-        shown = analysis.rounded(data.summary, "test_acc")
+        shown = scaling.rounded(data.summary, "test_acc")
         for frame in (data.summary, shown):
             for col in ("throughput_low", "speedup_low", "efficiency_low"):
                 lows = pd.to_numeric(frame[col], errors="coerce").dropna()
@@ -164,7 +166,7 @@ def test_the_recommendation_claims_the_threshold_only_where_the_interval_clears_
     assert "the largest that stays above 80% efficiency is 1x2" in narrow.recommendation
     assert "cannot be told" not in narrow.recommendation
     below = build([windows_run("1x1"), windows_run("1x2", throughput_samples_s=110.0)])
-    assert verdict.recommendation(below.summary, below.comparison, 0.8).endswith(
+    assert recommendation.recommendation(below.summary, below.comparison, 0.8).endswith(
         "none beyond the baseline 1x1 stays above 80% efficiency")
 
 

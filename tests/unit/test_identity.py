@@ -13,7 +13,7 @@ import torch
 
 import train  # noqa: F401  the job modules loaded, as train.py has them when it hashes its code
 from conftest import ROOT
-from ddpscale.report import records
+from ddpscale.report.load import records
 from ddpscale.plan import identity, runspec
 from ddpscale.job import checksum, runinfo
 from test_analysis import make_run

@@ -3,7 +3,8 @@ label readable (inside the axes, none printed over another) and no legend hiding
 import pandas as pd
 import pytest
 
-from ddpscale.report import plots, reportdata
+from ddpscale.report import reportdata
+from ddpscale.report.render import plots
 from test_analysis import make_run
 
 # two topologies of world size 2 (1x2, 2x1) at the same speedup, and one at the largest size

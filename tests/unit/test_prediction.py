@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpscale.report import breakdown, html_tables
+from ddpscale.report.figures import breakdown
+from ddpscale.report.render import html_tables
 from test_analysis import make_run
 from test_breakdown import probe, summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.report import breakdown
+from ddpscale.report.figures import breakdown
 from test_breakdown import probe
 
 

@@ -8,8 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddpscale.report import accuracy, html_tables, projection, reportdata, summaries, verdict
-from ddpscale.report import html as report_html
+from ddpscale.report import reportdata
+from ddpscale.report.figures import accuracy, projection
+from ddpscale.report.render import html_tables, summaries
+from ddpscale.report.render import html as report_html
+from ddpscale.report.verdict import recommendation
 from test_analysis import make_run
 from test_report_script import _assert_one_line_error, run_report, write_fixtures
 
@@ -229,7 +232,7 @@ def test_throughput_mode_does_not_compare_accuracy_anywhere():
     assert report_html.headline(data.finished, data.comparison).endswith("accuracy not compared (throughput mode)")
     _, _, table = html_tables.scaling_table(data)
     assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
-    assert "held" not in verdict.recommendation(data.summary, data.comparison, 0.8)
+    assert "held" not in recommendation.recommendation(data.summary, data.comparison, 0.8)
     # nor time to accuracy: "not measured (throughput mode)", never "0 of 2 topologies reached the target"
     assert summaries.time_to_accuracy(data).startswith("Not measured (throughput mode)")
     heading, note, table = html_tables.tta_table(data)

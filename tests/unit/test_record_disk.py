@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from ddpscale.core import io, record
 from ddpscale.plan import runplan, timelimit
-from ddpscale.report import records as report_records
+from ddpscale.report.load import records as report_records
 from ddpscale.status import rows as status
 from ddpscale.status import sources
 from test_analysis import make_run

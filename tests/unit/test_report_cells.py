@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from ddpscale.core.io import from_sheet_cell, sheet_cell
-from ddpscale.report import earlier, tsv
+from ddpscale.report.load import earlier, tsv
 from test_analysis import make_run
 from test_breakdown import probe
 from test_report_script import run_report, write_fixtures

@@ -6,8 +6,9 @@ import pytest
 from jinja2 import UndefinedError
 from markupsafe import escape
 
-from ddpscale.report import html_tables, reportdata, templating
-from ddpscale.report import html as report_html
+from ddpscale.report import reportdata
+from ddpscale.report.render import html_tables, templating
+from ddpscale.report.render import html as report_html
 from test_analysis import make_run
 from test_breakdown import probe
 from test_report_script import probed_runs

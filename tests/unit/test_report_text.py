@@ -2,8 +2,9 @@
 headers that say which epoch they time, and notes that say a thing once."""
 import pandas as pd
 
-from ddpscale.report import html_tables, reportdata
-from ddpscale.report import html as report_html
+from ddpscale.report import reportdata
+from ddpscale.report.render import html_tables
+from ddpscale.report.render import html as report_html
 from test_analysis import make_run
 from test_breakdown import probe
 

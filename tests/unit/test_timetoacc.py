@@ -10,8 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from ddpscale.report import reportdata, timetoacc
-from ddpscale.report import html as report_html
+from ddpscale.report import reportdata
+from ddpscale.report.figures import timetoacc
+from ddpscale.report.render import html as report_html
 from test_analysis import make_run
 
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from conftest import ROOT, launched, tiny_config
-from ddpscale.report import analysis, records
+from ddpscale.report.figures import scaling
+from ddpscale.report.load import records
 from ddpscale.job import checksum
 from ddpscale.plan import identity
 from test_analysis import make_run
@@ -34,7 +35,7 @@ def ident(data="aaaa1111", code="c0de", torch_version="2.13.0", **settings) -> d
 
 def summarize(runs):
     frame = pd.DataFrame(runs)
-    return analysis.summarize(frame, analysis.compare(frame, "1x1", "test_acc", 0.02))
+    return scaling.summarize(frame, scaling.compare(frame, "1x1", "test_acc", 0.02))
 
 
 def test_report_refuses_runs_whose_identity_differs(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 
 from test_throughput_mode import measured
 
-from ddpscale.report import description
-from ddpscale.report import projection
+from ddpscale.report.load import description
+from ddpscale.report.figures import projection
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddpscale.report.analysis import OVER_REPEATS, ratio_spread
+from ddpscale.report.figures.scaling import OVER_REPEATS, ratio_spread
 from ddpscale.report.fmt import estimate, known
 
 # A doubt that would need more than this many times the data is not worth resolving: the two

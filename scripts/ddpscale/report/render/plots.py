@@ -23,8 +23,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ddpscale.core.io import text_safe
-from ddpscale.report.analysis import baseline_world_size, device_word
-from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
+from ddpscale.report.figures.breakdown import TERM_WORDS, TERMS, measured
+from ddpscale.report.figures.scaling import baseline_world_size, device_word
 from ddpscale.report.fmt import known
 
 # Okabe & Ito (2008), "Color Universal Design": told apart with every common colour-vision deficiency.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ddpscale.report import accuracy
+from ddpscale.report.figures import accuracy
 
 THROUGHPUT_MODE = "not measured (throughput mode)"
 OLYMPIC_FROM = 5  # repeats from which the fastest and slowest are dropped

@@ -35,9 +35,9 @@ import pandas as pd
 
 from ddpscale.core import steadystate
 from ddpscale.core.measuremode import THROUGHPUT
-from ddpscale.report.analysis import log_spread_over_repeats, wider_spread
-from ddpscale.report.records import held_devices, known, measure_mode
+from ddpscale.report.figures.scaling import log_spread_over_repeats, wider_spread
 from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estimate, supported
+from ddpscale.report.load.records import held_devices, known, measure_mode
 
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
