@@ -12,7 +12,7 @@ workflow starts it but without the probe: `--measure full` (the whole training) 
   spiral's 80 ms epochs that is a few percent, which the projection adds per epoch;
 - what the throughput run cost as a share of the full run's: training device-hours (the
   epochs' time x devices) and held device-hours (from process start: start-up included);
-- the full training's time projected from the throughput run (ddpscale.report.projection)
+- the full training's time projected from the throughput run (ddpscale.report.figures.projection)
   against the full run's measured time (its epochs + checkpoint writes), and the full run
   projected from its own first part (the report's check in full mode): the extrapolation
   alone, where the first also holds the difference between two processes.

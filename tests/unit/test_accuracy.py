@@ -1,4 +1,4 @@
-"""Any logged metric can be compared with the baseline, each with its direction (report.accuracy),
+"""Any logged metric can be compared with the baseline, each with its direction (report.figures.accuracy),
 and the log of a run says at its first validation whether the configured one is there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit tests for ddpscale.report.analysis on fixed metric dicts (no torch needed)."""
+"""Unit tests for ddpscale.report.figures.scaling on fixed metric dicts (no torch needed)."""
 import dataclasses
 import json
 

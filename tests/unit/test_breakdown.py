@@ -1,4 +1,4 @@
-"""Time breakdown and prediction (ddpscale.report.breakdown) on fixed summaries and probe records."""
+"""Time breakdown and prediction (ddpscale.report.figures.breakdown) on fixed summaries and probe records."""
 import pandas as pd
 import pytest
 

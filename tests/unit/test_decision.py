@@ -1,4 +1,4 @@
-"""The answer follows its intervals (report.decision): reports built from records whose intervals
+"""The answer follows its intervals (report.verdict.decision): reports built from records whose intervals
 are known say "cannot tell" exactly where the intervals do not separate the choice, name the
 cheapest topology the data are consistent with and what would tell, and no bound of a ratio
 reaches zero, in the tables, the plots or the TSVs."""

@@ -1,4 +1,4 @@
-"""The report says what it measured (report.description): in its head and on every scaling.tsv row."""
+"""The report says what it measured (report.load.description): in its head and on every scaling.tsv row."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The full training's cost projected from a run's measurements (report.projection), what the
+"""The full training's cost projected from a run's measurements (report.figures.projection), what the
 answer itself cost, and how the report shows throughput mode: the interval within a run, why
 it stopped, accuracy not compared, and a refusal to mix modes. Hand-made metrics records."""
 import math

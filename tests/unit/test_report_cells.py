@@ -1,7 +1,7 @@
 """What the report writes cannot attack its reader: a name from a run record, the workflow or a
 log (tests/fixtures/adversarial/report_hostile_*) is a spreadsheet formula or a terminal control
 sequence, and every TSV, the page, the SVGs and the printed lines show it as text; numbers stay
-numbers, and the project reads back the text it wrote (core/io.sheet_cell, report/tsv)."""
+numbers, and the project reads back the text it wrote (core/io.sheet_cell, report/load/tsv)."""
 import csv
 import json
 import re

@@ -41,7 +41,7 @@ def write_fixtures(tmp_path, runs):
     return paths
 
 
-# three repeats (seeds) each, so "accuracy held" is a test (report.accuracy)
+# three repeats (seeds) each, so "accuracy held" is a test (report.figures.accuracy)
 SIM_RUNS = [
     make_run("1x1", repeat=0, throughput_samples_s=100.0, fit_time_s=400.0),
     make_run("1x1", repeat=1, throughput_samples_s=110.0, fit_time_s=380.0),

@@ -1,4 +1,4 @@
-"""Time to accuracy from hand-made metrics records (ddpscale.report.timetoacc): the target, fixed
+"""Time to accuracy from hand-made metrics records (ddpscale.report.figures.timetoacc): the target, fixed
 before the runs it judges (the config's, or an earlier campaign's baseline), never made from these
 runs' own baseline; the first epoch that reaches it, the median over repeats, and every way it is
 not measured."""

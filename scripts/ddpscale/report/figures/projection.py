@@ -55,7 +55,7 @@ PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_bat
                       "projected_device_hours_high")
 # projected_s_low/high: its 95% interval from the throughput it was projected from (the steps'
 # seconds scale with 1 / throughput; the seconds outside them are measured, not projected), with
-# the spread between repeats where that is wider (analysis.log_spread_over_repeats).
+# the spread between repeats where that is wider (scaling.log_spread_over_repeats).
 
 
 def _number(value) -> float | None:

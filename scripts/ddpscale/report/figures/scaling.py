@@ -242,9 +242,10 @@ class Comparison:
     baseline: str  # the topology every speedup is over (config baseline)
     metric: str  # the accuracy metric compared with the baseline's (config accuracy.metric)
     tolerance: float  # how far the metric may move the wrong way and still hold (config accuracy.tolerance)
-    direction: str  # "max": higher is better, "min": lower (report.accuracy.direction)
+    direction: str  # "max": higher is better, "min": lower (report.figures.accuracy.direction)
     measure: str  # how the runs measured their throughput: "full" or "throughput" (core.measuremode)
-    not_compared: str | None  # why accuracy is not compared at all (report.accuracy.not_compared); None where it is
+    # why accuracy is not compared at all (report.figures.accuracy.not_compared); None where it is
+    not_compared: str | None
 
     @property
     def throughput_mode(self) -> bool:
@@ -265,7 +266,7 @@ def compare(runs: pd.DataFrame, baseline: str, accuracy_metric: str, tolerance: 
     """What these runs are compared against and how, once they are shown to be comparable (the
     world that formed, one kind of device, one identity, one measure mode, a baseline run).
 
-    The accuracy metric is any scalar the module logged (report.accuracy); where no run (or
+    The accuracy metric is any scalar the module logged (report.figures.accuracy); where no run (or
     not the baseline) logged it, or the runs measured in throughput mode, accuracy is not
     compared and not_compared says why."""
     check_world_sizes(runs)
@@ -349,7 +350,7 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
         table[accuracy_metric] = float("nan")
     table["accuracy_delta"] = table[accuracy_metric] - base[accuracy_metric]
-    # held is a test over the repeats' seeds (report.accuracy.verdict); NA: not tested, not
+    # held is a test over the repeats' seeds (report.figures.accuracy.verdict); NA: not tested, not
     # logged or inconclusive, and accuracy_test says which
     seeds = {} if measure == THROUGHPUT else {
         topology: group[accuracy_metric].dropna().tolist() for topology, group in runs.groupby("topology")}

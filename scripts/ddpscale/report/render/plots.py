@@ -165,7 +165,7 @@ def draw_speedup(ax, data, labels: bool = True):
 
 def _error_bars(rows: pd.DataFrame, figure: str) -> tuple[list[float], list[float]]:
     """Below and above each figure (speedup or efficiency), from its 95% interval as the tables
-    show it (analysis.add_intervals: the baseline's is its own throughput's; 0 where there is none)."""
+    show it (scaling.add_intervals: the baseline's is its own throughput's; 0 where there is none)."""
     low, high = [], []
     for _, r in rows.iterrows():
         has = known(r.get(f"{figure}_low")) and known(r.get(f"{figure}_high"))

@@ -1,5 +1,5 @@
 """The report's first screen, as data: the answer in one sentence (as far as the intervals support
-it: report.decision), the decision table's rows, each figure with its interval, and the caveats as
+it: report.verdict.decision), the decision table's rows, each figure with its interval, and the caveats as
 short labelled badges.
 
 A reader opens report.html to decide which topology to ask for; these say that in the units they

@@ -18,7 +18,7 @@ def usable(summary: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     scaling) and whose accuracy was not shown to drop. Where accuracy is compared, a row whose
     metric was not logged is left out too (never recommended as if it held); a row with too few
     seeds for a test, or whose test was inconclusive, stays, and the report says so; where
-    accuracy is not compared at all (report.accuracy.not_compared), speed alone decides and the
+    accuracy is not compared at all (report.figures.accuracy.not_compared), speed alone decides and the
     recommendation says so."""
     status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
     finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
@@ -36,7 +36,7 @@ def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
 
 def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
     """One sentence: the fastest topology, and the largest one above the efficiency threshold,
-    each claimed only where the intervals tell it (report.decision), else what cannot be told."""
+    each claimed only where the intervals tell it (report.verdict.decision), else what cannot be told."""
     ok = usable(summary, comparison)
     where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
     if not comparison.compared:
