@@ -12,7 +12,7 @@ workflow starts it but without the probe: `--measure full` (the whole training) 
   spiral's 80 ms epochs that is a few percent, which the projection adds per epoch;
 - what the throughput run cost as a share of the full run's: training device-hours (the
   epochs' time x devices) and held device-hours (from process start: start-up included);
-- the full training's time projected from the throughput run (ddpscale.report.projection)
+- the full training's time projected from the throughput run (ddpscale.report.figures.projection)
   against the full run's measured time (its epochs + checkpoint writes), and the full run
   projected from its own first part (the report's check in full mode): the extrapolation
   alone, where the first also holds the difference between two processes.
@@ -28,7 +28,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from ddpscale.report import projection  # noqa: E402
+from ddpscale.report.figures import projection  # noqa: E402
 
 # 7,000 training samples at a global batch of 64: 110 steps an epoch, 22,000 in the full run,
 # the "training of tens of thousands of steps" the cost-share target is stated for

@@ -15,10 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ddpscale.run import argsfile  # noqa: E402
 from ddpscale.core.io import staged, terminal_safe, text_safe  # noqa: E402
-from ddpscale.report import (analysis, breakdown, description, earlier, firstscreen, plots,  # noqa: E402
-                             projection, records, reportdata, tsv, verdict)
-from ddpscale.report import timetoacc  # noqa: E402
-from ddpscale.report import html as report_html  # noqa: E402
+from ddpscale.report import reportdata  # noqa: E402
+from ddpscale.report.figures import breakdown, projection, scaling, timetoacc  # noqa: E402
+from ddpscale.report.load import description, earlier, records, tsv  # noqa: E402
+from ddpscale.report.render import html as report_html  # noqa: E402
+from ddpscale.report.render import plots  # noqa: E402
+from ddpscale.report.verdict import firstscreen  # noqa: E402
 
 
 def finite(text: str) -> float:
@@ -89,7 +91,7 @@ def log_tails(log_dir: Path | None, topologies: list[str]) -> dict:
     tails = {}
     for name in topologies:
         logs = sorted((log_dir / name).glob("r*.log")) if log_dir else []
-        tails[name] = verdict.last_line(logs[-1]) if logs else None
+        tails[name] = scaling.last_line(logs[-1]) if logs else None
     return tails
 
 
@@ -109,7 +111,7 @@ def stop(signum, frame) -> None:
 def write_report(data, out: Path) -> None:
     """Every file of the report, written aside and moved into out together (io.staged): killed or
     failing at any point, out holds the whole previous report or the whole new one."""
-    tables = {"scaling.tsv": description.with_columns(analysis.rounded(data.summary, data.comparison.metric),
+    tables = {"scaling.tsv": description.with_columns(scaling.rounded(data.summary, data.comparison.metric),
                                                      data.description),
               "breakdown.tsv": data.steps,
               "prediction.tsv": data.prediction,
@@ -166,7 +168,7 @@ def main(argv=None) -> int:
     say(f"ddpscale report: wrote {out}/report.html ({len(data.summary)} topologies)")
     say(f"ddpscale report: answer: {firstscreen.answer(data)}")
     say(f"ddpscale report: {data.recommendation}")
-    say(f"ddpscale report: {projection.cost_sentence(data.spent, analysis.hours_label(data.summary))}")
+    say(f"ddpscale report: {projection.cost_sentence(data.spent, scaling.hours_label(data.summary))}")
     for note in data.notes:
         say(f"ddpscale report: note: {note}")
     return 0

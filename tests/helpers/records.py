@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpscale.core import record
-from ddpscale.report import analysis, reportdata
+from ddpscale.report import reportdata
+from ddpscale.report.figures import scaling
 
 
 def make_run(topology="1x1", **overrides):
@@ -72,8 +73,8 @@ def seeded(topology, values, metric="test_acc", **overrides):
 def compared(runs, baseline="1x1", metric="test_acc", tolerance=0.02):
     """(summary, comparison) of hand-made runs, as reportdata.build makes them."""
     frame = pd.DataFrame(runs)
-    comparison = analysis.compare(frame, baseline, metric, tolerance)
-    return analysis.summarize(frame, comparison), comparison
+    comparison = scaling.compare(frame, baseline, metric, tolerance)
+    return scaling.summarize(frame, comparison), comparison
 
 
 def summarize(runs, baseline="1x1", metric="test_acc", tolerance=0.02):

@@ -1,4 +1,4 @@
-"""Any logged metric can be compared with the baseline, each with its direction (report.accuracy),
+"""Any logged metric can be compared with the baseline, each with its direction (report.figures.accuracy),
 and the log of a run says at its first validation whether the configured one is there."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from helpers.records import compared, make_run, seeded
 from helpers.workflow import ROOT
 from ddpscale.core import stats
-from ddpscale.report import accuracy, verdict
+from ddpscale.report.figures import accuracy
+from ddpscale.report.verdict import caveats, recommendation
 from ddpscale.job import metriccheck
 
 
@@ -92,7 +93,7 @@ def test_a_metric_no_run_logged_is_not_compared_and_speed_alone_recommends():
         "accuracy not compared: valid/acc not logged; the runs logged: valid/accuracy")
     assert table["accuracy_held"].isna().all()
     table["status"] = "ok"
-    sentence = verdict.recommendation(table, comparison, 0.8)
+    sentence = recommendation.recommendation(table, comparison, 0.8)
     assert "by speed alone (accuracy not compared: valid/acc not logged)" in sentence
     assert "the fastest is 1x2" in sentence
 
@@ -102,8 +103,8 @@ def test_with_accuracy_compared_a_row_without_the_metric_is_never_recommended():
             make_run("2x2", test_acc=None, throughput_samples_s=400.0)]  # its test pass logged nothing
     table, comparison = compared(runs)
     table["status"] = "ok"
-    assert "the fastest is 1x2" in verdict.recommendation(table, comparison, 0.5)
-    assert verdict.unknown_accuracy_note(table, comparison) == (
+    assert "the fastest is 1x2" in recommendation.recommendation(table, comparison, 0.5)
+    assert caveats.unknown_accuracy_note(table, comparison) == (
         "Left out of the recommendation: 2x2, whose runs did not log test_acc, so whether accuracy held "
         "there is not known.")
 

@@ -1,4 +1,4 @@
-"""Unit tests for ddpscale.report.analysis on fixed metric dicts (no torch needed)."""
+"""Unit tests for ddpscale.report.figures.scaling on fixed metric dicts (no torch needed)."""
 import dataclasses
 import json
 
@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 from ddpscale.core import record
-from ddpscale.report import analysis, records
-from ddpscale.report.comparison import Comparison
 from helpers.records import compared, make_run, seeded, summarize
+from ddpscale.report.figures import scaling
+from ddpscale.report.figures.scaling import Comparison
+from ddpscale.report.load import records
 
 
 def by_topology(summary):
@@ -21,12 +22,12 @@ def test_speedup_efficiency_hours_and_order():
             make_run("1x1", throughput_samples_s=100.0, fit_time_s=400.0),
             make_run("1x4", throughput_samples_s=360.0, fit_time_s=120.0)]
     s = summarize(runs)
-    assert list(s.columns) == list(analysis.SUMMARY_COLUMNS) + [
+    assert list(s.columns) == list(scaling.SUMMARY_COLUMNS) + [
         "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound",
         "accuracy_detectable"] + list(
-        analysis.SPREAD_COLUMNS) + list(
-        analysis.COMPUTE_COLUMNS) + list(analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + list(
-        analysis.INTERVAL_COLUMNS)
+        scaling.SPREAD_COLUMNS) + list(
+        scaling.COMPUTE_COLUMNS) + list(scaling.CAVEAT_COLUMNS) + list(scaling.MEASURE_COLUMNS) + list(
+        scaling.INTERVAL_COLUMNS)
     assert s["measure"].eq("full").all() and s["stop_reason"].eq("full training").all()
     # world size first, then fewer nodes first at equal world size
     assert s["topology"].tolist() == ["1x1", "1x4", "2x2", "2x4"]
@@ -201,13 +202,13 @@ def test_load_runs_missing_file(tmp_path):
 def test_rounded_keeps_small_hours():
     s = summarize([make_run("1x1", fit_time_s=2.0), make_run("1x2", fit_time_s=1.5)])
     s.loc[1, "speedup"] = 1.23456789
-    r = analysis.rounded(s, "test_acc")
+    r = scaling.rounded(s, "test_acc")
     # 2 s on one device is 0.000556 h: must not round to 0 in scaling.tsv
     assert r["gpu_hours"].iloc[0] == pytest.approx(0.000556, abs=1e-9)
     # a speedup is written as the tables write it: two places at most, fewer where its interval is wide
     assert r["speedup"].iloc[1] == 1.23
     s.loc[1, ["speedup_low", "speedup_high"]] = [0.6, 5.9]
-    assert analysis.rounded(s, "test_acc").loc[1, ["speedup", "speedup_low", "speedup_high"]].tolist() == [
+    assert scaling.rounded(s, "test_acc").loc[1, ["speedup", "speedup_low", "speedup_high"]].tolist() == [
         1.2, 0.6, 5.9]
 
 

@@ -1,9 +1,9 @@
-"""Time breakdown and prediction (ddpscale.report.breakdown) on fixed summaries and probe records."""
+"""Time breakdown and prediction (ddpscale.report.figures.breakdown) on fixed summaries and probe records."""
 import pandas as pd
 import pytest
 
-from ddpscale.report import breakdown
 from helpers.records import NO_OPTIMIZER, make_run, na_probe, probe, summary
+from ddpscale.report.figures import breakdown
 
 
 def base_probe(**kw):

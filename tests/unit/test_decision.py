@@ -1,4 +1,4 @@
-"""The answer follows its intervals (report.decision): reports built from records whose intervals
+"""The answer follows its intervals (report.verdict.decision): reports built from records whose intervals
 are known say "cannot tell" exactly where the intervals do not separate the choice, name the
 cheapest topology the data are consistent with and what would tell, and no bound of a ratio
 reaches zero, in the tables, the plots or the TSVs."""
@@ -8,8 +8,10 @@ import random
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, decision, firstscreen, html_tables, plots, verdict
 from helpers.records import build, make_run, windows_run
+from ddpscale.report.figures import scaling
+from ddpscale.report.render import html_tables, plots
+from ddpscale.report.verdict import decision, firstscreen, recommendation
 
 THRESHOLD = 0.8
 
@@ -134,7 +136,7 @@ def test_no_bound_of_any_interval_reaches_zero_whatever_the_half_widths():
             runs.append(windows_run(t, throughput_samples_s=figure,
                                     throughput_half_width=None if rel is None else rel * figure))
         data = build(runs)
-        shown = analysis.rounded(data.summary, "test_acc")
+        shown = scaling.rounded(data.summary, "test_acc")
         for frame in (data.summary, shown):
             for col in ("throughput_low", "speedup_low", "efficiency_low"):
                 lows = pd.to_numeric(frame[col], errors="coerce").dropna()
@@ -163,7 +165,7 @@ def test_the_recommendation_claims_the_threshold_only_where_the_interval_clears_
     assert "the largest that stays above 80% efficiency is 1x2" in narrow.recommendation
     assert "cannot be told" not in narrow.recommendation
     below = build([windows_run("1x1"), windows_run("1x2", throughput_samples_s=110.0)])
-    assert verdict.recommendation(below.summary, below.comparison, 0.8).endswith(
+    assert recommendation.recommendation(below.summary, below.comparison, 0.8).endswith(
         "none beyond the baseline 1x1 stays above 80% efficiency")
 
 

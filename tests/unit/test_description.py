@@ -1,11 +1,11 @@
-"""The report says what it measured (report.description): in its head and on every scaling.tsv row."""
+"""The report says what it measured (report.load.description): in its head and on every scaling.tsv row."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report import description
 from helpers.records import make_run
+from ddpscale.report.load import description
 
 SPIRAL = {"generator": "spiral", "samples": 10000, "noise": 0.2, "seed": 1234, "split": [0.7, 0.15, 0.15]}
 
@@ -70,7 +70,7 @@ def test_the_rendered_report_names_every_setting_that_changes_what_a_step_is():
     must see each on the page, accumulation too (a config key of ddpscale's, not a CLI argument)."""
     import re
 
-    from ddpscale.report import html as report_html
+    from ddpscale.report.render import html as report_html
     from ddpscale.report import reportdata
 
     step = {"trainer_settings": {"gradient_clip_val": 0.5, "sync_batchnorm": True}, "precision": "bf16-mixed",

@@ -218,8 +218,8 @@ def test_utilisation_over_all_devices():
 def test_an_mfu_above_one_is_named_as_a_figure_not_to_trust():
     import pandas as pd
 
-    from ddpscale.report.html_tables import _mfu
-    from ddpscale.report.verdict import mfu_over_one_note
+    from ddpscale.report.render.html_tables import _mfu
+    from ddpscale.report.verdict.caveats import mfu_over_one_note
 
     runs = pd.DataFrame([
         {"topology": "1x1", "repeat": 0, "world_size": 1, "mfu": 1.49, "peak_tflops_per_device": 67.0,
@@ -237,8 +237,8 @@ def test_an_mfu_above_one_is_named_as_a_figure_not_to_trust():
 def test_the_report_names_recomputation_varying_flops_and_why_none_were_counted():
     import pandas as pd
 
-    from ddpscale.report.html_tables import _mfu
-    from ddpscale.report.verdict import flops_notes
+    from ddpscale.report.render.html_tables import _mfu
+    from ddpscale.report.verdict.caveats import flops_notes
 
     base = {"world_size": 1, "repeat": 0, "flops_per_sample": 1e6, "flops_recomputed_per_sample": 0.0,
             "flops_per_sample_min": 1e6, "flops_per_sample_max": 1e6, "flops_batches": 8, "flops_reason": None}

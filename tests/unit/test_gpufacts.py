@@ -226,7 +226,7 @@ def test_the_placement_check_keeps_this_ranks_record_for_gpu_facts():
 
 
 def test_the_devices_table_gives_the_reason_utilisation_is_unknown():
-    from ddpscale.report.html_tables import _utilisation
+    from ddpscale.report.render.html_tables import _utilisation
 
     assert _utilisation(41.6, None) == "42%"
     assert _utilisation(None, "nvidia-ml-py <pynvml> is not installed") == (

@@ -15,8 +15,8 @@ import train  # noqa: F401  the job modules loaded, as train.py has them when it
 from helpers.records import make_run
 from helpers.training import train_args
 from helpers.workflow import ROOT
-from ddpscale.report import records
 from ddpscale.run import identity, runspec
+from ddpscale.report.load import records
 from ddpscale.job import checksum, runinfo
 
 

@@ -42,13 +42,13 @@ TORCH_FREE = ("core", "run", "plan", "report", "status")
 
 
 def module_name(path) -> str:
-    """ddpscale/report/plots.py -> report.plots (the name below the package)."""
+    """ddpscale/report/render/plots.py -> report.render.plots (the name below the package)."""
     return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
 def imported_modules(path) -> set[str]:
     """The ddpscale modules a file imports anywhere, function bodies included, named as
-    module_name names them; `from ddpscale.report import plots` names report.plots."""
+    module_name names them; `from ddpscale.report.render import plots` names report.render.plots."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ddpscale"):
@@ -91,7 +91,8 @@ def test_circles_are_found():
 
 def test_ddpscale_modules_import_each_other_without_a_circle():
     graph = import_graph()
-    assert "report.analysis" in graph["report.plots"] and "report.plots" not in graph["report.analysis"]
+    assert "report.figures.scaling" in graph["report.render.plots"]
+    assert "report.render.plots" not in graph["report.figures.scaling"]
     assert circles(graph) == []
 
 

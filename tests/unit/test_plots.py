@@ -3,8 +3,9 @@ label readable (inside the axes, none printed over another) and no legend hiding
 import pandas as pd
 import pytest
 
-from ddpscale.report import plots, reportdata
 from helpers.records import make_run
+from ddpscale.report import reportdata
+from ddpscale.report.render import plots
 
 # two topologies of world size 2 (1x2, 2x1) at the same speedup, and one at the largest size
 RUNS = [make_run("1x1"), make_run("1x2", throughput_samples_s=180.0),

@@ -1,4 +1,4 @@
-"""The prediction (ddpscale.report.breakdown.predict): the baseline's compute timed at each
+"""The prediction (ddpscale.report.figures.breakdown.predict): the baseline's compute timed at each
 topology's batch, the baseline's overhead, the topology's own Lightning sync, what the
 prediction leaves unexplained, agreement on the step time, and the baseline as itself.
 Figures: GPU-like numbers."""
@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpscale.report import breakdown, html_tables
 from helpers.records import make_run, probe, summary
+from ddpscale.report.figures import breakdown
+from ddpscale.report.render import html_tables
 
 MS = 1e-3
 

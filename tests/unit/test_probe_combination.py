@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.report import breakdown
 from helpers.records import probe
+from ddpscale.report.figures import breakdown
 
 
 def test_the_comm_term_is_the_gradient_in_ddp_s_buckets():

@@ -1,4 +1,4 @@
-"""The full training's cost projected from a run's measurements (report.projection), what the
+"""The full training's cost projected from a run's measurements (report.figures.projection), what the
 answer itself cost, and how the report shows throughput mode: the interval within a run, why
 it stopped, accuracy not compared, and a refusal to mix modes. Hand-made metrics records."""
 import math
@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddpscale.report import accuracy, html_tables, projection, summaries, verdict
-from ddpscale.report import html as report_html
 from helpers.records import KNOWN, build, make_run, windows_run
 from helpers.report import _assert_one_line_error, run_report, write_fixtures
+from ddpscale.report.figures import accuracy, projection
+from ddpscale.report.render import html_tables, summaries
+from ddpscale.report.render import html as report_html
+from ddpscale.report.verdict import recommendation
 
 # 10 epochs x (36,000 samples / 100 samples/s + 6 s per epoch outside the steps: loader start
 # and hooks; no validation, a save at every epoch's end that takes no time) + 5 s warm-up excess
@@ -213,7 +215,7 @@ def test_throughput_mode_does_not_compare_accuracy_anywhere():
     assert report_html.headline(data.finished, data.comparison).endswith("accuracy not compared (throughput mode)")
     _, _, table = html_tables.scaling_table(data)
     assert table.count("not compared (throughput mode)") == 4  # two rows: the metric and the held cell
-    assert "held" not in verdict.recommendation(data.summary, data.comparison, 0.8)
+    assert "held" not in recommendation.recommendation(data.summary, data.comparison, 0.8)
     # nor time to accuracy: "not measured (throughput mode)", never "0 of 2 topologies reached the target"
     assert summaries.time_to_accuracy(data).startswith("Not measured (throughput mode)")
     heading, note, table = html_tables.tta_table(data)

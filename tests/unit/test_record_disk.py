@@ -17,7 +17,7 @@ from helpers.status import run_status, write_tree
 from helpers.workflow import ROOT
 from ddpscale.core import io, record
 from ddpscale.plan import runplan, timelimit
-from ddpscale.report import records as report_records
+from ddpscale.report.load import records as report_records
 from ddpscale.status import rows as status
 from ddpscale.status import sources
 

@@ -7,10 +7,12 @@ from markupsafe import escape
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, boundness, reportdata, verdict
-from ddpscale.report import html as report_html
 from helpers.records import compared, make_run, probe, summarize
 from helpers.report import _assert_one_line_error, run_report, write_fixtures
+from ddpscale.report import reportdata
+from ddpscale.report.figures import boundness, scaling
+from ddpscale.report.render import html as report_html
+from ddpscale.report.verdict import caveats, recommendation
 
 OVER = dict(usable_cores=2, hosts=["node0"])  # every rank on one host with 2 usable cores
 GPU = dict(device_kind="cuda", device_name="NVIDIA H100", simulated=False, backend="nccl")
@@ -18,8 +20,8 @@ GPU = dict(device_kind="cuda", device_name="NVIDIA H100", simulated=False, backe
 
 def summary_of(runs, expected=None):
     s = summarize(runs)
-    s = verdict.add_missing(s, expected or list(s["topology"]), 1, {})
-    return verdict.add_caveats(s)
+    s = scaling.add_missing(s, expected or list(s["topology"]), 1, {})
+    return caveats.add_caveats(s)
 
 
 def build(runs, probes=None):
@@ -54,25 +56,25 @@ def test_oversubscribed_row_is_marked_and_never_recommended():
     assert bool(row["oversubscribed"]) and row["ranks_per_host"] == 4 and row["usable_cores"] == 2
     assert row["caveats"] == "oversubscribed: 4 ranks on 2 cores"
     comparison = compared(OVER_RUNS)[1]
-    assert list(verdict.usable(s, comparison)["topology"]) == ["1x1", "1x2"]
-    text = verdict.recommendation(s, comparison, 0.8)
+    assert list(recommendation.usable(s, comparison)["topology"]) == ["1x1", "1x2"]
+    text = recommendation.recommendation(s, comparison, 0.8)
     # 1x4 is the fastest by throughput; it measured contention, so 1x2 is named instead
     assert "1x4" not in text and "the fastest is 1x2" in text
 
 
 def test_oversubscribed_note_names_topologies_why_and_the_fix():
-    note = verdict.oversubscribed_note(summary_of(OVER_RUNS))
+    note = caveats.oversubscribed_note(summary_of(OVER_RUNS))
     assert note == ("Left out of the recommendation: 1x4 (oversubscribed: 4 ranks on 2 cores). "
                     "With more ranks on a host than usable cores, the ranks took turns on the same "
                     "cores, so their numbers measure contention, not scaling. To measure them, run "
                     "at most as many ranks per host as it has usable cores (2 here), or use a "
                     "machine with more cores.")
-    assert verdict.oversubscribed_note(summary_of(OVER_RUNS[:2])) is None
+    assert caveats.oversubscribed_note(summary_of(OVER_RUNS[:2])) is None
 
 
 def test_only_oversubscribed_rows_left_means_nothing_to_recommend():
     runs = [make_run("1x1", oversubscribed=True, usable_cores=0, hosts=["node0"])]
-    text = verdict.recommendation(summary_of(runs), compared(runs)[1], 0.8)
+    text = recommendation.recommendation(summary_of(runs), compared(runs)[1], 0.8)
     assert text.endswith("no topology finished with accuracy held on enough cores, so there is "
                          "nothing to recommend")
 
@@ -85,15 +87,15 @@ def test_simulated_nodes_are_labelled():
             make_run("2x2", throughput_samples_s=300.0, simulated_nodes_on_one_host=True, hosts=["h"])]
     s = summary_of(runs)
     assert s["simulated_nodes_on_one_host"].tolist() == [False, True, True]
-    assert [verdict.label(r) for _, r in s.iterrows()] == [
+    assert [caveats.label(r) for _, r in s.iterrows()] == [
         "1x1", "2x1 (nodes simulated on one host: no network crossed)",
         "2x2 (nodes simulated on one host: no network crossed)"]
-    note = verdict.simulated_nodes_note(s)
+    note = caveats.simulated_nodes_note(s)
     assert note.startswith("Nodes simulated on one host in 2x1 and 2x2: their traffic between "
                            "nodes stayed inside that host")
     assert "crossed no network" in note
     real = summary_of([make_run("1x1"), make_run("2x2", throughput_samples_s=300.0)])
-    assert verdict.simulated_nodes_note(real) is None
+    assert caveats.simulated_nodes_note(real) is None
 
 
 # --- 3. overhead-bound -------------------------------------------------------------------------
@@ -153,7 +155,7 @@ def test_recompiles_more_than_once_are_named_with_their_cost():
             make_run("1x2", repeat=1, compile="default", compile_recompiles=2, throughput_samples_s=180.0)]
     s = summary_of(runs)
     assert s.set_index("topology")["compile_recompiles"].tolist() == [1, 3]
-    note = verdict.recompile_note(s, pd.DataFrame(runs))
+    note = caveats.recompile_note(s, pd.DataFrame(runs))
     assert note == (
         "torch.compile recompiled more than once in 1x2 (3 times). The first reason recorded: "
         "tensor 'x' size mismatch at index 0. expected 32, actual 8. Each recompilation ran "
@@ -162,7 +164,7 @@ def test_recompiles_more_than_once_are_named_with_their_cost():
         "the compiled code can do. Static shapes avoid it: every batch the same size "
         "(drop_last=True) and no Python values that change from step to step.")
     once = summary_of([make_run("1x1", compile_recompiles=1), make_run("1x2", compile_recompiles=0)])
-    assert verdict.recompile_note(once) is None
+    assert caveats.recompile_note(once) is None
 
 
 # --- 5. GPU and CPU runs never mix -------------------------------------------------------------
@@ -170,7 +172,7 @@ def test_recompiles_more_than_once_are_named_with_their_cost():
 def test_gpu_and_cpu_runs_are_refused_naming_each_kind():
     runs = [make_run("1x1", **GPU), make_run("1x2", **GPU), make_run("2x2")]
     with pytest.raises(ValueError) as err:
-        analysis.compare(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
+        scaling.compare(pd.DataFrame(runs), "1x1", "test_acc", 0.02)
     assert str(err.value) == (
         "the runs mix GPU and CPU devices (GPU: 1x1, 1x2; CPU: 2x2), and a speedup across them "
         "would compare different hardware; rerun with one accelerator: delete the stale "

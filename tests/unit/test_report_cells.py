@@ -1,7 +1,7 @@
 """What the report writes cannot attack its reader: a name from a run record, the workflow or a
 log (tests/fixtures/adversarial/report_hostile_*) is a spreadsheet formula or a terminal control
 sequence, and every TSV, the page, the SVGs and the printed lines show it as text; numbers stay
-numbers, and the project reads back the text it wrote (core/io.sheet_cell, report/tsv)."""
+numbers, and the project reads back the text it wrote (core/io.sheet_cell, report/load/tsv)."""
 import csv
 import json
 import re
@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from ddpscale.core.io import from_sheet_cell, sheet_cell
-from ddpscale.report import earlier, tsv
 from helpers.records import make_run, probe
 from helpers.report import run_report, write_fixtures
+from ddpscale.report.load import earlier, tsv
 
 ADVERSARIAL = Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"
 HOSTILE = json.loads((ADVERSARIAL / "report_hostile_names.json").read_text())

@@ -6,10 +6,11 @@ import pytest
 from jinja2 import UndefinedError
 from markupsafe import escape
 
-from ddpscale.report import html_tables, reportdata, templating
-from ddpscale.report import html as report_html
 from helpers.records import make_run, probe
 from helpers.report import probed_runs
+from ddpscale.report import reportdata
+from ddpscale.report.render import html_tables, templating
+from ddpscale.report.render import html as report_html
 
 HOSTILE = "<script>alert(1)</script>"
 SHOWN = "&lt;script&gt;alert(1)&lt;/script&gt;"

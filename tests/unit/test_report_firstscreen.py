@@ -6,9 +6,12 @@ import re
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, decision, firstscreen, fmt, html_tables
-from ddpscale.report import html as report_html
 from helpers.records import build, windows_run
+from ddpscale.report import fmt
+from ddpscale.report.figures import scaling
+from ddpscale.report.render import html_tables
+from ddpscale.report.verdict import decision, firstscreen
+from ddpscale.report.render import html as report_html
 
 
 @pytest.mark.parametrize("value, text", [(0.000561, "0.00056"), (0.0333, "0.033"), (24.8, "25"), (20.0, "20"),
@@ -30,7 +33,7 @@ def test_percentages_carry_no_false_precision():
 def test_intervals_of_ratios_add_both_sides_on_the_log_scale_and_never_reach_zero():
     base = pd.Series({"topology": "1x1", "speedup": 1.0, "throughput_samples_s": 100.0, "throughput_half_width": 3.0})
     row = pd.Series({"topology": "1x2", "speedup": 2.0, "throughput_samples_s": 200.0, "throughput_half_width": 8.0})
-    table = analysis.add_intervals(pd.DataFrame([base, row]).assign(efficiency=[1.0, 1.0]), "1x1").set_index(
+    table = scaling.add_intervals(pd.DataFrame([base, row]).assign(efficiency=[1.0, 1.0]), "1x1").set_index(
         "topology")
     # 3% and 4% relative half-widths are atanh(0.03) and atanh(0.04) on the log scale, in quadrature
     width = math.hypot(math.atanh(0.03), math.atanh(0.04))
@@ -41,10 +44,10 @@ def test_intervals_of_ratios_add_both_sides_on_the_log_scale_and_never_reach_zer
         [math.exp(-math.atanh(0.03)), math.exp(math.atanh(0.03))])
     # a half-width larger than the figure (the 765 on 484) leaves no interval rather than one
     # below zero; a wide one stays above zero
-    wide = analysis.add_intervals(pd.DataFrame([base.to_dict() | {"throughput_half_width": 765.0 / 484 * 100},
+    wide = scaling.add_intervals(pd.DataFrame([base.to_dict() | {"throughput_half_width": 765.0 / 484 * 100},
                                                 row.to_dict() | {"throughput_half_width": 180.0}])
                                   .assign(efficiency=[1.0, 1.0]), "1x1").set_index("topology")
-    assert wide["speedup_low"].isna().all() and wide["interval_from"].iloc[0] == analysis.TOO_NOISY
+    assert wide["speedup_low"].isna().all() and wide["interval_from"].iloc[0] == scaling.TOO_NOISY
     assert wide.loc["1x2", "throughput_low"] > 0 and wide.loc["1x2", "throughput_high"] < math.inf
     assert decision.speedup_text(table.loc["1x2"]) == "2.00x (1.90\u20132.11)"
     assert decision.speedup_text(row.to_dict() | {"speedup_low": float("nan")}) == "2.00x"  # no interval: none shown

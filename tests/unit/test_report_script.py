@@ -5,16 +5,18 @@ from markupsafe import escape
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, description, reportdata, timetoacc
-from ddpscale.report import html as report_html
 from helpers.records import make_run
 from helpers.report import OUTPUTS, PDFS, PNGS, SVGS, _assert_one_line_error, probed_runs, run_report, write_fixtures
+from ddpscale.report import reportdata
+from ddpscale.report.figures import scaling, timetoacc
+from ddpscale.report.load import description
+from ddpscale.report.render import html as report_html
 
 BANNER = ("These runs used CPU processes standing in for GPUs (gloo backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")
 
 
-# three repeats (seeds) each, so "accuracy held" is a test (report.accuracy)
+# three repeats (seeds) each, so "accuracy held" is a test (report.figures.accuracy)
 SIM_RUNS = [
     make_run("1x1", repeat=0, throughput_samples_s=100.0, fit_time_s=400.0),
     make_run("1x1", repeat=1, throughput_samples_s=110.0, fit_time_s=380.0),
@@ -58,10 +60,10 @@ def test_every_figure_links_its_svg_and_pdf_beside_the_page(sim_report):
 
 def test_scaling_tsv_values(sim_report):
     tsv = pd.read_csv(sim_report / "scaling.tsv", sep="\t")
-    assert list(tsv.columns) == ["topology", *description.COLUMNS, *analysis.SUMMARY_COLUMNS[1:]] + [
+    assert list(tsv.columns) == ["topology", *description.COLUMNS, *scaling.SUMMARY_COLUMNS[1:]] + [
         "test_acc", "accuracy_delta", "accuracy_held", "accuracy_test", "accuracy_bound", "accuracy_detectable"] + list(
-        analysis.SPREAD_COLUMNS) + list(analysis.COMPUTE_COLUMNS) + list(
-        analysis.CAVEAT_COLUMNS) + list(analysis.MEASURE_COLUMNS) + list(analysis.INTERVAL_COLUMNS) + [
+        scaling.SPREAD_COLUMNS) + list(scaling.COMPUTE_COLUMNS) + list(
+        scaling.CAVEAT_COLUMNS) + list(scaling.MEASURE_COLUMNS) + list(scaling.INTERVAL_COLUMNS) + [
         "status", "caveats", *timetoacc.FINAL_COLUMNS]
     # what was measured, on every row (runs without the workflow's flags say unknown)
     assert set(tsv["model_class"]) == {"M"} and set(tsv["experiment"]) == {"unknown"}
@@ -155,8 +157,8 @@ def test_broken_run_is_never_reported(tmp_path):
 def test_headline_accuracy_phrases(accs, seeds, expected):
     runs = pd.DataFrame([make_run(t, repeat=r, test_acc=a, throughput_samples_s=100.0 * i + 100)
                          for i, (t, a) in enumerate(zip(["1x1", "1x2", "2x2"], accs)) for r in range(seeds)])
-    comparison = analysis.compare(runs, "1x1", "test_acc", 0.02)
-    line = report_html.headline(analysis.summarize(runs, comparison), comparison)
+    comparison = scaling.compare(runs, "1x1", "test_acc", 0.02)
+    line = report_html.headline(scaling.summarize(runs, comparison), comparison)
     assert line == ("2x2 (4 CPU-simulated devices) reached 3.00x (2.96\u20133.04) speedup, 75% (74\u201376%) "
                     f"efficiency over 1x1{expected}")
 

@@ -2,9 +2,10 @@
 headers that say which epoch they time, and notes that say a thing once."""
 import pandas as pd
 
-from ddpscale.report import html_tables, reportdata
-from ddpscale.report import html as report_html
 from helpers.records import make_run, probe
+from ddpscale.report import reportdata
+from ddpscale.report.render import html_tables
+from ddpscale.report.render import html as report_html
 
 # 1x2 at 1.96x: rounded to one place it read 2.0x in the headline, 1.96x in the table
 RUNS = [make_run("1x1"), make_run("1x2", throughput_samples_s=196.0)]

@@ -1,4 +1,4 @@
-"""Time to accuracy from hand-made metrics records (ddpscale.report.timetoacc): the target, fixed
+"""Time to accuracy from hand-made metrics records (ddpscale.report.figures.timetoacc): the target, fixed
 before the runs it judges (the config's, or an earlier campaign's baseline), never made from these
 runs' own baseline; the first epoch that reaches it, the median over repeats, and every way it is
 not measured."""
@@ -10,9 +10,10 @@ import math
 import pandas as pd
 import pytest
 
-from ddpscale.report import reportdata, timetoacc
-from ddpscale.report import html as report_html
 from helpers.records import make_run
+from ddpscale.report import reportdata
+from ddpscale.report.figures import timetoacc
+from ddpscale.report.render import html as report_html
 
 
 def run(topology: str, values: list[float] | None, epoch_s: float, repeat: int = 0, metric: str = "val_acc",

@@ -10,9 +10,9 @@ import pytest
 
 from ddpscale.plan.resources import SiteError, site_from_resources
 from ddpscale.core.transport import gloo_interface, parse_nccl_log
-from ddpscale.report import interconnect
-from ddpscale.report.analysis import run_facts
-from ddpscale.report.verdict import OVER_SOCKETS, label
+from ddpscale.report.figures import interconnect
+from ddpscale.report.figures.scaling import run_facts
+from ddpscale.report.verdict.caveats import OVER_SOCKETS, label
 from ddpscale.job.transportinfo import nccl_debug_env
 
 from helpers.records import make_run

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.job.timing import EpochTiming
 from ddpscale.job.valhistory import ValHistory, with_elapsed
-from ddpscale.report import timetoacc
+from ddpscale.report.figures import timetoacc
 
 SCRIPTED = [0.50, 0.70, 0.86, 0.90, 0.91]  # a target of 0.88: first reached at epoch 3 (0-based)
 

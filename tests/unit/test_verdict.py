@@ -4,15 +4,18 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from ddpscale.report import analysis, cost, earlier, html_tables, verdict
 from helpers.records import compared, make_run
+from ddpscale.report.figures import cost, scaling
+from ddpscale.report.load import earlier
+from ddpscale.report.render import html_tables
+from ddpscale.report.verdict import recommendation
 
 
 def compared_table(runs, expected=None, repeats=1, tails=None, simulated=False):
     """(summary with every expected topology, comparison) of hand-made runs."""
     runs = [{**r, "simulated": simulated, "device_name": "A100"} for r in runs]
     s, comparison = compared(runs)
-    return verdict.add_missing(s, expected or list(s["topology"]), repeats, tails or {}), comparison
+    return scaling.add_missing(s, expected or list(s["topology"]), repeats, tails or {}), comparison
 
 
 def table(runs, **kw):
@@ -31,23 +34,23 @@ def three_seeds(runs):
 
 
 def test_recommends_fastest_and_largest_above_threshold():
-    text = verdict.recommendation(*compared_table(three_seeds(RUNS)), 0.8)
+    text = recommendation.recommendation(*compared_table(three_seeds(RUNS)), 0.8)
     assert text == ("The fastest is 2x4 (8 GPUs, 5.60x (5.54\u20135.66), 70% (69\u201371%) efficient); the largest "
                     "that stays above 80% efficiency is 1x4 (4 GPUs, 85% (84\u201386%))")
     # one seed each: accuracy is not tested, and the sentence says what it went by
-    assert verdict.recommendation(*compared_table(RUNS), 0.8).startswith(
+    assert recommendation.recommendation(*compared_table(RUNS), 0.8).startswith(
         "By speed alone (accuracy not tested: one seed each), the fastest is 2x4")
 
 
 def test_a_topology_that_lost_accuracy_is_never_recommended():
     runs = three_seeds(RUNS[:3] + [make_run("2x4", throughput_samples_s=560.0, test_acc=0.80)])
-    text = verdict.recommendation(*compared_table(runs), 0.8)
+    text = recommendation.recommendation(*compared_table(runs), 0.8)
     assert "2x4" not in text and text.startswith("The fastest is 1x4")
 
 
 def test_no_topology_above_threshold_says_so_and_simulated_is_labelled():
     runs = [RUNS[0], make_run("1x2", throughput_samples_s=120.0)]
-    text = verdict.recommendation(*compared_table(runs, simulated=True), 0.8)
+    text = recommendation.recommendation(*compared_table(runs, simulated=True), 0.8)
     assert text.startswith("On CPU-simulated devices")
     assert "none beyond the baseline 1x1 stays above 80% efficiency" in text
 
@@ -102,25 +105,25 @@ def test_unfinished_topologies_are_rows_marked_never_dropped():
                       "4x4": "not run"}
     assert s.loc[s.topology == "4x4", "world_size"].item() == 16
     assert pd.isna(s.loc[s.topology == "2x4", "throughput_samples_s"].item())
-    assert "2x4" not in verdict.recommendation(s, comparison, 0.8)
+    assert "2x4" not in recommendation.recommendation(s, comparison, 0.8)
     assert list(cost.cost_table(s, "1x1")["topology"]) == ["1x1", "1x2"]
 
 
 def test_missing_repeats_are_reported():
-    assert verdict.run_status(2, 3, None) == "2 of 3 repeats finished"
-    assert verdict.run_status(0, 3, "") == "failed (empty log)"
+    assert scaling.run_status(2, 3, None) == "2 of 3 repeats finished"
+    assert scaling.run_status(0, 3, "") == "failed (empty log)"
 
 
 def test_last_line_of_a_log(tmp_path):
     log = tmp_path / "r0.log"
     log.write_text("starting\nTraceback\nRuntimeError: boom\n\n")
-    assert verdict.last_line(log) == "RuntimeError: boom"
-    assert verdict.last_line(tmp_path / "none.log") is None
+    assert scaling.last_line(log) == "RuntimeError: boom"
+    assert scaling.last_line(tmp_path / "none.log") is None
 
 
 def test_comparison_shows_change_and_topologies_in_only_one_run(tmp_path):
     earlier_path = tmp_path / "scaling.tsv"
-    old = analysis.rounded(table([make_run("1x1", throughput_samples_s=80.0),
+    old = scaling.rounded(table([make_run("1x1", throughput_samples_s=80.0),
                                   make_run("4x4", throughput_samples_s=900.0)]), "test_acc")
     old.to_csv(earlier_path, sep="\t", index=False)
     cmp = earlier.compare(table(RUNS[:2]), earlier.read_earlier(earlier_path)).set_index("topology")

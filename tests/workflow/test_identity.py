@@ -19,7 +19,8 @@ from helpers.records import make_run
 from helpers.report import _assert_one_line_error, run_report, write_fixtures
 from helpers.training import launched, train_args
 from helpers.workflow import ROOT, job_counts, tiny_config
-from ddpscale.report import analysis, records
+from ddpscale.report.figures import scaling
+from ddpscale.report.load import records
 from ddpscale.job import checksum
 from ddpscale.run import identity
 
@@ -33,7 +34,7 @@ def ident(data="aaaa1111", code="c0de", torch_version="2.13.0", **settings) -> d
 
 def summarize(runs):
     frame = pd.DataFrame(runs)
-    return analysis.summarize(frame, analysis.compare(frame, "1x1", "test_acc", 0.02))
+    return scaling.summarize(frame, scaling.compare(frame, "1x1", "test_acc", 0.02))
 
 
 def test_report_refuses_runs_whose_identity_differs(tmp_path):

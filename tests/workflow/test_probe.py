@@ -435,7 +435,7 @@ def test_a_slow_module_s_probe_is_sized_to_its_short_run_or_skipped(tmp_path, da
 
 
 def test_the_report_states_each_probe_s_size_and_time():
-    from ddpscale.report.html_tables import probe_costs
+    from ddpscale.report.render.html_tables import probe_costs
 
     probes = {"1x2": {"world_size": 2, "sized": "10 steps x 4 rounds, about 5.2 s, within 20% of ...",
                       "probe_wall_s": 5.43},
@@ -503,7 +503,7 @@ def test_a_module_whose_steps_leave_parameters_unused_is_probed_on_two_ranks(tmp
     training runs them, and the breakdown of 1x2 is a figure."""
     import pandas as pd
 
-    from ddpscale.report import breakdown
+    from ddpscale.report.figures import breakdown
 
     done, metrics = usermod_probed(tmp_path, model, {"find_unused_parameters": True}, *extra)
     assert done.returncode == 0, done.stderr[-3000:]

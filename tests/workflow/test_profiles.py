@@ -219,7 +219,7 @@ def test_a_stage_runs_alone_by_its_name():
 
 def test_the_rerun_the_report_names_reruns_every_training_run():
     """The fix the report names for runs that differ (records.RERUN_ALL) plans every run again."""
-    from ddpscale.report.records import RERUN_ALL
+    from ddpscale.report.load.records import RERUN_ALL
 
     rule_names = RERUN_ALL.split("--forcerun ")[1].split()
     cmd = [*SNAKEMAKE, "--profile", with_account("profiles/slurm", "test_account"), "-n", "--config", f"topologies={json.dumps(TOPOLOGIES)}",

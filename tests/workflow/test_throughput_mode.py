@@ -37,7 +37,7 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     # every window is in the record, so the interval can be recomputed
     assert len(m["window_seconds"]) == len(m["window_samples"]) == windows_used and m["windows_settled"]
     # and what the run held its devices for outside training, for the projected held hours
-    from ddpscale.report import projection
+    from ddpscale.report.figures import projection
 
     assert m["probe_s"] == 0.0 and 0 < projection.outside_training_s(m) < m["held_s"]
     assert m["held_devices"] == 2  # its ranks: no site_exclusive here
@@ -112,7 +112,7 @@ def test_the_projection_of_a_full_run_lands_near_its_measured_time(tmp_path, dat
     by tens of percent, so the bound is loose; what it catches is a wrong part: samples per epoch
     of one rank instead of all (2x), epochs counted wrong (6x), windows' time taken as the
     epochs' (their validation and saves left out)."""
-    from ddpscale.report import projection
+    from ddpscale.report.figures import projection
 
     m = measured(tmp_path, data_file, 1, 2, "--max-epochs", "6")
     projected, why = projection.project_run(m)
@@ -231,7 +231,7 @@ def test_an_iterable_datasets_projection_comes_from_the_whole_epochs_counted(tmp
     each an epoch across the ranks), and the full training is projected. The run stops at 40
     steps: two whole epochs on one rank (19 steps each), four on two (10 each); the epoch the
     stop cut short is not counted."""
-    from ddpscale.report import projection
+    from ddpscale.report.figures import projection
 
     truth = sum(1 for _ in stream_data().train_dataloader().dataset)  # the records one pass reads
     m = streamed(tmp_path, devices, True, "--target-precision", "0.000001", "--measure-max-steps", "40")

@@ -1,5 +1,5 @@
 """Validations and checkpoint saves as real runs make them, against what the projection counts
-(ddpscale.report.projection.events): Lightning decides when they happen, so the count the
+(ddpscale.report.figures.projection.events): Lightning decides when they happen, so the count the
 projection multiplies by is checked against Lightning itself, not against our reading of it;
 and a module's own callbacks (configure_callbacks) ending a training early, as the report says it.
 
@@ -14,8 +14,8 @@ import pytest
 
 from helpers.training import measured
 
-from ddpscale.report import description
-from ddpscale.report import projection
+from ddpscale.report.load import description
+from ddpscale.report.figures import projection
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,5 +1,5 @@
 """An earlier scaling.tsv to compare with (config report.compare_with): the columns the
-comparison reads (ddpscale.report.earlier), and a check of the file's header that needs no
+comparison reads (ddpscale.report.load.earlier), and a check of the file's header that needs no
 pandas, so the workflow refuses a file that is not one while it parses, before any job, instead
 of in the report job (which Snakemake starts by deleting the previous report)."""
 
@@ -14,7 +14,7 @@ COMPARED = ("throughput_samples_s", "efficiency", "fit_time_s")
 # A scaling.tsv holds a row per topology; a bigger file is something else named by mistake.
 MAX_TABLE_BYTES = 1 << 22
 # The numeric columns the report reads from an earlier table (time to accuracy: its baseline's
-# final epoch metric, ddpscale.report.timetoacc).
+# final epoch metric, ddpscale.report.figures.timetoacc).
 NUMERIC = (*COMPARED, "epoch_metric_final")
 # How pandas writes a missing number (an empty cell) and reads one back.
 MISSING = {"", "nan", "NaN", "NA", "N/A", "null", "None"}

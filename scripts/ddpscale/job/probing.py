@@ -260,7 +260,7 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
         topology=spec.topology, num_nodes=spec.nodes, devices_per_node=spec.devices, places=places,
         backend=backend, device=run.device, precision=spec.precision, gradient=run.gradient,
         allreduce=run.allreduce, step=run.step, started=started)
-    record["allreduce_ddp"] = run.allreduce_ddp  # report.breakdown.allreduce_s reads it
+    record["allreduce_ddp"] = run.allreduce_ddp  # report.figures.breakdown.allreduce_s reads it
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
     record["size"] = probe_record.size_record(run.requested, run.sizes, run.step, run.bound)
     return Outcome(record, None)

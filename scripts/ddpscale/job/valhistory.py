@@ -1,4 +1,4 @@
-"""The epoch metric after every epoch's validation, for time to accuracy (report/timetoacc.py).
+"""The epoch metric after every epoch's validation, for time to accuracy (report/figures/timetoacc.py).
 
 A larger global batch can need more epochs to reach the same accuracy, so throughput alone can
 promise a speedup the training never delivers. The callback records the metric (config

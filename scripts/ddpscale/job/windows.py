@@ -85,7 +85,7 @@ class WindowedThroughput(pl.Callback):
         self.loaders_record = samplecount.epoch_record(trainer, self.batch_per_device)
         self.samples_per_epoch = self.loaders_record.pop("samples_per_epoch")
         self._counts_epochs = self.samples_per_epoch is None  # the same on every rank: gathered
-        # how often the configured training validates, and so saves (ddpscale.report.projection.events)
+        # how often the configured training validates, and so saves (ddpscale.report.figures.projection.events)
         self.check_val_every_n_epoch = trainer.check_val_every_n_epoch
         self.validates = bool(trainer.enable_validation)
 
@@ -234,7 +234,7 @@ class WindowedThroughput(pl.Callback):
             "epoch_overhead_s": (sum(self.epoch_overheads) / len(self.epoch_overheads)
                                  if self.epoch_overheads else None),
             "epochs_timed": len(self.epoch_overheads),
-            # each epoch's own (the first holds one-off costs: ddpscale.report.projection)
+            # each epoch's own (the first holds one-off costs: ddpscale.report.figures.projection)
             "epoch_overheads_s": list(self.epoch_overheads),
             # [epoch, seconds] of each validation in training; what validates and how often
             "validation_s": [list(v) for v in self.validations],

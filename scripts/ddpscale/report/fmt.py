@@ -2,7 +2,8 @@
 decision table, every detail table and the TSV-free prose (0.4x above a table saying 0.39x, or
 0.00056 device-hours beside 3.3 s, made readers doubt both).
 
-Pure functions of a value; each returns "n/a" for a missing one (None or NaN).
+Pure functions of a value (a few of a table's row or rows); each returns "n/a" for a missing one
+(None or NaN).
 """
 from __future__ import annotations
 
@@ -164,3 +165,8 @@ def hours_estimate(value, low, high) -> str:
     if not known(value) or value <= 0:
         return hours(value)
     return _written(supported(value, low, high, 1 - math.floor(math.log10(abs(value)))))
+
+
+def topology_names(rows: pd.DataFrame) -> str:
+    names = [str(t) for t in rows["topology"]]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -5,12 +5,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ddpscale.core import steadystate
 from ddpscale.core.steadystate import EPOCHS_ENDED
-from ddpscale.report import analysis, breakdown, cost, projection, timetoacc, verdict
-from ddpscale.report import earlier as earlier_runs
-from ddpscale.report.comparison import Comparison
-from ddpscale.report.description import describe
-from ddpscale.report.html_tables import PRECISION_REACHED, within_run
+from ddpscale.report.figures import breakdown, cost, projection, scaling, timetoacc
+from ddpscale.report.figures.scaling import Comparison
+from ddpscale.report.fmt import known, plus_minus, topology_names
+from ddpscale.report.load import earlier as earlier_runs
+from ddpscale.report.load.description import describe
+from ddpscale.report.verdict import caveats, recommendation
+
+
+# Why a throughput run stopped when its interval met the precision asked for: not shown.
+PRECISION_REACHED = steadystate.PRECISION
 
 
 @dataclass
@@ -28,7 +34,7 @@ class ReportData:
     tta_target: timetoacc.Target  # what time to accuracy is timed to
     versus_earlier: pd.DataFrame | None = None  # earlier.compare: this scaling table beside an earlier one
     compared_with: str | None = None
-    notes: list = field(default_factory=list)  # verdict.caveats: what a number cannot mean
+    notes: list = field(default_factory=list)  # caveats.caveats: what a number cannot mean
     description: dict = field(default_factory=dict)  # description.describe: what was measured
     projection: pd.DataFrame | None = None  # projection.projection: the full training's cost, and the answer's
     timetoacc: pd.DataFrame | None = None  # timetoacc.table: time to the baseline's accuracy
@@ -48,10 +54,10 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
           threshold: float, expected: list[str], repeats: int, log_tails: dict,
           earlier: pd.DataFrame | None = None, compared_with: str | None = None,
           description: dict | None = None, job_limits: dict | None = None) -> ReportData:
-    comparison = analysis.compare(runs, baseline, metric, tolerance, mode)
-    summary = analysis.summarize(runs, comparison)
-    summary = verdict.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
-    summary = verdict.add_caveats(summary)
+    comparison = scaling.compare(runs, baseline, metric, tolerance, mode)
+    summary = scaling.summarize(runs, comparison)
+    summary = scaling.add_missing(summary, expected or list(summary["topology"]), repeats, log_tails)
+    summary = caveats.add_caveats(summary)
     done = finished_rows(summary)
     steps = breakdown.breakdown(done, probes)
     # each topology's final epoch metric, in scaling.tsv, so a later campaign can fix its target from it
@@ -61,11 +67,11 @@ def build(runs: pd.DataFrame, probes: dict, *, baseline: str, metric: str, toler
     return ReportData(
         comparison=comparison, summary=summary, runs=runs, probes=probes,
         steps=steps, prediction=breakdown.predict(done, probes, baseline),
-        cost=cost.cost_table(summary, baseline), recommendation=verdict.recommendation(summary, comparison, threshold),
-        threshold=threshold,
+        cost=cost.cost_table(summary, baseline),
+        recommendation=recommendation.recommendation(summary, comparison, threshold), threshold=threshold,
         versus_earlier=None if earlier is None else earlier_runs.compare(done, earlier),
         compared_with=compared_with,
-        notes=verdict.caveats(summary, comparison, runs, steps, probes)
+        notes=caveats.caveats(summary, comparison, runs, steps, probes)
         + [n for n in [precision_note(summary, comparison, runs), steady_note(summary),
                        projection.weak_scaling_note(projected, summary, baseline)] if n],
         description=description or describe(runs),
@@ -85,8 +91,8 @@ def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataF
         return None
     asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in runs["target_precision"]
                                     if p is not None and pd.notna(p))) or "the precision"
-    each = verdict.topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
-                                                             for _, r in short.iterrows()]}))
+    each = topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
+                                                     for _, r in short.iterrows()]}))
     # the configured epochs ending first is cured by more epochs, a cap by a higher cap
     ended = all(r == EPOCHS_ENDED for r in short["stop_reason"])
     fix = ("raise max_epochs (the configured training ended before the interval closed)" if ended
@@ -95,13 +101,25 @@ def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataF
             f"reached, or {fix} in the config and rerun it.")
 
 
+def within_run(row) -> str:
+    """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'.
+    The interval is of each run's window throughput, its steady windows' samples over their
+    seconds (the cell's figure is the median over repeats), which throughput_note says."""
+    half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
+    interval = plus_minus(half / mean) if known(half) and mean else steadystate.TOO_SHORT
+    reason = row.get("stop_reason")
+    if isinstance(reason, str) and reason and reason != PRECISION_REACHED:
+        return f"{reason}: {interval}"
+    return f"{interval} within run"
+
+
 def steady_note(summary: pd.DataFrame) -> str | None:
     """Said in the verdict where a topology's windows never settled: its figure is no steady
     level, and its interval says so by its width."""
     moving = summary[summary["windows_settled"].eq(False).fillna(False).astype(bool)]
     if moving.empty:
         return None
-    return (f"Not steady: the windows of {verdict.topology_names(moving)} kept moving (a drift, or a level shift "
+    return (f"Not steady: the windows of {topology_names(moving)} kept moving (a drift, or a level shift "
             "the stopping rule could not cut off as warm-up), so the figure is their later half's and its interval "
             "is widened by the change they show. Look at the recorded window_seconds, and measure again when the "
             "nodes are quiet or for longer (throughput.max_steps).")

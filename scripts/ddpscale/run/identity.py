@@ -2,7 +2,7 @@
 
 train.py records this "identity" in metrics.json and folds it into the resume checkpoint's
 fingerprint, so a checkpoint trained on other data or code is never resumed; the report
-compares identities and refuses to mix runs that differ (ddpscale.report.analysis).
+compares identities and refuses to mix runs that differ (ddpscale.report.figures.scaling).
 
 Light imports only: the workflow imports this module while it parses (no torch there).
 """

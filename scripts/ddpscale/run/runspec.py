@@ -139,7 +139,7 @@ class RunSpec:
     @property
     def run_seed(self) -> int:
         """The config's seed plus the repeat: each repeat trains with a seed of its own (accuracy
-        held is a test over seeds: ddpscale.report.accuracy) and repeat r of every topology
+        held is a test over seeds: ddpscale.report.figures.accuracy) and repeat r of every topology
         shares one."""
         return self.seed + self.repeat
 

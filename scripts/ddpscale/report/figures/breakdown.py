@@ -1,6 +1,6 @@
 """Where a training step's time goes, and what the baseline plus the all-reduce predict.
 
-Pure pandas: inputs are the scaling summary (analysis.summarize) and each topology's
+Pure pandas: inputs are the scaling summary (scaling.summarize) and each topology's
 probe (metrics.json's `probe`), so every formula here is unit-tested without a cluster.
 
 Per topology the probe measured, per step: data wait (D), compute with DDP's gradient

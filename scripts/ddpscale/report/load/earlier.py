@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ddpscale.core.earliertable import COMPARED, problem
-from ddpscale.report import tsv
+from ddpscale.report.load import tsv
 
 
 def read_earlier(path: str | Path) -> pd.DataFrame:

@@ -1,21 +1,17 @@
-"""The answer a user came for: which topology to use, what did not finish,
-where a number cannot mean what it seems (caveats), and what changed since an earlier run.
-Pure pandas, unit-tested without a cluster.
+"""Where a number cannot mean what it seems: each row's markers (oversubscribed, nodes simulated on
+one host, NCCL over sockets, stopped early, samples not counted) and the verdict's notes that say
+so and what to do (accuracy not logged or not tested, the probe that could not measure, a workload
+overhead-bound, recompilations, MFU above 100%, FLOPs not plain). Pure pandas, unit-tested without
+a cluster.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from ddpscale.run.topology import parse_topology
-from ddpscale.core.io import cause_line
-from ddpscale.report import accuracy, boundness, breakdown, decision, interconnect
-from ddpscale.report.analysis import device_word
-from ddpscale.report.comparison import Comparison
-from ddpscale.report.fmt import times  # noqa: F401  (html and tests read it here)
+from ddpscale.report.figures import accuracy, boundness, breakdown, interconnect
+from ddpscale.report.figures.scaling import Comparison, device_word
+from ddpscale.report.fmt import topology_names
 
-STATUS_OK = "ok"
 SIMULATED_NODES = "nodes simulated on one host: no network crossed"
 OVER_SOCKETS = "NCCL over sockets, not InfiniBand"
 # One recompilation is routine (say, the last, smaller batch of an epoch, or the switch to
@@ -68,18 +64,10 @@ def add_caveats(summary: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def usable(summary: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
-    """Finished topologies that were not oversubscribed (those measured contention, not
-    scaling) and whose accuracy was not shown to drop. Where accuracy is compared, a row whose
-    metric was not logged is left out too (never recommended as if it held); a row with too few
-    seeds for a test, or whose test was inconclusive, stays, and the report says so; where
-    accuracy is not compared at all (report.accuracy.not_compared), speed alone decides and the
-    recommendation says so."""
-    status = summary["status"] if "status" in summary else pd.Series(STATUS_OK, index=summary.index)
-    finished = summary[status.eq(STATUS_OK) & summary["throughput_samples_s"].notna()]
-    if comparison.compared:
-        finished = finished[~finished["accuracy_held"].eq(False).fillna(False) & ~accuracy.unlogged(finished)]
-    return finished.drop(flagged(finished, "oversubscribed").index)
+def flagged(summary: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The rows where `key` was recorded as true."""
+    return summary[pd.Series([flag(r, key) for _, r in summary.iterrows()], index=summary.index,
+                             dtype=bool)]
 
 
 def unknown_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str | None:
@@ -111,80 +99,6 @@ def untested_accuracy_note(summary: pd.DataFrame, comparison: Comparison) -> str
         notes.append(f"Accuracy inconclusive in {topology_names(unclear)}: the 95% interval of the change "
                      "reaches past the tolerance but does not lie beyond it; more repeats narrow it")
     return ". ".join(notes) + "." if notes else None
-
-
-def tested_none(summary: pd.DataFrame, comparison: Comparison) -> bool:
-    """Accuracy compared, yet no topology beside the baseline had the seeds for a test."""
-    others = summary[summary["topology"] != comparison.baseline]
-    others = others[others["throughput_samples_s"].notna() & ~accuracy.unlogged(others)]
-    return comparison.compared and not others.empty and bool(accuracy.untested(others).all())
-
-
-def recommendation(summary: pd.DataFrame, comparison: Comparison, threshold: float) -> str:
-    """One sentence: the fastest topology, and the largest one above the efficiency threshold,
-    each claimed only where the intervals tell it (report.decision), else what cannot be told."""
-    ok = usable(summary, comparison)
-    where = "On CPU-simulated devices (a pipeline check, not GPU results), " if summary["simulated"].any() else ""
-    if not comparison.compared:
-        where += f"by speed alone (accuracy not compared: {comparison.why_not_compared()}), "
-    elif tested_none(summary, comparison):
-        seeds = int(summary["repeats"].min())
-        where += f"by speed alone (accuracy not tested: {accuracy.seeds_word(seeds)} each), "
-    if ok.empty:
-        held = " with accuracy held" if comparison.compared else ""
-        if len(flagged(summary, "oversubscribed")):
-            return _capital(f"{where}no topology finished{held} on enough cores, so there is nothing to recommend")
-        return _capital(f"{where}no topology finished{held}, so there is nothing to recommend")
-    fastest = ok.loc[ok["throughput_samples_s"].idxmax()]
-    tied = [r for _, r in ok.iterrows() if r["topology"] != fastest["topology"]
-            and not decision.faster(fastest, r)[1] > 1 + decision.SLACK]
-    figures = f"{decision.speedup_text(fastest)}, {decision.efficiency_text(fastest)} efficient"
-    if tied:
-        fast = (f"the fastest cannot be told yet: {fastest['topology']} ({figures}) is not surely faster than "
-                f"{topology_names(pd.DataFrame(tied))}")
-    else:
-        fast = f"the fastest is {fastest['topology']} ({_devices(summary, fastest)}, {figures})"
-    others = ok[ok["topology"] != comparison.baseline]
-    surely = others[[decision.above(r, threshold) is True for _, r in others.iterrows()]]
-    maybe = others[[decision.above(r, threshold) is None for _, r in others.iterrows()]]
-    if len(surely):
-        top = surely.sort_values(["world_size", "throughput_samples_s"]).iloc[-1]
-        keep = (f"the largest that stays above {threshold:.0%} efficiency is "
-                f"{top['topology']} ({_devices(summary, top)}, {decision.efficiency_text(top)})")
-        larger = maybe[maybe["world_size"] > top["world_size"]]
-        if len(larger):
-            keep += f"; whether {topology_names(larger)} also does cannot be told yet"
-    elif len(maybe):
-        keep = (f"whether any topology beyond the baseline {comparison.baseline} stays above {threshold:.0%} "
-                f"efficiency cannot be told yet ({'; '.join(_efficiency(r) for _, r in maybe.iterrows())})")
-    else:
-        keep = f"none beyond the baseline {comparison.baseline} stays above {threshold:.0%} efficiency"
-    return _capital(f"{where}{fast}; {keep}")
-
-
-def _efficiency(row) -> str:
-    return f"{row['topology']}: {decision.efficiency_text(row)}"
-
-
-def _capital(sentence: str) -> str:
-    return sentence[:1].upper() + sentence[1:]
-
-
-def _devices(summary: pd.DataFrame, row) -> str:
-    n = int(row["world_size"])
-    where = ", nodes simulated on one host" if flag(row, "simulated_nodes_on_one_host") else ""
-    return f"{n} {device_word(summary, n)}{where}"
-
-
-def topology_names(rows: pd.DataFrame) -> str:
-    names = [str(t) for t in rows["topology"]]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def flagged(summary: pd.DataFrame, key: str) -> pd.DataFrame:
-    """The rows where `key` was recorded as true."""
-    return summary[pd.Series([flag(r, key) for _, r in summary.iterrows()], index=summary.index,
-                             dtype=bool)]
 
 
 def oversubscribed_note(summary: pd.DataFrame) -> str | None:
@@ -314,45 +228,3 @@ def caveats(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataFrame, s
                                 model_classes=runs["model_class"]),
              recompile_note(summary, runs), mfu_over_one_note(runs), *flops_notes(runs)]
     return [n for n in notes if n]
-
-
-def run_status(finished: int, expected: int, log_tail: str | None) -> str:
-    """'ok', 'k of N repeats finished', 'failed: <last log line>' or 'not run'."""
-    if finished >= expected:
-        return STATUS_OK
-    if finished > 0:
-        return f"{finished} of {expected} repeats finished"
-    if log_tail is not None:
-        return f"failed: {log_tail}" if log_tail else "failed (empty log)"
-    return "not run"
-
-
-def last_line(log: Path) -> str | None:
-    """The last non-empty line of a log, usually the error; None when there is no log."""
-    if not log.exists():
-        return None
-    return cause_line(log.read_text(encoding="utf-8", errors="replace"))[:200]
-
-
-def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
-                log_tails: dict[str, str | None]) -> pd.DataFrame:
-    """Every expected topology appears: a status per row, and rows for those that never finished."""
-    counts = dict(zip(summary["topology"], summary["repeats"]))
-    table = summary.copy()
-    table["status"] = [run_status(int(counts[t]), repeats, None) for t in table["topology"]]
-    extra = []
-    for name in expected:
-        if name in counts:
-            continue
-        topo = parse_topology(name)
-        extra.append({"topology": topo.name, "num_nodes": topo.num_nodes,
-                      "devices_per_node": topo.devices_per_node, "world_size": topo.world_size,
-                      "repeats": 0, "simulated": bool(summary["simulated"].any()),
-                      "status": run_status(0, repeats, log_tails.get(name))})
-    if extra:
-        table = pd.concat([table, pd.DataFrame(extra)], ignore_index=True)
-        table = table.sort_values(["world_size", "num_nodes"], kind="stable").reset_index(drop=True)
-        for col in ("num_nodes", "devices_per_node", "world_size", "repeats", "batch_per_device",
-                    "effective_batch"):
-            table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
-    return table

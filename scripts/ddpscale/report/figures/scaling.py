@@ -1,4 +1,6 @@
-"""Turn per-run metrics.json records into one scaling table per topology.
+"""Turn per-run metrics.json records into one scaling table per topology: what the runs are compared
+against (Comparison, decided once by compare), the medians over repeats with their intervals, and a
+row with its status for every expected topology, finished or not (add_missing).
 
 Pure pandas on purpose: the report has to run (and be unit-tested) on a
 login node without torch or a GPU, so nothing here imports the training stack.
@@ -6,18 +8,21 @@ login node without torch or a GPU, so nothing here imports the training stack.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ddpscale.report import accuracy, interconnect
-from ddpscale.report.comparison import Comparison
 from ddpscale.core import steadystate
+from ddpscale.core.io import cause_line
 from ddpscale.run.measuremode import THROUGHPUT
-from ddpscale.report.records import (check_device_kinds, check_identities, check_measure_modes, check_world_sizes,
-                                     column, device_kinds, held_devices, known, measure_mode)
 from ddpscale.core.stats import mean_interval
+from ddpscale.run.topology import parse_topology
+from ddpscale.report.figures import accuracy, interconnect
 from ddpscale.report.fmt import supported
+from ddpscale.report.load.records import (check_device_kinds, check_identities, check_measure_modes,
+                                          check_world_sizes, column, device_kinds, held_devices, known, measure_mode)
 
 SUMMARY_COLUMNS = (
     "topology", "num_nodes", "devices_per_node", "world_size", "repeats",
@@ -232,12 +237,36 @@ def early_stop_text(value) -> str | None:
             f"({value.get('by')})")
 
 
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str  # the topology every speedup is over (config baseline)
+    metric: str  # the accuracy metric compared with the baseline's (config accuracy.metric)
+    tolerance: float  # how far the metric may move the wrong way and still hold (config accuracy.tolerance)
+    direction: str  # "max": higher is better, "min": lower (report.figures.accuracy.direction)
+    measure: str  # how the runs measured their throughput: "full" or "throughput" (core.measuremode)
+    # why accuracy is not compared at all (report.figures.accuracy.not_compared); None where it is
+    not_compared: str | None
+
+    @property
+    def throughput_mode(self) -> bool:
+        return self.measure == THROUGHPUT
+
+    @property
+    def compared(self) -> bool:
+        """Whether the baseline logged the accuracy metric, so held or not means something."""
+        return self.not_compared is None
+
+    def why_not_compared(self) -> str:
+        """The short reason, in brackets after "accuracy not compared"."""
+        return "throughput mode" if self.throughput_mode else f"{self.metric} not logged"
+
+
 def compare(runs: pd.DataFrame, baseline: str, accuracy_metric: str, tolerance: float,
             mode: str = "auto") -> Comparison:
     """What these runs are compared against and how, once they are shown to be comparable (the
     world that formed, one kind of device, one identity, one measure mode, a baseline run).
 
-    The accuracy metric is any scalar the module logged (report.accuracy); where no run (or
+    The accuracy metric is any scalar the module logged (report.figures.accuracy); where no run (or
     not the baseline) logged it, or the runs measured in throughput mode, accuracy is not
     compared and not_compared says why."""
     check_world_sizes(runs)
@@ -321,7 +350,7 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
     if measure == THROUGHPUT:  # a run stopped mid-training: its metric is no final accuracy
         table[accuracy_metric] = float("nan")
     table["accuracy_delta"] = table[accuracy_metric] - base[accuracy_metric]
-    # held is a test over the repeats' seeds (report.accuracy.verdict); NA: not tested, not
+    # held is a test over the repeats' seeds (report.figures.accuracy.verdict); NA: not tested, not
     # logged or inconclusive, and accuracy_test says which
     seeds = {} if measure == THROUGHPUT else {
         topology: group[accuracy_metric].dropna().tolist() for topology, group in runs.groupby("topology")}
@@ -341,6 +370,51 @@ def summarize(runs: pd.DataFrame, comparison: Comparison) -> pd.DataFrame:
                                            "accuracy_bound", "accuracy_detectable"] + list(SPREAD_COLUMNS)
                   + list(COMPUTE_COLUMNS) + list(CAVEAT_COLUMNS) + list(MEASURE_COLUMNS)
                   + list(INTERVAL_COLUMNS)].reset_index(drop=True)
+    return table
+
+
+STATUS_OK = "ok"
+
+
+def run_status(finished: int, expected: int, log_tail: str | None) -> str:
+    """'ok', 'k of N repeats finished', 'failed: <last log line>' or 'not run'."""
+    if finished >= expected:
+        return STATUS_OK
+    if finished > 0:
+        return f"{finished} of {expected} repeats finished"
+    if log_tail is not None:
+        return f"failed: {log_tail}" if log_tail else "failed (empty log)"
+    return "not run"
+
+
+def last_line(log: Path) -> str | None:
+    """The last non-empty line of a log, usually the error; None when there is no log."""
+    if not log.exists():
+        return None
+    return cause_line(log.read_text(encoding="utf-8", errors="replace"))[:200]
+
+
+def add_missing(summary: pd.DataFrame, expected: list[str], repeats: int,
+                log_tails: dict[str, str | None]) -> pd.DataFrame:
+    """Every expected topology appears: a status per row, and rows for those that never finished."""
+    counts = dict(zip(summary["topology"], summary["repeats"]))
+    table = summary.copy()
+    table["status"] = [run_status(int(counts[t]), repeats, None) for t in table["topology"]]
+    extra = []
+    for name in expected:
+        if name in counts:
+            continue
+        topo = parse_topology(name)
+        extra.append({"topology": topo.name, "num_nodes": topo.num_nodes,
+                      "devices_per_node": topo.devices_per_node, "world_size": topo.world_size,
+                      "repeats": 0, "simulated": bool(summary["simulated"].any()),
+                      "status": run_status(0, repeats, log_tails.get(name))})
+    if extra:
+        table = pd.concat([table, pd.DataFrame(extra)], ignore_index=True)
+        table = table.sort_values(["world_size", "num_nodes"], kind="stable").reset_index(drop=True)
+        for col in ("num_nodes", "devices_per_node", "world_size", "repeats", "batch_per_device",
+                    "effective_batch"):
+            table[col] = table[col].astype("Int64")  # NaN rows would turn counts into floats
     return table
 
 

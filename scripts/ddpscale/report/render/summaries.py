@@ -4,11 +4,13 @@ has nothing to sum up in a line (its heading then stands alone).
 """
 from __future__ import annotations
 
-from ddpscale.report import breakdown, description, firstscreen
-from ddpscale.report.analysis import hours_label
-from ddpscale.report.decision import speedup_text
+from ddpscale.report.figures import breakdown
+from ddpscale.report.figures.projection import cost_sentence
+from ddpscale.report.figures.scaling import hours_label
 from ddpscale.report.fmt import known, pct, sig, times
-from ddpscale.report.projection import cost_sentence
+from ddpscale.report.load import description
+from ddpscale.report.verdict import firstscreen
+from ddpscale.report.verdict.decision import speedup_text
 
 
 def _range(values, write) -> str:

@@ -17,12 +17,14 @@ import pandas as pd
 from markupsafe import Markup
 
 from ddpscale.core.io import text_safe
-from ddpscale.report import accuracy, boundness, decision, description, firstscreen, plots, summaries
-from ddpscale.report.analysis import device_word, hours_label
-from ddpscale.report.comparison import Comparison
-from ddpscale.report.html_tables import TABLES, _table, legend, reason_badge, tta_table
-from ddpscale.report.templating import render
-from ddpscale.report.verdict import RECOMPILES_ALLOWED, markers
+from ddpscale.report.figures import accuracy, boundness
+from ddpscale.report.figures.scaling import Comparison, device_word, hours_label
+from ddpscale.report.load import description
+from ddpscale.report.render import plots, summaries
+from ddpscale.report.render.html_tables import TABLES, _table, legend, reason_badge, tta_table
+from ddpscale.report.render.templating import render
+from ddpscale.report.verdict import decision, firstscreen
+from ddpscale.report.verdict.caveats import RECOMPILES_ALLOWED, markers
 
 BANNER = ("These runs used CPU processes standing in for GPUs ({backend} backend). "
           "They check the pipeline, not GPU performance; do not read them as GPU results.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddpscale.report.verdict import topology_names
+from ddpscale.report.fmt import topology_names
 
 
 def cost_table(summary: pd.DataFrame, baseline: str) -> pd.DataFrame:

@@ -1,8 +1,8 @@
 """Which topology to use, said only as far as the intervals support it.
 
-The rule picks the largest usable topology (verdict.usable) whose efficiency is at least the
+The rule picks the largest usable topology (recommendation.usable) whose efficiency is at least the
 threshold (the baseline's is 1, so there is always one), else the fastest. Every figure the rule
-weighs has a 95% interval (analysis.add_intervals: on the log scale, a ratio's from both sides'
+weighs has a 95% interval (scaling.add_intervals: on the log scale, a ratio's from both sides'
 uncertainty), and a finding is stated only where those intervals separate the choice:
 
 - a topology beyond the baseline: its speedup interval lies above 1 (the baseline's), its
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ddpscale.report.analysis import OVER_REPEATS, ratio_spread
+from ddpscale.report.figures.scaling import OVER_REPEATS, ratio_spread
 from ddpscale.report.fmt import estimate, known
 
 # A doubt that would need more than this many times the data is not worth resolving: the two

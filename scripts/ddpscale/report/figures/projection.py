@@ -35,9 +35,9 @@ import pandas as pd
 
 from ddpscale.core import steadystate
 from ddpscale.run.measuremode import THROUGHPUT
-from ddpscale.report.analysis import log_spread_over_repeats, wider_spread
-from ddpscale.report.records import held_devices, known, measure_mode
+from ddpscale.report.figures.scaling import log_spread_over_repeats, wider_spread
 from ddpscale.report.fmt import duration, duration_estimate, hours, hours_estimate, supported
+from ddpscale.report.load.records import held_devices, known, measure_mode
 
 # What one projection needs from a metrics record: every run records them.
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
@@ -55,7 +55,7 @@ PROJECTION_COLUMNS = ("topology", "world_size", "repeats", "epochs", "global_bat
                       "projected_device_hours_high")
 # projected_s_low/high: its 95% interval from the throughput it was projected from (the steps'
 # seconds scale with 1 / throughput; the seconds outside them are measured, not projected), with
-# the spread between repeats where that is wider (analysis.log_spread_over_repeats).
+# the spread between repeats where that is wider (scaling.log_spread_over_repeats).
 
 
 def _number(value) -> float | None:

@@ -1,5 +1,5 @@
 """The report's first screen, as data: the answer in one sentence (as far as the intervals support
-it: report.decision), the decision table's rows, each figure with its interval, and the caveats as
+it: report.verdict.decision), the decision table's rows, each figure with its interval, and the caveats as
 short labelled badges.
 
 A reader opens report.html to decide which topology to ask for; these say that in the units they
@@ -13,10 +13,11 @@ import math
 import pandas as pd
 
 from ddpscale.core import steadystate
-from ddpscale.report import accuracy, decision
-from ddpscale.report.analysis import device_word, hours_label
-from ddpscale.report.fmt import duration_estimate, hours, hours_estimate, known, sig
-from ddpscale.report.verdict import STATUS_OK, topology_names, usable
+from ddpscale.report.figures import accuracy
+from ddpscale.report.figures.scaling import STATUS_OK, device_word, hours_label
+from ddpscale.report.fmt import duration_estimate, hours, hours_estimate, known, sig, topology_names
+from ddpscale.report.verdict import decision
+from ddpscale.report.verdict.recommendation import usable
 
 # Why a run stopped before its interval met the precision asked for, named once in the legend
 # under the tables; a cell carries only the short word.

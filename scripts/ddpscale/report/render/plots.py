@@ -23,8 +23,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ddpscale.core.io import text_safe
-from ddpscale.report.analysis import baseline_world_size, device_word
-from ddpscale.report.breakdown import TERM_WORDS, TERMS, measured
+from ddpscale.report.figures.breakdown import TERM_WORDS, TERMS, measured
+from ddpscale.report.figures.scaling import baseline_world_size, device_word
 from ddpscale.report.fmt import known
 
 # Okabe & Ito (2008), "Color Universal Design": told apart with every common colour-vision deficiency.
@@ -165,7 +165,7 @@ def draw_speedup(ax, data, labels: bool = True):
 
 def _error_bars(rows: pd.DataFrame, figure: str) -> tuple[list[float], list[float]]:
     """Below and above each figure (speedup or efficiency), from its 95% interval as the tables
-    show it (analysis.add_intervals: the baseline's is its own throughput's; 0 where there is none)."""
+    show it (scaling.add_intervals: the baseline's is its own throughput's; 0 where there is none)."""
     low, high = [], []
     for _, r in rows.iterrows():
         has = known(r.get(f"{figure}_low")) and known(r.get(f"{figure}_high"))

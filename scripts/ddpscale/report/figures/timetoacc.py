@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ddpscale.report import accuracy
+from ddpscale.report.figures import accuracy
 
 THROUGHPUT_MODE = "not measured (throughput mode)"
 OLYMPIC_FROM = 5  # repeats from which the fastest and slowest are dropped
@@ -91,7 +91,7 @@ def score(values: list[float]) -> float:
 class Target:
     """The value of the epoch metric every topology's time to accuracy is timed to."""
     metric: str | None  # the epoch metric the baseline recorded; None where it recorded none
-    direction: str | None  # "max" or "min" (report.accuracy.direction); None where there is no target
+    direction: str | None  # "max" or "min" (report.figures.accuracy.direction); None where there is no target
     value: float  # NaN: no target
     fixed: bool  # fixed before these runs (the config's, or an earlier campaign's)
     why_none: str | None  # why there is no target; None where there is one

@@ -15,21 +15,16 @@ import re
 import pandas as pd
 from markupsafe import Markup, escape
 
-from ddpscale.core import steadystate
-from ddpscale.report import accuracy, timetoacc
-from ddpscale.report.analysis import hours_label, run_facts
-from ddpscale.report.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
-from ddpscale.report.cost import time_speedup_note
-from ddpscale.report.projection import cost_sentence, projected_hours, projected_time, sentence, what
-from ddpscale.report.templating import render
-from ddpscale.report.firstscreen import STOP_REASONS, stopped_short
-from ddpscale.report.decision import efficiency_text, speedup_text
-from ddpscale.report.fmt import duration, estimate, hours, known, num, pct, plus_minus, times
-from ddpscale.report.verdict import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
-
-
-# Why a throughput run stopped when its interval met the precision asked for: not shown.
-PRECISION_REACHED = steadystate.PRECISION
+from ddpscale.report.figures import accuracy, timetoacc
+from ddpscale.report.figures.breakdown import AGREE_STEP, PROBE_OK, TERMS, measured, unexplained_shown
+from ddpscale.report.figures.cost import time_speedup_note
+from ddpscale.report.figures.projection import cost_sentence, projected_hours, projected_time, sentence, what
+from ddpscale.report.figures.scaling import hours_label, run_facts
+from ddpscale.report.fmt import duration, estimate, hours, known, num, pct, times
+from ddpscale.report.render.templating import render
+from ddpscale.report.verdict.caveats import OVER_SOCKETS, SIMULATED_NODES, flag, label, oversubscription
+from ddpscale.report.verdict.decision import efficiency_text, speedup_text
+from ddpscale.report.verdict.firstscreen import STOP_REASONS, stopped_short
 
 
 def repeats_cell(row, col: str, write) -> Markup | str:
@@ -42,18 +37,6 @@ def repeats_cell(row, col: str, write) -> Markup | str:
         text += Markup('<br><span class="spread">mean&rsquo;s 95% CI {}&ndash;{}</span>').format(
             write(row[col + "_ci_low"]), write(row[col + "_ci_high"]))
     return text
-
-
-def within_run(row) -> str:
-    """'±1.2% within run', or where the precision was not reached, why: 'step cap reached: ±4.1%'.
-    The interval is of each run's window throughput, its steady windows' samples over their
-    seconds (the cell's figure is the median over repeats), which throughput_note says."""
-    half, mean = row.get("throughput_half_width"), row.get("throughput_samples_s")
-    interval = plus_minus(half / mean) if known(half) and mean else steadystate.TOO_SHORT
-    reason = row.get("stop_reason")
-    if isinstance(reason, str) and reason and reason != PRECISION_REACHED:
-        return f"{reason}: {interval}"
-    return f"{interval} within run"
 
 
 def reason_badge(row, used: dict | None = None) -> Markup:
