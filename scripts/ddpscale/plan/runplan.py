@@ -22,7 +22,7 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
-from ddpscale.plan import reservation, runspec, throughputfit, timelimit
+from ddpscale.plan import planfile, reservation, runspec, throughputfit, timelimit
 from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
 from ddpscale.plan.identity import generated_with_other_settings
@@ -238,8 +238,10 @@ class RunPlan:
         return self._args_flags(self.layout.report_args(rule), argv, write)
 
     def record(self) -> dict:
-        """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
-        return {"measure": self.measure, "repeats": len(self.repeats)}
+        """What the workflow planned, for `make status`, which sees neither the site nor the
+        command line (plan.json, ddpscale.plan.planfile)."""
+        return planfile.written(self.experiment, self.measure, parse_topology(self.config["baseline"]).name,
+                                self.stage_topologies, len(self.repeats))
 
 
 def build(config: dict, site: Site, *, config_source: str, lightning, python: str, versions: dict,
