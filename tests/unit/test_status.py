@@ -16,6 +16,7 @@ import yaml
 
 from conftest import ROOT
 from ddpscale.core import progress
+from ddpscale.core.io import write_json_atomic
 from ddpscale.plan import planfile, squeue
 from ddpscale.status import rows as status
 from test_analysis import make_run
@@ -357,7 +358,7 @@ def write_plan(results, topologies, repeats=1, experiment="spiralmlp", measure="
     data = planfile.written(experiment, measure, baseline,
                             stage_topologies(sorted(map(parse_topology, topologies)), baseline), repeats)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "plan.json").write_text(json.dumps(data))
+    write_json_atomic(results / "plan.json", data)  # as common.smk's write_plan: its keys sorted
     return data
 
 

@@ -152,10 +152,11 @@ def _planned(data: dict) -> Planned | None:
     stages = data.get("stages")
     if not (isinstance(experiment, str) and re.match(NAME_PATTERN, experiment)) or baseline is None \
             or measure not in (measuremode.THROUGHPUT, measuremode.FULL) \
-            or not isinstance(stages, dict) or list(stages) != list(STAGES):
+            or not isinstance(stages, dict) or set(stages) != set(STAGES):
         return None
     found, seen = {}, set()
-    for name, stage in stages.items():
+    for name in STAGES:  # in their order, whatever the file's (written with its keys sorted)
+        stage = stages[name]
         if not isinstance(stage, dict) or not isinstance(stage.get("topologies"), list) \
                 or not measuremode.valid_repeats(stage.get("repeats")):
             return None
