@@ -58,9 +58,11 @@ gpu-check:
 	'$(GPU_CHECK_PYTHON)' benchmarks/gpu_check.py
 endif
 
-# What the benchmark is doing now, from results/, the logs and squeue; never imports torch.
+# What the benchmark is doing now, from the plan its workflow wrote, the logs and squeue; never
+# imports torch. The overrides the run was started with go in ARGS, as snakemake takes them:
+# make status ARGS='--configfile config/transformer_tiny.yaml --config experiment=NAME'.
 status: $(STAMP)
-	$(VENV)/bin/python scripts/status.py
+	$(VENV)/bin/python scripts/status.py $(ARGS)
 
 # snakemake --lint exits 1 on any lint, the one kept on purpose too (no conda env per rule, see
 # the Snakefile): the lint tests accept that one only, and check snakefmt's formatting.

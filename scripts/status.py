@@ -3,8 +3,12 @@
 and reason), running (epoch, elapsed, time left, throughput), done (throughput, efficiency) or
 failed (its log's last line), and a Snakemake lock a killed run left behind.
 
-Reads the experiment's results/<experiment>/ (runs and train logs), squeue (where there is one) and /proc; never imports torch.
-Run it in the directory snakemake runs in.
+Shows the runs the workflow planned for the experiment (results/<experiment>/plan.json, written
+when its jobs start, so it follows every --configfile and --config the run was started with), and
+names it; before any run, the config's runs, marked "not planned yet". Give it the --configfile
+and --config the run was started with, as snakemake takes them (at least those that name the
+experiment). Reads the experiment's runs and train logs, squeue (where there is one) and /proc;
+never imports torch. Run it in the directory snakemake runs in.
 """
 from __future__ import annotations
 
@@ -19,16 +23,18 @@ import yaml  # noqa: E402
 
 from ddpscale.core.io import terminal_safe  # noqa: E402
 from ddpscale.run.topology import TopologyError  # noqa: E402
-from ddpscale.core.layout import layout  # noqa: E402
+from ddpscale.core.layout import experiment_name, layout  # noqa: E402
 from ddpscale.status import sources as status_sources  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, default=Path("config/config.yaml"),
-                   help="the workflow's config (default config/config.yaml)")
-    p.add_argument("--configfile", type=Path, action="append", default=[], metavar="PATH",
-                   help="an overlay, as snakemake's --configfile; repeatable, later ones win")
+    p.add_argument("--configfile", "--configfiles", type=Path, nargs="+", action="extend", default=[],
+                   metavar="FILE", help="the overlays the run was started with, as snakemake's --configfile: "
+                   "on config/config.yaml, later ones win")
+    p.add_argument("--config", "-C", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                   help="the overrides the run was started with, as snakemake's --config (at least those "
+                   "that name the experiment, e.g. experiment=NAME)")
     p.add_argument("--results", type=Path, default=None,
                    help="the experiment's results folder (default results/<experiment> of the config)")
     return p.parse_args(argv)
@@ -37,9 +43,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        config = status_sources.read_config(args.config, args.configfile)
+        config = status_sources.read_config(args.configfile, status_sources.parse_overrides(args.config))
         results = args.results or Path(layout(config).root)
-        text = status_sources.report(config, results, Path.cwd())
+        # the plan must be this experiment's, unless the folder was named
+        experiment = None if args.results else experiment_name(config)
+        text = status_sources.report(config, results, Path.cwd(), experiment)
     except (OSError, yaml.YAMLError, TopologyError, TypeError, ValueError) as exc:
         # a missing or unreadable config: one line, no traceback
         print(terminal_safe(f"ddpscale status: {exc}".splitlines()[0]), file=sys.stderr)

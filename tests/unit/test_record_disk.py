@@ -70,7 +70,7 @@ def test_make_status_names_a_fifo_record_and_does_not_hang(tmp_path):
     path = tmp_path / status.metrics_path("1x1", 0)
     path.parent.mkdir(parents=True)
     os.mkfifo(path)
-    runs = finishes(lambda: sources.read_runs(tmp_path, ["1x1"], 1))
+    runs = finishes(lambda: sources.read_runs(tmp_path, [("1x1", 0)]))
     row = status.run_row("1x1", 0, runs[("1x1", 0)], None, False, 0.0, "1x1", None)
     assert row.state == "unreadable" and "a FIFO" in row.detail
 

@@ -24,7 +24,11 @@ def test_targets_are_every_topology_and_repeat_under_the_layout():
     assert p.stage_topologies == {"baseline": ["1x1"], "single_node": ["1x2"], "multi_node": ["2x2"]}
     assert p.stage_metrics("multi_node") == ["results/spiralmlp/runs/2x2/r0/metrics.json",
                                              "results/spiralmlp/runs/2x2/r1/metrics.json"]
-    assert p.record() == {"measure": "full", "repeats": 2}
+    # plan.json, for make status: the experiment, and what every stage trains (ddpscale.plan.planfile)
+    assert p.record() == {"version": 1, "experiment": "spiralmlp", "measure": "full", "baseline": "1x1",
+                          "stages": {"baseline": {"topologies": ["1x1"], "repeats": 2},
+                                     "single_node": {"topologies": ["1x2"], "repeats": 2},
+                                     "multi_node": {"topologies": ["2x2"], "repeats": 2}}}
 
 
 def test_repeats_auto_follow_the_measure_mode_of_the_site():
@@ -40,7 +44,8 @@ def test_auto_trains_in_full_on_a_cluster_where_throughput_mode_cannot_win():
     next line says why, with the numbers; measure: throughput still runs as set, saying the same;
     plan.json records what resolved."""
     auto = plan(site=SRUN, repeats="auto")
-    assert auto.measure == "full" and auto.repeats == (0,) and auto.record() == {"measure": "full", "repeats": 1}
+    assert auto.measure == "full" and auto.repeats == (0,) and auto.record()["measure"] == "full"
+    assert {stage["repeats"] for stage in auto.record()["stages"].values()} == {1}
     assert auto.notes[0].startswith("measure full (measure: auto on a cluster profile, where throughput mode "
                                     "costs more than full training on every topology")
     assert auto.notes[1].startswith("throughput mode cannot win here: it runs each topology 3 times (repeats: auto) "

@@ -6,6 +6,7 @@ the SLURM test cluster with a run queued, one running and one done: tests/slurm/
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,10 +17,15 @@ import yaml
 from helpers.records import make_run
 from helpers.status import NOW, STATUS, progress_line, run_status, write_tree
 from helpers.workflow import ROOT
-from ddpscale.plan import squeue
+from ddpscale.core.io import write_json_atomic
+from ddpscale.plan import planfile, squeue
 from ddpscale.status import rows as status
 
 HERE = "/work/bench"
+
+
+def runs_of(topologies, repeats=1) -> list[tuple[str, int]]:
+    return [(t, r) for t in topologies for r in range(repeats)]
 
 
 def row_of(rows, topology, repeat=0) -> status.Row:
@@ -69,7 +75,7 @@ def test_every_state_and_its_figures():
     jobs = {("2x1", 1): squeue.Job("77", "PENDING", "Resources", "c", HERE, 0.0),
             ("2x2", 0): squeue.Job("78", "COMPLETING", "None", "c", HERE, 50.0),
             ("2x2", 1): squeue.Job("79", "RUNNING", "None", "c", HERE, 3.0)}
-    rows = status.rows(["1x1", "1x2", "2x1", "2x2"], 2, "1x1", runs, jobs, {("1x2", 1)}, NOW)
+    rows = status.rows(runs_of(["1x1", "1x2", "2x1", "2x2"], 2), "1x1", runs, jobs, {("1x2", 1)}, NOW)
     assert [(r.topology, r.repeat, r.state) for r in rows] == [
         ("1x1", 0, "done"), ("1x1", 1, "done"), ("1x2", 0, "done"), ("1x2", 1, "running"),
         ("2x1", 0, "failed"), ("2x1", 1, "queued"), ("2x2", 0, "done"), ("2x2", 1, "running")]
@@ -99,12 +105,12 @@ def test_running_on_slurm_takes_the_jobs_elapsed_and_ignores_an_earlier_attempts
 def test_efficiency_is_na_until_the_baseline_is_done_and_failed_logs_are_cut():
     runs = {("1x2", 0): status.Run({"throughput_samples_s": 200.0, "world_size": 2}, ""),
             ("1x1", 0): status.Run(None, "x" * 500 + "\n")}
-    rows = status.rows(["1x1", "1x2"], 1, "1x1", runs, {}, set(), NOW)
+    rows = status.rows(runs_of(["1x1", "1x2"]), "1x1", runs, {}, set(), NOW)
     assert row_of(rows, "1x2").detail == "200.0 samples/s, efficiency n/a (1x1 not done)"
     assert row_of(rows, "1x1").detail == "x" * 157 + "..."
-    assert status.rows(["1x1"], 1, "1x1", {("1x1", 0): status.Run(None, "\n \n")}, {}, set(), NOW)[0].detail == \
+    assert status.rows([("1x1", 0)], "1x1", {("1x1", 0): status.Run(None, "\n \n")}, {}, set(), NOW)[0].detail == \
         "(empty log: the job wrote nothing)"
-    assert status.rows(["1x1"], 1, "1x1", {}, {}, set(), NOW) == [status.Row("1x1", 0, "not started")]
+    assert status.rows([("1x1", 0)], "1x1", {}, {}, set(), NOW) == [status.Row("1x1", 0, "not started")]
 
 
 def test_table_is_aligned():
@@ -160,12 +166,13 @@ def test_live_processes_and_the_fallback_without_proc():
 
 def test_render_says_where_the_state_came_from():
     rows = [status.Row("1x1", 0, "done", "1.0 samples/s")]
-    text = status.render(NOW, HERE, rows, [10, 12], 3, "squeue", "Stale ...")
+    text = status.render(NOW, HERE, "experiment x: ...", rows, [10, 12], 3, "squeue", "Stale ...")
     lines = text.splitlines()
     assert lines[0].startswith("ddpscale status ") and lines[0].endswith(f" in {HERE}")
-    assert lines[1] == "snakemake: running here (pid 10, 12); SLURM: 3 queued or running job(s) of this directory"
+    assert lines[1] == "experiment x: ..."
+    assert lines[2] == "snakemake: running here (pid 10, 12); SLURM: 3 queued or running job(s) of this directory"
     assert lines[-2:] == ["1 done, 0 running, 0 queued, 0 failed, 0 not started", "Stale ..."]
-    assert status.render(NOW, HERE, rows, None, None, "no squeue here", None).splitlines()[1] == \
+    assert status.render(NOW, HERE, "e", rows, None, None, "no squeue here", None).splitlines()[2] == \
         "snakemake: cannot tell (no /proc); SLURM: no squeue here, local runs only"
 
 
@@ -311,3 +318,182 @@ def test_nothing_status_prints_carries_a_control_character(tmp_path):
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", out), "a control character other than newline"
     row = status.Row("1x1", 0, "failed", "a\rb\x1b]0;title\x07")
     assert status.table([row]).splitlines()[1].endswith(r"a\rb\x1b]0;title\x07")
+
+
+# -- what the workflow planned (plan.json) ------------------------------------------------------
+
+def write_plan(results, topologies, repeats=1, experiment="spiralmlp", measure="full", baseline="1x1") -> dict:
+    """plan.json as the workflow writes it (RunPlan.record) for these topologies."""
+    from ddpscale.run.topology import parse_topology, stage_topologies
+
+    data = planfile.written(experiment, measure, baseline,
+                            stage_topologies(sorted(map(parse_topology, topologies)), baseline), repeats)
+    results.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(results / "plan.json", data)  # as common.smk's write_plan: its keys sorted
+    return data
+
+
+def spiral_tree(root, topologies=("1x1", "1x2", "2x1")) -> None:
+    """config/config.yaml of the spiral (experiment spiralmlp) and 1x1's finished repeat 0."""
+    (root / "config").mkdir()
+    (root / "config/config.yaml").write_text(yaml.safe_dump(
+        {"topologies": list(topologies), "baseline": "1x1", "repeats": 1,
+         "model": {"class_path": "pkg.mod.SpiralMLP"}}))
+    path = root / "results/spiralmlp/runs/1x1/r0/metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(make_run(throughput_samples_s=100.0, fit_time_s=3.0)))
+
+
+def table_runs(out: str) -> list[tuple[str, str]]:
+    return [tuple(line.split()[:2]) for line in out.splitlines() if re.match(r"^\d+x\d+ ", line)]
+
+
+def test_the_plan_the_workflow_writes_reads_back():
+    data = planfile.written("spiralmlp", "throughput", "1x1",
+                            {"baseline": ["1x1"], "single_node": ["1x2", "1x4"], "multi_node": ["2x2"]}, 3)
+    assert data["version"] == planfile.VERSION and data["experiment"] == "spiralmlp"
+    planned, why = planfile.parse(json.loads(json.dumps(data)), "spiralmlp")
+    assert why is None and planned.record() == data
+    assert planned.runs() == [(t, r) for t in ("1x1", "1x2", "1x4", "2x2") for r in range(3)]
+    assert planned.summary() == "measure throughput, 4 topologies, 3 repeats each"
+    assert planfile.parse(data, "other") == (None, "is the plan of experiment spiralmlp, not of other")
+
+
+def changed(data: dict, path: tuple, value) -> dict:
+    data = json.loads(json.dumps(data))
+    *head, last = path
+    inner = data
+    for key in head:
+        inner = inner[key]
+    if value is KeyError:
+        del inner[last]
+    else:
+        inner[last] = value
+    return data
+
+
+PLAN = planfile.written("spiralmlp", "full", "1x1", {"baseline": ["1x1"], "single_node": ["1x2"], "multi_node": []}, 1)
+
+
+@pytest.mark.parametrize("path, value", [
+    (("version",), 2), (("version",), True), (("version",), KeyError), (("experiment",), "../up"),
+    (("experiment",), 7), (("measure",), "auto"), (("baseline",), "1x2"), (("baseline",), "01x1"),
+    (("stages", "multi_node"), KeyError), (("stages", "extra"), {"topologies": [], "repeats": 1}),
+    (("stages", "single_node", "topologies"), ["1x1"]),  # twice, and not of its stage
+    (("stages", "single_node", "topologies"), ["2x1"]),  # another stage's
+    (("stages", "single_node", "topologies"), ["1" * 5000 + "x1"]),
+    (("stages", "single_node", "repeats"), 0), (("stages", "single_node", "repeats"), 10**30),
+    (("stages", "single_node", "repeats"), 1.0), (("stages", "single_node", "repeats"), "1"),
+    (("stages", "baseline", "topologies"), []), (("extra",), 1),
+])
+def test_a_versioned_plan_of_another_shape_counts_as_none(path, value):
+    planned, why = planfile.parse(changed(PLAN, path, value), "spiralmlp")
+    assert planned is None and why and "\n" not in why
+
+
+def test_command_shows_what_the_workflow_planned_and_names_the_experiment(tmp_path):
+    """The run was started with overrides (here: two topologies, two repeats): status lists what
+    it planned, not what config/config.yaml says, and which experiment that is."""
+    spiral_tree(tmp_path)
+    write_plan(tmp_path / "results/spiralmlp", ["1x1", "1x2"], repeats=2)
+    done = run_status(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert table_runs(done.stdout) == [("1x1", "r0"), ("1x1", "r1"), ("1x2", "r0"), ("1x2", "r1")]
+    assert done.stdout.splitlines()[1] == ("experiment spiralmlp: as its workflow planned it "
+                                           "(results/spiralmlp/plan.json): measure full, 2 topologies, 2 repeats each")
+    assert re.search(r"^1x1 +r0 +done +100\.0 samples/s", done.stdout, re.MULTILINE)
+
+
+def test_command_before_any_run_says_so_and_shows_the_config(tmp_path):
+    spiral_tree(tmp_path)
+    write_plan(tmp_path / "results/other", ["1x1"], experiment="other")
+    done = run_status(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert table_runs(done.stdout) == [("1x1", "r0"), ("1x2", "r0"), ("2x1", "r0")]
+    assert done.stdout.splitlines()[1] == (
+        "experiment spiralmlp: not planned yet: no results/spiralmlp/plan.json (the workflow writes it when its "
+        "jobs start); showing the config's runs as given here; planned here: other (pick one with --config "
+        "experiment=NAME)")
+
+
+def test_command_takes_config_key_value_as_snakemake_does(tmp_path):
+    """--config KEY=VALUE picks the experiment (and so its plan), as the run was started with."""
+    spiral_tree(tmp_path)
+    write_plan(tmp_path / "results/other", ["1x1", "2x1"], experiment="other")
+    done = run_status(tmp_path, "--config", "experiment=other", "repeats=1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("experiment other: as its workflow planned it")
+    assert table_runs(done.stdout) == [("1x1", "r0"), ("2x1", "r0")]
+    # before that run: the override applies to the config's runs
+    unplanned = run_status(tmp_path, "-C", "experiment=new", "topologies=[1x1, 1x2]")
+    assert unplanned.stdout.splitlines()[1].startswith("experiment new: not planned yet: no results/new/plan.json")
+    assert table_runs(unplanned.stdout) == [("1x1", "r0"), ("1x2", "r0")]
+    # a file where a key=value belongs: one line naming the flag that takes one
+    wrong = run_status(tmp_path, "--config", "config/config.yaml")
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr == ("ddpscale status: --config 'config/config.yaml': --config takes KEY=VALUE, as snakemake's; "
+                            "a config file goes with --configfile FILE\n")
+
+
+def test_command_takes_several_configfiles_as_snakemake_does(tmp_path):
+    spiral_tree(tmp_path)
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"experiment": "a", "topologies": ["1x1", "1x2"]}))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"experiment": "b"}))
+    done = run_status(tmp_path, "--configfile", "a.yaml", "b.yaml")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1].startswith("experiment b: not planned yet")
+    assert table_runs(done.stdout) == [("1x1", "r0"), ("1x2", "r0")]
+
+
+@pytest.mark.parametrize("entries", [
+    ["experiment=foo", "repeats=3", "measure=full", "seed=1.5", "flag=True", "empty="],
+    ["topologies=[1x1, 2x2]", "model={class_path: a.B}", "quoted='x y'", "accuracy={tolerance: 0.1}"],
+    ["nested={a: {b: 1}}", "nested={a: {c: 2}}", "dashed-key=1e3"],
+])
+def test_config_overrides_read_as_snakemake_reads_them(entries):
+    from ddpscale.status.sources import parse_overrides
+    from snakemake.cli import parse_config
+
+    assert parse_overrides(entries) == parse_config(entries)
+
+
+def hostile(kind, path, tmp_path) -> None:
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a directory":
+        path.mkdir()
+    elif kind == "a link out of results":
+        outside = tmp_path / "elsewhere.json"
+        outside.write_text(json.dumps(PLAN))
+        path.symlink_to(outside)
+    elif kind == "huge":
+        with open(path, "wb") as handle:
+            handle.truncate(planfile.MAX_BYTES + 1)
+    elif kind == "not UTF-8":
+        path.write_bytes(b'{"version": 1, "experiment": "spiral\xff"}')
+    elif kind == "nested deep":
+        path.write_text("[" * 200_000 + "]" * 200_000)
+    elif kind == "a 5000-digit number":
+        path.write_text('{"version": ' + "9" * 5000 + "}")
+    elif kind == "another experiment's":
+        path.write_text(json.dumps(planfile.written("other", "full", "1x1", {"baseline": ["1x1"]}, 1)))
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("a FIFO", "is a FIFO, not a regular file"), ("a directory", "is a directory, not a regular file"),
+    ("a link out of results", "is a symbolic link, which the workflow never writes"),
+    ("huge", f"holds {(1 << 20) + 1} bytes, more than a plan's {1 << 20}"),
+    ("not UTF-8", "is not UTF-8 text (byte 36)"), ("nested deep", "is JSON nested too deep to read"),
+    ("a 5000-digit number", "is not valid JSON (Exceeds the limit"),
+    ("another experiment's", "is the plan of experiment other, not of spiralmlp"),
+])
+def test_a_hostile_plan_json_is_one_line_and_the_config_s_runs(tmp_path, kind, said):
+    spiral_tree(tmp_path)
+    path = tmp_path / "results/spiralmlp/plan.json"
+    hostile(kind, path, tmp_path)
+    done = run_status(tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    line = done.stdout.splitlines()[1]
+    assert line.startswith(f"experiment spiralmlp: not planned yet: results/spiralmlp/plan.json {said}"), line
+    assert "as good as none (the next run rewrites it); showing the config's runs as given here" in line
+    assert table_runs(done.stdout) == [("1x1", "r0"), ("1x2", "r0"), ("2x1", "r0")]

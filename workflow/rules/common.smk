@@ -224,9 +224,10 @@ print_reservation()
 
 
 def write_plan():
-    """What this site resolved (measure, repeats), for make status, which cannot see the site
-    and so cannot resolve repeats: auto. Written when jobs start (onstart), never by a dry run or
-    a refused config, and only when it changes, so nothing in results/ is touched for nothing."""
+    """What this run planned (ddpscale.plan.planfile), for make status, which sees neither the
+    site nor this command line's --configfile and --config. Written when jobs start (onstart),
+    never by a dry run or a refused config, and only when it changes, so nothing in results/ is
+    touched for nothing."""
     path = Path(PLAN.layout.plan)
     if read_json_dict(path) == PLAN.record():
         return

@@ -2,7 +2,7 @@
 
 Every experiment (config/config.yaml and the overlays given with --configfile) writes to a
 folder of its own, so running another config never replaces an earlier one's runs or report,
-and `make status` shows only the runs of the config it is given. The name is config key
+and `make status` shows only the runs of the experiment it is given. The name is config key
 `experiment`, or, where that is null, the model class's name in lower case (SpiralMLP ->
 spiralmlp): two workloads of different models never share a folder; presets that share a
 model class name themselves (config/transformer_tiny.yaml). The workflow, the status command
@@ -82,7 +82,7 @@ class Layout:
 
     @property
     def plan(self) -> str:
-        """What the workflow resolved for this site (measure, repeats), for `make status`."""
+        """What the workflow planned (ddpscale.plan.planfile), for `make status`."""
         return f"{self.root}/plan.json"
 
     @property

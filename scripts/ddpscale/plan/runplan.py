@@ -22,7 +22,7 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.spiral import corruption, manifest_path_for
-from ddpscale.plan import reservation, throughputfit, timelimit
+from ddpscale.plan import planfile, reservation, throughputfit, timelimit
 from ddpscale.plan.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
 from ddpscale.run import argsfile, measuremode, runspec
 from ddpscale.run.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
@@ -240,8 +240,10 @@ class RunPlan:
         return self._args_flags(self.layout.report_args(rule), argv, write)
 
     def record(self) -> dict:
-        """What this site resolved, for `make status`, which cannot see the site (plan.json)."""
-        return {"measure": self.measure, "repeats": len(self.repeats)}
+        """What the workflow planned, for `make status`, which sees neither the site nor the
+        command line (plan.json, ddpscale.plan.planfile)."""
+        return planfile.written(self.experiment, self.measure, parse_topology(self.config["baseline"]).name,
+                                self.stage_topologies, len(self.repeats))
 
 
 def build_spec(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: list[Topology], measure: str,

@@ -9,7 +9,7 @@ caps the batches measured. Where the configured training (max_epochs x batches p
 shorter, every run ends with its epochs and an interval wider than asked, and costs what training in full costs,
 with 3 repeats (repeats: auto) where full mode trains 1. Where it is long enough but still not
 longer than its repeats of the rule's least, even a run that stops at its first look costs more
-than full training. Either way, measure: auto on a cluster resolves to full (spec.measuremode),
+than full training. Either way, measure: auto on a cluster resolves to full (run.measuremode),
 and an explicit measure: throughput runs with the line saying what it costs against full.
 
 Batches per epoch are known before a run for the built-in data modules: the spiral's from its

@@ -1,8 +1,9 @@
 """Live status of a benchmark (`make status`, scripts/status.py): per topology and repeat, not
 started, queued, running, done or failed, and a Snakemake lock left behind by a killed run.
 
-Pure functions: rows from the config, the files' contents, squeue's lines and the command lines
-of this directory's processes, then the text. sources.py reads those from the system.
+Pure functions: rows from the plan the workflow wrote (plan.json; before it, the config), the
+files' contents, squeue's lines and the command lines of this directory's processes, then the
+text. sources.py reads those from the system.
 No torch, no Lightning, no pandas: it runs on a login node in a fraction of a second.
 """
 
@@ -17,6 +18,7 @@ from ddpscale.run import measuremode
 from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
 from ddpscale.run.topology import parse_topology
+from ddpscale.plan.planfile import Planned
 from ddpscale.plan.squeue import QUEUED_STATES, Job
 
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read
@@ -24,6 +26,7 @@ from ddpscale.plan.squeue import QUEUED_STATES, Job
 CLOCK_SKEW_S = 10.0
 LAST_LINE_CHARS = 160
 UNLOCK = ".venv/bin/snakemake --profile profiles/<name> --unlock"
+NOT_PLANNED = "not planned yet"
 
 
 # Paths below an experiment's folder, as Layout names them: the files are read below the folder,
@@ -65,8 +68,8 @@ class Row:
 
 
 def merge_configs(base: dict, overlays: list[dict]) -> dict:
-    """The config as Snakemake sees it after --configfile overlays: nested mappings merged key
-    by key (the experiment's folder depends on model.class_path, below the top level)."""
+    """The config as Snakemake sees it after --configfile overlays and --config: nested mappings
+    merged key by key (the experiment's folder depends on model.class_path, below the top level)."""
     merged = dict(base or {})
     for overlay in overlays:
         for key, value in (overlay or {}).items():
@@ -76,9 +79,10 @@ def merge_configs(base: dict, overlays: list[dict]) -> dict:
 
 
 def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, str]:
-    """(topology names sorted as the workflow sorts them, repeats, baseline name). repeats: auto
-    depends on the site the workflow ran on: `resolved` is what its last run wrote (layout's
-    plan.json); before any run, an explicit measure decides, else one."""
+    """Before the workflow planned (no plan.json of ours): (topology names sorted as the workflow
+    sorts them, repeats, baseline name) from the config. repeats: auto depends on the site the
+    workflow ran on: `resolved` is what an earlier ddpscale's run wrote (plan.json before it had
+    a version: measure and repeats); without it, an explicit measure decides, else one."""
     topologies = sorted({parse_topology(t, where="topologies") for t in config.get("topologies") or []})
     baseline = parse_topology(config.get("baseline", "1x1"), where="baseline").name
     names, setting = [t.name for t in topologies], config.get("repeats", 1)
@@ -92,6 +96,20 @@ def plan(config: dict, resolved: dict | None = None) -> tuple[list[str], int, st
                          f"{measuremode.MAX_REPEATS}, or auto")
     # measure auto or unset counts as full here (measuremode.repeats: 3 only in throughput mode)
     return names, measuremode.repeats(setting, config.get("measure", "auto")), baseline
+
+
+def plan_line(experiment: str, plan_file: str, planned: Planned | None, why: str | None,
+              others: list[str] = ()) -> str:
+    """Which experiment the rows are of, and whether they are what its workflow planned
+    (plan.json) or, before it wrote one, the config's as status was given it (NOT_PLANNED);
+    why: what is wrong with a plan.json that is there but unread; others: experiments of
+    results/ that have a plan."""
+    if planned is not None:
+        return f"experiment {planned.experiment}: as its workflow planned it ({plan_file}): {planned.summary()}"
+    cause = (f"no {plan_file} (the workflow writes it when its jobs start)" if why is None
+             else f"{plan_file} {why}, as good as none (the next run rewrites it)")
+    hint = f"; planned here: {', '.join(others)} (pick one with --config experiment=NAME)" if others else ""
+    return f"experiment {experiment}: {NOT_PLANNED}: {cause}; showing the config's runs as given here{hint}"
 
 
 def duration(seconds: float) -> str:
@@ -179,11 +197,12 @@ def run_row(topology: str, repeat: int, run: Run, job: Job | None, running_here:
     return Row(topology, repeat, "not started")
 
 
-def rows(topologies: list[str], repeats: int, baseline: str, runs: dict[tuple[str, int], Run],
+def rows(wanted: list[tuple[str, int]], baseline: str, runs: dict[tuple[str, int], Run],
          jobs: dict[tuple[str, int], Job], running_here: set[tuple[str, int]], now: float) -> list[Row]:
+    """One row per wanted (topology, repeat), in that order."""
     base = baseline_per_device(runs, baseline)
     return [run_row(t, r, runs.get((t, r), Run()), jobs.get((t, r)), (t, r) in running_here, now, baseline, base)
-            for t in topologies for r in range(repeats)]
+            for t, r in wanted]
 
 
 def table(table_rows: list[Row]) -> str:
@@ -243,15 +262,16 @@ def live_here(procs: list[tuple[int, list[str]]] | None, wanted: list[tuple[str,
     return pids, set().union(*(run_named(argv, wanted) for _, argv in procs))
 
 
-def render(now: float, here: str, table_rows: list[Row], pids: list[int] | None, jobs: int | None,
+def render(now: float, here: str, planned: str, table_rows: list[Row], pids: list[int] | None, jobs: int | None,
            source: str, lock: str | None) -> str:
-    """The status text: where and when, snakemake and SLURM in one line, the table, the counts,
-    and the lock line if any. jobs: live SLURM jobs of this directory, None without squeue."""
+    """The status text: where and when, the experiment and where its runs came from (planned:
+    plan_line's), snakemake and SLURM in one line, the table, the counts, and the lock line if
+    any. jobs: live SLURM jobs of this directory, None without squeue."""
     snakemake = ("snakemake: cannot tell (no /proc)" if pids is None else
                  f"snakemake: running here (pid {', '.join(map(str, pids))})" if pids else
                  "snakemake: not running here")
     cluster = (f"SLURM: {jobs} queued or running job(s) of this directory" if jobs is not None
                else f"SLURM: {source}, local runs only")
     lines = [f"ddpscale status {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))} in {terminal_safe(here)}",
-             f"{snakemake}; {cluster}", "", table(table_rows), "", counts(table_rows)]
+             terminal_safe(planned), f"{snakemake}; {cluster}", "", table(table_rows), "", counts(table_rows)]
     return "\n".join(lines + ([terminal_safe(lock)] if lock else []))

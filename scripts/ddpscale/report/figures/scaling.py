@@ -243,7 +243,7 @@ class Comparison:
     metric: str  # the accuracy metric compared with the baseline's (config accuracy.metric)
     tolerance: float  # how far the metric may move the wrong way and still hold (config accuracy.tolerance)
     direction: str  # "max": higher is better, "min": lower (report.figures.accuracy.direction)
-    measure: str  # how the runs measured their throughput: "full" or "throughput" (core.measuremode)
+    measure: str  # how the runs measured their throughput: "full" or "throughput" (run.measuremode)
     # why accuracy is not compared at all (report.figures.accuracy.not_compared); None where it is
     not_compared: str | None
 
