@@ -16,14 +16,16 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 
 from ddpscale.core import record as run_record
-from ddpscale.job import held, valhistory, windows
-from ddpscale.job.samplecount import BatchSizeError
-from ddpscale.job.timing import NonFiniteLossError, WorldSizeError
-from ddpscale.job import callbacks, compiling, cudacheck, metriccheck, runinfo, transportinfo
-from ddpscale.plan import ddpsettings, plugins, runspec
+from ddpscale.job import callbacks, runinfo
 from ddpscale.job.build import build_modules, build_trainer, keep_fit_events, set_threads
-from ddpscale.job.signals import StopRequested, exit_code, stop_message
-from ddpscale.job.teardown import close_process_group
+from ddpscale.job.device import compiling, gpu, transport
+from ddpscale.job.launch.ranks import close_process_group
+from ddpscale.job.measure import accuracy, timing, windows
+from ddpscale.job.measure.samplecount import BatchSizeError
+from ddpscale.job.measure.timing import NonFiniteLossError, WorldSizeError
+from ddpscale.job.resume import checkpoint
+from ddpscale.job.resume.signals import StopRequested, exit_code, stop_message
+from ddpscale.plan import ddpsettings, plugins, runspec
 
 
 def is_first_rank() -> bool:
@@ -36,9 +38,9 @@ def main(argv=None) -> int:
     if is_first_rank():  # the workflow passes most of them in a file: the log shows what ran
         print(f"ddpscale: settings: {spec.command()}", flush=True)
     # first: a GPU run torch cannot give a GPU stops here, before any group or data exists
-    cudacheck.require_gpu(spec.accelerator)
+    gpu.require_gpu(spec.accelerator)
     topo = spec.topo
-    transportinfo.prepare(spec.metrics, topo.world_size, spec.accelerator)  # NCCL's transport log, before any group
+    transport.prepare(spec.metrics, topo.world_size, spec.accelerator)  # NCCL's transport log, before any group
     set_threads(spec, torch)
     pl.seed_everything(spec.run_seed, workers=True, verbose=False)
     started = runinfo.now()
@@ -47,8 +49,8 @@ def main(argv=None) -> int:
     model, datamodule = build_modules(spec)
 
     measured = callbacks.build(spec)
-    # held devices count from the SLURM job's start where there is one (ddpscale.job.held)
-    measured.timing.held_since, measured.timing.held_from = held.started(
+    # held devices count from the SLURM job's start where there is one (ddpscale.job.measure.timing)
+    measured.timing.held_since, measured.timing.held_from = timing.started(
         os.environ, measured.timing.held_since, spec.held_from_job)
     # a test pass needs both halves: a module may define test_step while its data has no test split
     test_pass = is_overridden("test_step", model) and is_overridden("test_dataloader", datamodule)
@@ -57,18 +59,18 @@ def main(argv=None) -> int:
     # nor does it ask whether the accuracy metric is logged: a warning that it is not would send
     # the user to fix a name this run's report never reads
     accuracy_metric = spec.accuracy_metric if spec.measure == "full" else None
-    ours = [*measured.all(), metriccheck.MetricCheck(accuracy_metric, test_pass)]
+    ours = [*measured.all(), accuracy.MetricCheck(accuracy_metric, test_pass)]
     trainer = build_trainer(spec, ours, runinfo.logger_dir(spec.metrics))
     # the checkpoint and the finished record belong to this data, code and versions only
     identity = runinfo.run_identity(spec, trainer.strategy.root_device)
     settings = {**spec.measured(), "identity": identity}
-    done = runinfo.finished_record(spec.ckpt_dir, settings, spec.attempt, is_first_rank())
+    done = checkpoint.finished_record(spec.ckpt_dir, settings, spec.attempt, is_first_rank())
     if done is not None:
         if is_first_rank():
             print("ddpscale: this run finished in an earlier attempt; writing its metrics again", flush=True)
             run_record.write(spec.metrics, done)
         return 0
-    ckpt = runinfo.resume_path(spec.ckpt_dir, settings, trainer.global_rank == 0)
+    ckpt = checkpoint.resume_path(spec.ckpt_dir, settings, trainer.global_rank == 0)
 
     if trainer.global_rank == 0:
         print(f"ddpscale: topology {topo} = {topo.num_nodes} node(s) x {topo.devices_per_node} "
@@ -101,9 +103,9 @@ def main(argv=None) -> int:
         trainer.test(model, datamodule=datamodule, verbose=False)
         logged.update(runinfo.scalars(trainer))
     backend = torch.distributed.get_backend() if runinfo.formed_world_size() > 1 else None
-    transport = transportinfo.gather(backend, spec.metrics)  # every rank takes part
+    transports = transport.gather(backend, spec.metrics)  # every rank takes part
     if trainer.global_rank == 0:
-        missing = metriccheck.end_line(accuracy_metric, logged) if accuracy_metric else None
+        missing = accuracy.end_line(accuracy_metric, logged) if accuracy_metric else None
         if missing:
             print(missing, flush=True)
         record = runinfo.metrics_record(spec, logged, trainer, measured.timing.summary(), measured.timing.ranks,
@@ -114,22 +116,22 @@ def main(argv=None) -> int:
         # what held time is billed for: whole nodes with site_exclusive, else the ranks
         record["held_devices"] = spec.held_devices or record["world_size"]
         record["fit_wall_s"] = fit_wall_s - record["probe_s"]
-        # throughput mode's figure replaces the epochs' (ddpscale.job.windows)
+        # throughput mode's figure replaces the epochs' (ddpscale.job.measure.windows)
         record.update(windows.run_entries(spec.measure, spec.max_epochs, measured.windows.record(),
                                           uncounted=record["samples_uncounted"]))
         record.update(measured.record(record["world_size"], record["throughput_samples_s"],
                                       record["device_name"], spec.precision))
-        record["val_history"] = valhistory.with_elapsed(record["val_history"], record["epoch_times_s"])
+        record["val_history"] = accuracy.with_elapsed(record["val_history"], record["epoch_times_s"])
         record["compile"] = compiling.said(spec.compile, trainer.lightning_module)
         record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
         record["module_callbacks"] = added
         record["loggers"] = runinfo.loggers(trainer)
-        record["transport"] = transport  # per rank: backend, transport, interface
+        record["transport"] = transports  # per rank: backend, transport, interface
         record["site_interconnect"] = spec.site_interconnect
         record["identity"] = identity
         if record["compile"] != "none":
             record.update(compiling.stats())
-        runinfo.finish(spec.ckpt_dir, settings, record)
+        checkpoint.finish(spec.ckpt_dir, settings, record)
         run_record.write(spec.metrics, record)  # last: its presence marks the run as done
     return 0
 
@@ -152,7 +154,7 @@ if __name__ == "__main__":
     except SIGTERMException:  # Lightning's own handler, outside training (e.g. in trainer.test)
         say(f"ddpscale train: {stop_message(signal.SIGTERM, None)}")
         sys.exit(exit_code(signal.SIGTERM))
-    except (plugins.PluginError, cudacheck.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
+    except (plugins.PluginError, gpu.CudaUnavailable, NonFiniteLossError, WorldSizeError, BatchSizeError,
             ddpsettings.SettingError, FileNotFoundError, ValueError) as err:
         say(f"ddpscale train: {err}")
         sys.exit(3)

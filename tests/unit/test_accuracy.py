@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from ddpscale.core import stats
 from ddpscale.report import accuracy, verdict
-from ddpscale.job import metriccheck
+from ddpscale.job.measure import accuracy as metriccheck
 from test_analysis import compared, make_run, seeded
 
 

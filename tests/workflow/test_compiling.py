@@ -13,7 +13,7 @@ import pytest
 
 import system_tools
 from conftest import ROOT, launched, run_user_module
-from ddpscale.job import compiling
+from ddpscale.job.device import compiling
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -55,7 +55,7 @@ def test_recompilations_are_counted_with_their_reason():
     system_tools.require(("g++",), "g++")
     import torch
 
-    from ddpscale.job import compiling
+    from ddpscale.job.device import compiling
 
     before = compiling.stats()["compile_recompiles"]
     step = torch.compile(lambda x: torch.relu(x) * 3)

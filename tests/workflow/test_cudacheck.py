@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ddpscale.plan.resources import Site, run_accelerator
-from ddpscale.job.cudacheck import NO_DRIVER, driver_text, stop_line
+from ddpscale.job.device.gpu import NO_DRIVER, driver_text, stop_line
 
 from conftest import ROOT, launched, profile_site
 from test_profiles import dry_run, train_jobs

@@ -17,7 +17,7 @@ import torch
 
 from conftest import ROOT, launched, tiny_config
 from ddpscale.report import analysis, records
-from ddpscale.job import checksum
+from ddpscale.job.resume import checksum
 from ddpscale.plan import identity
 from test_analysis import make_run
 from test_identity import train_args

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ddpscale.job import compiling
+from ddpscale.job.device import compiling
 from ddpscale.plan import ddpsettings, lightningcli, plugins
 from ddpscale.plan.runspec import RunSpec
 

@@ -86,7 +86,7 @@ class RunSpec:
                                  metadata=_doc("a LightningCLI config's loggers as [{kind, init_args}] ([]: none); "
                                                "None: Lightning's default logger"))
     warmup_epochs: int = field(default=1, metadata=_doc("epochs the throughput figure leaves out (config)"))
-    # --- what it measures (ddpscale.job.windows) ---
+    # --- what it measures (ddpscale.job.measure.windows) ---
     measure: str = field(default="full",
                          metadata=_doc("throughput: stop once the steady-state throughput is known to "
                                        "target_precision (or at a cap); full: train max_epochs"))
@@ -301,7 +301,7 @@ def build(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: 
     # prediction of each topology starts.
     probe_sizes = sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in topologies})
     throughput = {}
-    if measure == "throughput":  # when throughput mode stops (ddpscale.job.windows)
+    if measure == "throughput":  # when throughput mode stops (ddpscale.job.measure.windows)
         limits = config["throughput"]
         throughput = {"target_precision": limits["precision"], "min_windows": limits["min_windows"],
                       "measure_max_steps": limits["max_steps"], "measure_max_minutes": limits["max_minutes"]}
