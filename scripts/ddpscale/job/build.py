@@ -22,6 +22,7 @@ from ddpscale.job.resume import checkpoint
 from ddpscale.plan import ddpsettings, lightningcli, plugins
 from ddpscale.plan.runspec import RunSpec
 
+
 def ddp_strategy(spec: RunSpec):
     """The DDPStrategy of a run on more than one device: the config's DDP settings, its named
     comm hook as torch's function, and the timeout for a dead or stuck rank."""

@@ -257,7 +257,6 @@ def check_analytic(counted: float | None, analytic: float | None, rel: float = 0
             f"flops_per_sample() says {analytic:,.0f}; MFU uses the counted figure")
 
 
-
 # Dense figures (the datasheets mark sparse ones with *; dense is half of those). Columns:
 # "bf16"/"16" tensor-core half precision, "tf32" tensor-core TF32, "32" FP32 on CUDA cores,
 # "64" FP64 where the datasheet states it: the FP64 Tensor Core figure where there is one

@@ -197,7 +197,6 @@ CPU_RECORD = {"gpu_peak_memory_mb": None, "gpu_utilization_pct": None, "gpu_util
               "gpu_utilization_reason": None}
 
 
-
 PROC_VERSION = Path("/proc/driver/nvidia/version")
 NO_DRIVER = "no NVIDIA driver found"
 

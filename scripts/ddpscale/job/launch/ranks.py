@@ -1,8 +1,7 @@
 """What every rank of a run reports and where it landed, and the end of its process.
 
-- gather: every rank's value, gathered on every rank. Light at import (torch.distributed is
-  imported when called).
-- The placement check: each rank's GPU, gathered once the process group forms and checked by
+- gather: every rank's value, gathered on every rank.
+- The placement check (PlacementCheck): each rank's GPU, gathered once the process group forms and checked by
   ddpscale.job.launch.placement before the first step.
 - close_process_group: the process group is destroyed while the interpreter still runs. Lightning
   leaves the default process group in place after fit and test. Left to the interpreter's
@@ -14,7 +13,6 @@
 
 from __future__ import annotations
 
-
 import os
 import socket
 
@@ -22,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from ddpscale.job.launch import placement
+
 
 def gather(value) -> list:
     """Every rank's value, in rank order (collective: all ranks must call it), or this rank's

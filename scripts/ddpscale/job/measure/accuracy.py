@@ -86,7 +86,6 @@ def with_elapsed(history: list[dict], epoch_times: list[float]) -> list[dict]:
     return [{**e, "elapsed_s": running[e["epoch"]] if 0 <= e["epoch"] < len(running) else None} for e in history]
 
 
-
 def _names(logged: dict) -> str:
     return ", ".join(sorted(logged)) or "nothing"
 

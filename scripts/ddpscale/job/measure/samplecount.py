@@ -579,7 +579,6 @@ def describe(record: dict) -> str | None:
     return "ddpscale: samples: " + "; ".join(said) if said else None
 
 
-
 def evaluation_sampler(dataset):
     """An unpadded, unshuffled shard of the dataset for validation or test under DDP (None on
     one rank). A DistributedSampler subclass, so Lightning keeps it instead of padding."""

@@ -281,9 +281,6 @@ def steady_epochs(epoch_attempts: list[int], warmup_epochs: int) -> list[int]:
     return steady
 
 
-
-
-
 JOB_START = "SLURM_JOB_START_TIME"
 FROM_JOB = "slurm job start"
 FROM_PROCESS = "process start"

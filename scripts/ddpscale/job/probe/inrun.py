@@ -303,7 +303,6 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
     return Outcome(record, None)
 
 
-
 # What pytorch_lightning.utilities.compile.from_compiled sets on the module it compiles:
 # compiled methods as instance attributes bound to that module, and the original ones.
 COMPILED_METHODS = ("forward", "training_step", "validation_step", "test_step", "predict_step")

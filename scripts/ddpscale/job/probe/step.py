@@ -66,7 +66,6 @@ from ddpscale.job.device.gpu import sync_device
 from ddpscale.job.probe.allreduce import align, slowest
 
 
-
 class _TrainingStep(nn.Module):
     """What DDP wraps: forward is the module's training_step, in the precision's context."""
 
@@ -376,7 +375,6 @@ def gradient_numel(model) -> tuple[int, int]:
     """(elements, bytes) of the trainable parameters' gradients: what DDP all-reduces per step."""
     params = [p for p in model.parameters() if p.requires_grad]
     return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
-
 
 
 def _tensors(batch) -> list[torch.Tensor]:
