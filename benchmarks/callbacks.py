@@ -20,11 +20,11 @@ from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
 from ddpscale.job.callbacks import FlopsCount  # noqa: E402
-from ddpscale.job.samplecount import BatchCounter  # noqa: E402
-from ddpscale.job.timing import EpochTiming  # noqa: E402
+from ddpscale.job.measure.samplecount import BatchCounter  # noqa: E402
+from ddpscale.job.measure.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build  # noqa: E402
 from ddpscale.run.runspec import RunSpec  # noqa: E402
-from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.job.resume.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
 

@@ -123,7 +123,7 @@ def plain_throughput(configfile: str, steps: int = 60, warmup: int = 10, device:
     if threads:
         torch.set_num_threads(threads)
 
-    from ddpscale.job.flops import precision_plan
+    from ddpscale.job.device.flops import precision_plan
     from ddpscale.run import usermodule
 
     preset = yaml.safe_load((ROOT / configfile).read_text())

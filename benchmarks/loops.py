@@ -35,13 +35,14 @@ import torch.distributed as dist  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
-from ddpscale.job.flops import precision_plan  # noqa: E402
-from ddpscale.job.stepprobe import _TrainingStep  # noqa: E402
-from ddpscale.job.timing import EpochTiming  # noqa: E402
-from ddpscale.job import build, compiling  # noqa: E402  build: the pipeline's own Trainer
+from ddpscale.job.device.flops import precision_plan  # noqa: E402
+from ddpscale.job.probe.step import _TrainingStep  # noqa: E402
+from ddpscale.job.measure.timing import EpochTiming  # noqa: E402
+from ddpscale.job import build  # noqa: E402  build: the pipeline's own Trainer
+from ddpscale.job.device import compiling  # noqa: E402
 from ddpscale.run.runspec import RunSpec  # noqa: E402
-from ddpscale.job.checkpoint import epoch_checkpoint  # noqa: E402
-from ddpscale.job.teardown import close_process_group  # noqa: E402
+from ddpscale.job.resume.checkpoint import epoch_checkpoint  # noqa: E402
+from ddpscale.job.launch.ranks import close_process_group  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
 from ddpscale.workloads.spiral_datamodule import SpiralDataModule  # noqa: E402

@@ -2,7 +2,7 @@
 
 import sys
 
-from ddpscale.job.launch import main
+from ddpscale.job.launch.spawner import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ import os
 import socket
 import sys
 
-from ddpscale.job.placement import PlacementError, master_port
+from ddpscale.job.launch.placement import PlacementError, master_port
 
 
 def is_free(port: int) -> bool:

@@ -13,7 +13,7 @@ from helpers.training import clean_distributed_env
 from helpers.workflow import Workspace
 
 # The suite's workers train at once on purpose (its time budget): each gets a machine lock of
-# its own (ddpscale.job.machinelock), or one worker's runs would wait for another's.
+# its own (ddpscale.job.launch.machinelock), or one worker's runs would wait for another's.
 _LOCK_DIR = tempfile.mkdtemp(prefix="ddpscale-lock-")
 atexit.register(shutil.rmtree, _LOCK_DIR, True)
 

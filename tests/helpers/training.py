@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.job import checksum
+from ddpscale.job.resume import checksum
 from helpers.workflow import ROOT
 
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.network
 RANK = """
 import json, os, sys
 import torch, torch.distributed as dist
-from ddpscale.job.commbench import allreduce_benchmark
+from ddpscale.job.probe.allreduce import allreduce_benchmark
 dist.init_process_group("gloo")
 try:
     rows = allreduce_benchmark([int(s) for s in sys.argv[1:]], torch.device("cpu"), warmup=2, iters=5)

@@ -15,7 +15,7 @@ from helpers.workflow import ROOT
 from ddpscale.core import stats
 from ddpscale.report.figures import accuracy
 from ddpscale.report.verdict import caveats, recommendation
-from ddpscale.job import metriccheck
+from ddpscale.job.measure import accuracy as metriccheck
 
 
 @pytest.mark.parametrize("name,way", [

@@ -1,4 +1,4 @@
-"""The baseline's compute at other per-device batches (ddpscale.job.batchsizes) and
+"""The baseline's compute at other per-device batches (ddpscale.job.probe.step) and
 Lightning's per-batch sync timed by the probe (stepprobe.sigterm_broadcast, stepprobe.measure)
 (the batches the workflow asks for: tests/workflow/test_batchsizes.py)."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.job import batchsizes, stepprobe
+from ddpscale.job.probe import step as batchsizes
+from ddpscale.job.probe import step as stepprobe
 
 Pair = namedtuple("Pair", "x y")
 

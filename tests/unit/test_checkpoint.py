@@ -10,9 +10,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from helpers.workflow import ROOT
-from ddpscale.job import build, checksum, runinfo
-from ddpscale.job.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.run.runspec import RunSpec
+from ddpscale.job import build
+from ddpscale.job.resume import checkpoint, checksum
+from ddpscale.job.resume.checkpoint import EpochCheckpoint, epoch_checkpoint
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 
@@ -58,7 +59,7 @@ SETTINGS = {"seed": 0}
 def trained(ckpt_dir, epochs: int) -> EpochCheckpoint:
     """A spiral MLP trained `epochs` epochs with the epoch checkpoint in ckpt_dir, stamped as a
     run's first attempt stamps it (resume_path), so a later resume_path looks at its files."""
-    assert runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None
+    assert checkpoint.resume_path(str(ckpt_dir), SETTINGS, True) is None
     ckpt = epoch_checkpoint(str(ckpt_dir))
     spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=16, max_epochs=epochs, accelerator="cpu")
@@ -98,11 +99,11 @@ def test_a_checkpoint_with_damaged_tensor_bytes_is_set_aside_and_the_previous_on
     trained(tmp_path, epochs=3)
     last = tmp_path / "last.ckpt"
     damage_tensor_bytes(last)
-    assert runinfo.unloadable(last) is None, "the damage was found without the checksum: not the case at issue"
+    assert checkpoint.unloadable(last) is None, "the damage was found without the checksum: not the case at issue"
     previous = str(tmp_path / "previous.ckpt")
     ranks = [True, False] if rank_zero_first else [False, True]
     # every rank reaches the same answer, whether rank 0 has set the damaged one aside yet or not
-    assert [runinfo.resume_path(str(tmp_path), SETTINGS, zero) for zero in ranks] == [previous, previous]
+    assert [checkpoint.resume_path(str(tmp_path), SETTINGS, zero) for zero in ranks] == [previous, previous]
     assert not last.exists() and (tmp_path / "last.ckpt.damaged").exists()
     assert (f"ddpscale: {last} is damaged (its bytes differ from those written (sha256 mismatch)); set aside "
             "as last.ckpt.damaged") in capsys.readouterr().out
@@ -110,7 +111,7 @@ def test_a_checkpoint_with_damaged_tensor_bytes_is_set_aside_and_the_previous_on
     assert all(torch.isfinite(t).all() for t in restored.values() if t.is_floating_point())
 
     damage_tensor_bytes(tmp_path / "previous.ckpt")  # neither is whole: fresh
-    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) is None
+    assert checkpoint.resume_path(str(tmp_path), SETTINGS, True) is None
     assert "no whole checkpoint left; starting this run fresh" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.glob("*.damaged*")) == [
         "last.ckpt.damaged", "last.ckpt.sha256.damaged", "previous.ckpt.damaged", "previous.ckpt.sha256.damaged"]
@@ -121,7 +122,7 @@ def test_a_save_cut_short_after_the_rotation_resumes_the_previous_one(tmp_path):
     last = tmp_path / "last.ckpt"
     checksum.rotate(last, tmp_path / "previous.ckpt")  # the next save began, and was killed mid-write
     shutil.copyfile(tmp_path / "previous.ckpt", last)  # a whole file even, but no checksum written
-    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "previous.ckpt")
+    assert checkpoint.resume_path(str(tmp_path), SETTINGS, True) == str(tmp_path / "previous.ckpt")
 
 
 def test_a_checkpoint_without_a_checksum_is_set_aside_not_resumed(tmp_path, capsys):
@@ -129,7 +130,7 @@ def test_a_checkpoint_without_a_checksum_is_set_aside_not_resumed(tmp_path, caps
     another name and the run starts fresh: a run resumes only what it wrote."""
     trained(tmp_path, epochs=1)
     (tmp_path / "last.ckpt.sha256").unlink()
-    assert runinfo.resume_path(str(tmp_path), SETTINGS, True) is None
+    assert checkpoint.resume_path(str(tmp_path), SETTINGS, True) is None
     assert not (tmp_path / "last.ckpt").exists() and (tmp_path / "last.ckpt.damaged").exists()
     assert (f"ddpscale: {tmp_path / 'last.ckpt'} is not resumed (it has no checksum, last.ckpt.sha256: ddpscale "
             "resumes only checkpoints it wrote and signed); set aside as last.ckpt.damaged") in capsys.readouterr().out
@@ -139,7 +140,7 @@ def test_a_resume_loads_lightnings_whole_state_as_data(tmp_path):
     """weights_only=True, as train.py resumes: hyper-parameters, loops, callbacks and optimizer
     states all load, and training goes on from the saved epoch."""
     trained(tmp_path, epochs=1)
-    path = runinfo.resume_path(str(tmp_path), SETTINGS, True)
+    path = checkpoint.resume_path(str(tmp_path), SETTINGS, True)
     assert path == str(tmp_path / "last.ckpt")
     saved = torch.load(path, weights_only=True)
     assert saved["hyper_parameters"] and saved["optimizer_states"] and saved["loops"] and saved["callbacks"]
@@ -162,14 +163,14 @@ def test_a_checkpoint_whose_pickle_runs_code_is_neither_run_nor_resumed(tmp_path
     monkeypatch.chdir(tmp_path)
     ckpt_dir = tmp_path / "ckpt"
     ckpt_dir.mkdir()
-    assert runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None  # the run's own stamp
+    assert checkpoint.resume_path(str(ckpt_dir), SETTINGS, True) is None  # the run's own stamp
     last = ckpt_dir / "last.ckpt"
     shutil.copyfile(PLANTED, last)
     if signed:
         checksum.sign(last)
-    other_rank = runinfo.resume_path(str(ckpt_dir), SETTINGS, False)
+    other_rank = checkpoint.resume_path(str(ckpt_dir), SETTINGS, False)
     assert not (tmp_path / MARKER).exists(), "inspecting the checkpoint ran its code"
-    assert other_rank is None and runinfo.resume_path(str(ckpt_dir), SETTINGS, True) is None
+    assert other_rank is None and checkpoint.resume_path(str(ckpt_dir), SETTINGS, True) is None
     assert not last.exists() and (ckpt_dir / "last.ckpt.damaged").read_bytes() == PLANTED.read_bytes()
     said = capsys.readouterr().out
     assert f"ddpscale: {last} is not resumed (" in said and "no whole checkpoint left; starting this run fresh" in said
@@ -177,8 +178,8 @@ def test_a_checkpoint_whose_pickle_runs_code_is_neither_run_nor_resumed(tmp_path
         assert "it holds io.open, which torch would load only by running code" in said
         assert "torch.serialization.add_safe_globals (docs/your-model.md)" in said
     aside = ckpt_dir / "last.ckpt.damaged"
-    assert "io.open" in runinfo.unloadable(aside)
-    assert runinfo.problem(aside, interrupted=False).startswith("is not resumed (")
+    assert "io.open" in checkpoint.unloadable(aside)
+    assert checkpoint.problem(aside, interrupted=False).startswith("is not resumed (")
     assert not (tmp_path / MARKER).exists(), "inspecting the checkpoint ran its code"
 
 
@@ -189,10 +190,10 @@ def test_a_finished_record_of_another_shape_is_as_good_as_none(tmp_path, content
     makes the run train (or resume) as if there were none, never an AttributeError."""
     from helpers.records import make_run
 
-    (tmp_path / runinfo.FINAL).write_text(content.replace('"F"', f'"{runinfo.identity.digest(SETTINGS)}"'))
-    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=False) is None
-    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) is None
-    assert not (tmp_path / runinfo.FINAL).exists()
+    (tmp_path / checkpoint.FINAL).write_text(content.replace('"F"', f'"{checkpoint.identity.digest(SETTINGS)}"'))
+    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=False) is None
+    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) is None
+    assert not (tmp_path / checkpoint.FINAL).exists()
     record = {k: v for k, v in make_run().items() if k != "schema_version"}
-    runinfo.finish(str(tmp_path), SETTINGS, record)
-    assert runinfo.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) == record
+    checkpoint.finish(str(tmp_path), SETTINGS, record)
+    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) == record

@@ -1,11 +1,11 @@
-"""A checkpoint's checksum (ddpscale.job.checksum): signed once complete, checked before a
+"""A checkpoint's checksum (ddpscale.job.resume.checksum): signed once complete, checked before a
 resume, the previous one kept; plain files, no torch."""
 
 from __future__ import annotations
 
 import json
 
-from ddpscale.job import checksum
+from ddpscale.job.resume import checksum
 
 
 def write(path, data: bytes):

@@ -1,4 +1,4 @@
-"""The all-reduce benchmark of the probe (ddpscale.job.commbench): message sizes, nccl-tests'
+"""The all-reduce benchmark of the probe (ddpscale.job.probe.allreduce): message sizes, nccl-tests'
 bandwidths, the gradient in DDP's buckets and timing, in this process (on 2 gloo ranks:
 tests/workflow/test_commbench.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.job.commbench import allreduce_benchmark, bandwidths, message_sizes
+from ddpscale.job.probe.allreduce import allreduce_benchmark, bandwidths, message_sizes
 
 
 def test_message_sizes_double_from_1kb_and_end_at_the_gradient():
@@ -60,7 +60,7 @@ MIB = 1024 * 1024
 
 
 def test_ddp_buckets_follow_ddp_s_defaults_and_the_run_s_bucket_cap():
-    from ddpscale.job.commbench import ddp_buckets
+    from ddpscale.job.probe.allreduce import ddp_buckets
 
     # GPT-2 small's fp32 gradient, 124 M parameters: 1 MiB first, 25 MiB buckets, the rest last
     grad = 124_439_808 * 4
@@ -78,7 +78,7 @@ def test_allreduce_as_ddp_times_every_bucket_of_one_sync(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from ddpscale.job.commbench import allreduce_as_ddp
+    from ddpscale.job.probe.allreduce import allreduce_as_ddp
 
     assert allreduce_as_ddp([1024, 512], torch.device("cpu"))["time_s"] == 0.0  # no group: nothing sent
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)

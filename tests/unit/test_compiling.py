@@ -1,4 +1,4 @@
-"""torch.compile as a run setting (ddpscale.job.compiling): a missing compiler is named before the
+"""torch.compile as a run setting (ddpscale.job.device.compiling): a missing compiler is named before the
 run, the collective timeout is widened while graphs compile, and a kept CUDA-graph output is named
 in one line (compiled for real: tests/workflow/test_compiling.py)."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpscale.job import compiling
+from ddpscale.job.device import compiling
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -45,7 +45,7 @@ def test_the_header_check_looks_where_this_python_keeps_them():
 
 
 def test_compiled_runs_ask_the_data_module_for_one_batch_shape():
-    from ddpscale.job import compiling
+    from ddpscale.job.device import compiling
 
     takes = {"batch_size", "drop_last"}
     assert compiling.static_shape_args("default", takes, {}) == {"drop_last": True}

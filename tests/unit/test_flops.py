@@ -1,9 +1,10 @@
-"""FLOPs per sample, peaks and MFU (ddpscale.job.flops), checked against hand-counted MLPs (the
+"""FLOPs per sample, peaks and MFU (ddpscale.job.device.flops), checked against hand-counted MLPs (the
 float32 settings read in fresh processes, and on a GPU: tests/workflow/test_flops.py)."""
 import pytest
 import torch
 
-from ddpscale.job import flops, peaks
+from ddpscale.job.device import flops
+from ddpscale.job.device import flops as peaks
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -164,7 +165,7 @@ def test_the_flops_callback_records_the_float32_settings_training_ran_under():
     from types import SimpleNamespace
 
     from ddpscale.job.callbacks import FlopsCount, RunCallbacks
-    from ddpscale.job.samplecount import BatchCounter
+    from ddpscale.job.measure.samplecount import BatchCounter
 
     counter = FlopsCount(BatchCounter(), window_steps=10)
     before = torch.get_float32_matmul_precision()

@@ -1,5 +1,5 @@
 """GPU facts of a training run: peak memory and NVML utilisation in steady training
-(ddpscale.job.gpufacts, ddpscale.job.callbacks.GpuFacts)."""
+(ddpscale.job.device.gpu, ddpscale.job.callbacks.GpuFacts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from ddpscale.job import gpufacts
+from ddpscale.job.device import gpu as gpufacts
 
 
 TORCH_UUID = "6f6e2c4a-1b2c-3d4e-5f60-718293a4b5c6"  # as str(get_device_properties().uuid) prints it
@@ -216,7 +216,7 @@ def test_gpu_facts_sample_steady_training_only(nvml, monkeypatch):
 
 
 def test_the_placement_check_keeps_this_ranks_record_for_gpu_facts():
-    from ddpscale.job.placement_check import PlacementCheck
+    from ddpscale.job.launch.ranks import PlacementCheck
 
     check = PlacementCheck("cpu", 1)
     trainer = types.SimpleNamespace(global_rank=0, node_rank=0, local_rank=0,

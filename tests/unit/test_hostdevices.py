@@ -18,7 +18,7 @@ from ddpscale.run.hostdevices import (
     AcceleratorError, choose_accelerator, host_oversubscribed, oversubscription_warning,
     parse_cuda_visible_devices, run_nvidia_smi, usable_cores, visible_gpus,
 )
-from ddpscale.job.launch import LaunchError, parse_gpu_ids, rank_env
+from ddpscale.job.launch.spawner import LaunchError, parse_gpu_ids, rank_env
 from ddpscale.plan.resources import launch_prefix, site_from_resources
 from ddpscale.run.topology import parse_topology
 

@@ -17,7 +17,8 @@ from helpers.training import train_args
 from helpers.workflow import ROOT
 from ddpscale.run import identity, runspec
 from ddpscale.report.load import records
-from ddpscale.job import checksum, runinfo
+from ddpscale.job import runinfo
+from ddpscale.job.resume import checkpoint, checksum
 
 
 def keyed_settings(argv: list[str]) -> dict:
@@ -39,30 +40,31 @@ def test_checkpoint_of_other_data_bytes_is_not_resumed(tmp_path, capsys):
     data.write_bytes(b"first dataset")
     argv = train_args(data, tmp_path)
     before = keyed_settings(argv)
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), before, True) is None  # stamps the fingerprint
+    assert checkpoint.resume_path(str(tmp_path / "ckpt"), before, True) is None  # stamps the fingerprint
     save_checkpoint(tmp_path / "ckpt/last.ckpt")
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), before, True) == str(tmp_path / "ckpt/last.ckpt")
+    assert checkpoint.resume_path(str(tmp_path / "ckpt"), before, True) == str(tmp_path / "ckpt/last.ckpt")
 
     data.write_bytes(b"other dataset")  # same path and flags, other bytes
     after = keyed_settings(argv)
     assert {k: v for k, v in after.items() if k != "identity"} == {k: v for k, v in before.items() if k != "identity"}
     assert identity.digest(after) != identity.digest(before)
-    assert runinfo.resume_path(str(tmp_path / "ckpt"), after, True) is None
+    assert checkpoint.resume_path(str(tmp_path / "ckpt"), after, True) is None
     assert not (tmp_path / "ckpt/last.ckpt").exists()
     assert f"changed: identity.data.{data}" in capsys.readouterr().out
 
 
 def test_identity_parts_and_code_files():
-    fake = {"ddpscale.job.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/timing.py")),
+    timing, spawner = "ddpscale/job/measure/timing.py", "ddpscale/job/launch/spawner.py"
+    fake = {"ddpscale.job.measure.timing": types.SimpleNamespace(__file__=str(ROOT / "scripts" / timing)),
             "usermods.tiny": types.SimpleNamespace(__file__=str(ROOT / "tests/fixtures/usermods/tiny.py")),
             "numpy": types.SimpleNamespace(__file__="/elsewhere/numpy/__init__.py"),
             "builtin": types.SimpleNamespace()}
-    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
+    files = identity.code_files(fake, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts" / spawner],
                                 ["usermods.tiny"])
-    assert sorted(files) == ["ddpscale/job/launch.py", "ddpscale/job/timing.py", "train.py", "usermods.tiny"]
-    # a forked rank of the local launcher has ddpscale.job.launch loaded; the same set results
-    forked = {**fake, "ddpscale.job.launch": types.SimpleNamespace(__file__=str(ROOT / "scripts/ddpscale/job/launch.py"))}
-    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts/ddpscale/job/launch.py"],
+    assert sorted(files) == [spawner, timing, "train.py", "usermods.tiny"]
+    # a forked rank of the local launcher has ddpscale.job.launch.spawner loaded; the same set results
+    forked = {**fake, "ddpscale.job.launch.spawner": types.SimpleNamespace(__file__=str(ROOT / "scripts" / spawner))}
+    assert identity.code_files(forked, ROOT / "scripts", [ROOT / "scripts/train.py", ROOT / "scripts" / spawner],
                                ["usermods.tiny"]) == files
     record = identity.identity({"d.npz": "ab"}, {"topology": "1x2", "seed": 1, "data_file": "d.npz"},
                                identity.code_hash(files), {"torch": "2"})
@@ -89,13 +91,13 @@ def test_a_record_without_identity_is_refused_before_the_report(tmp_path):
 def test_unloadable_names_why_and_accepts_a_good_checkpoint(tmp_path):
     good = tmp_path / "good.ckpt"
     save_checkpoint(good)
-    assert runinfo.unloadable(good) is None
+    assert checkpoint.unloadable(good) is None
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_bytes(b"\x00garbage" * 100)
     for bad in (truncated, garbage):
-        assert runinfo.unloadable(bad), f"{bad.name} was taken as loadable"
+        assert checkpoint.unloadable(bad), f"{bad.name} was taken as loadable"
 
 
 def test_every_rank_holds_the_launchers_modules_whatever_started_it():
@@ -110,4 +112,4 @@ def test_every_rank_holds_the_launchers_modules_whatever_started_it():
                              capture_output=True, text=True, check=True, cwd=ROOT / "scripts").stdout
         return {name for name in out.split() if name.startswith("ddpscale")}
 
-    assert loaded("ddpscale.job.launch") <= loaded("ddpscale.job.runinfo")
+    assert loaded("ddpscale.job.launch.spawner") <= loaded("ddpscale.job.runinfo")

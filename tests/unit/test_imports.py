@@ -172,4 +172,4 @@ def test_torch_free_packages_import_no_torch(package):
 
 def test_the_check_sees_an_import_of_torch():
     """The check itself can fail: a module that imports torch is caught."""
-    assert heavy_imports(["ddpscale.job.timing"]) != []
+    assert heavy_imports(["ddpscale.job.measure.timing"]) != []

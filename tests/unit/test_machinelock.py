@@ -1,4 +1,4 @@
-"""The machine lock opens a lock and nothing else (ddpscale.job.machinelock).
+"""The machine lock opens a lock and nothing else (ddpscale.job.launch.machinelock).
 
 Its folder is this user's own under /tmp, or one DDPSCALE_LOCK_DIR names, which may be shared;
 whatever another user planted at its path (a link to a file of root's, a FIFO, a file of their
@@ -14,8 +14,8 @@ import stat
 import threading
 
 import pytest
-from ddpscale.job import machinelock
-from ddpscale.job.machinelock import LOCK_NAME
+from ddpscale.job.launch import machinelock
+from ddpscale.job.launch.machinelock import LOCK_NAME
 
 HOLDER = "topology 1x2 in /home/me/exp (pid 4242), training since 2025-01-01T00:00:00+00:00"
 VICTIM = "root:x:0:0:root:/root:/bin/bash\n"

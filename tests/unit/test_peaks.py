@@ -1,11 +1,11 @@
-"""Dense peaks by the name the driver reports (ddpscale.job.peaks): every real name, the
+"""Dense peaks by the name the driver reports (ddpscale.job.device.flops): every real name, the
 export cards (H800, A800), names that cannot be told apart, and MIG instances."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddpscale.job import peaks
+from ddpscale.job.device import flops as peaks
 
 # (torch.cuda.get_device_name(), the 16-bit tensor peak, the FP64 peak); None where MFU is n/a
 DRIVER_NAMES = [

@@ -1,6 +1,6 @@
 """Each rank owns its GPU, and rank 0's port is not another job's.
 
-The records are shaped as ddpscale.job.placement_check gathers them on a real node; no GPU is
+The records are shaped as ddpscale.job.launch.ranks gathers them on a real node; no GPU is
 needed to check them.
 """
 import os
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from ddpscale.job.placement import PORT_HIGH, PORT_LOW, PlacementError, check, master_port, summary
-from ddpscale.job.placement_check import PlacementCheck, launcher_rank, own_record
+from ddpscale.job.launch.placement import PORT_HIGH, PORT_LOW, PlacementError, check, master_port, summary
+from ddpscale.job.launch.ranks import PlacementCheck, launcher_rank, own_record
 
 from helpers.workflow import ROOT
 

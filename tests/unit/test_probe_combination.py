@@ -20,7 +20,7 @@ def test_the_comm_term_is_the_gradient_in_ddp_s_buckets():
 def test_the_probe_reads_the_bucket_cap_the_run_s_ddp_was_given():
     from pytorch_lightning.strategies import DDPStrategy
 
-    from ddpscale.job import probing
+    from ddpscale.job.probe import inrun as probing
 
     assert probing.bucket_cap_mb(DDPStrategy(bucket_cap_mb=50)) == 50
     assert probing.bucket_cap_mb(DDPStrategy()) is None

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.job import probecopy, probing
+from ddpscale.job.probe import inrun as probecopy
+from ddpscale.job.probe import inrun as probing
 from ddpscale.workloads.resident import ResidentBatches
 
 from helpers.probe import fit_with_probe

@@ -10,8 +10,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.job import stepprobe
-from ddpscale.job import build, compiling, probecopy, probing
+from ddpscale.job import build
+from ddpscale.job.device import compiling
+from ddpscale.job.probe import inrun as probecopy
+from ddpscale.job.probe import inrun as probing
+from ddpscale.job.probe import step as stepprobe
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from helpers.probe import SMALL, run_args

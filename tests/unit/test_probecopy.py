@@ -12,7 +12,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from ddpscale.job import build, compiling, probecopy, probing
+from ddpscale.job import build
+from ddpscale.job.device import compiling
+from ddpscale.job.probe import inrun as probecopy
+from ddpscale.job.probe import inrun as probing
 
 from helpers.probe import fit_with_probe, run_args
 

@@ -1,4 +1,4 @@
-"""Every sample counted once (ddpscale.job.samplecount, timing, the built-in data modules): training
+"""Every sample counted once (ddpscale.job.measure.samplecount, timing, the built-in data modules): training
 throughput leaves out DistributedSampler's padding repeats, evaluation sees each sample once,
 and the epoch's sample count stays exact above 2^24."""
 
@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale.job import samplecount
-from ddpscale.job.timing import EpochTiming
+from ddpscale.job.measure import samplecount
+from ddpscale.job.measure.timing import EpochTiming
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches, shard_indices
 

@@ -1,4 +1,4 @@
-"""Every training loader's samples counted (ddpscale.job.samplecount): several loaders combined as
+"""Every training loader's samples counted (ddpscale.job.measure.samplecount): several loaders combined as
 Lightning combines them, and a DistributedSampler inside a batch sampler of the user's own. The
 truth is read from what the loaders yield: each dataset holds its own indices, so a batch says
 which samples it holds, and DistributedSampler's padding repeats are the positions of a rank's
@@ -13,7 +13,7 @@ import torch
 from pytorch_lightning.utilities import CombinedLoader
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
-from ddpscale.job import samplecount
+from ddpscale.job.measure import samplecount
 from fixtures.usermods.bucketing import BucketBatchSampler
 
 WORLD = 2

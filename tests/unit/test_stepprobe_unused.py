@@ -1,7 +1,7 @@
 """The probe's steps under DDP whatever parameters a step uses: gradients cleared as Lightning
 clears them (the module's optimizer_zero_grad), no_sync() blocks followed by synchronised ones
 with parameters some steps leave unused (ddp.find_unused_parameters), DDP's static graph, and
-the settings the probe cannot time named in its reason (ddpscale.job.stepprobe, probing).
+the settings the probe cannot time named in its reason (ddpscale.job.probe.step, probing).
 
 DDP runs here on a gloo group of one rank in this process: its reducer keeps the same state of
 used parameters and the same checks on one rank as on several (two real ranks:
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from ddpscale.job import probing, stepprobe
+from ddpscale.job.probe import inrun as probing
+from ddpscale.job.probe import step as stepprobe
 
 
 class SkipsOnEvenBatches(pl.LightningModule):

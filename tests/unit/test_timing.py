@@ -1,11 +1,11 @@
-"""Which epochs count as steady state (ddpscale.job.timing): warm-up is per process, not per run."""
+"""Which epochs count as steady state (ddpscale.job.measure.timing): warm-up is per process, not per run."""
 import time
 from datetime import datetime
 
 import pytest
 
-from ddpscale.job import held
-from ddpscale.job.timing import EpochTiming, steady_epochs
+from ddpscale.job.measure import timing as held
+from ddpscale.job.measure.timing import EpochTiming, steady_epochs
 
 
 def test_an_uninterrupted_run_leaves_out_its_first_epochs():

@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.configs import TINY_PRESET, shapes
 from helpers.workflow import ROOT
-from ddpscale.job import flops
+from ddpscale.job.device import flops
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample, flops_per_token, n_params
 
 GPU_PRESET = yaml.safe_load((ROOT / "config/transformer.yaml").read_text())

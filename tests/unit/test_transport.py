@@ -13,7 +13,7 @@ from ddpscale.core.transport import gloo_interface, parse_nccl_log
 from ddpscale.report.figures import interconnect
 from ddpscale.report.figures.scaling import run_facts
 from ddpscale.report.verdict.caveats import OVER_SOCKETS, label
-from ddpscale.job.transportinfo import nccl_debug_env
+from ddpscale.job.device.transport import nccl_debug_env
 
 from helpers.records import make_run
 from helpers.workflow import ROOT
@@ -112,7 +112,7 @@ def test_a_rank_reads_the_log_nccl_named_after_its_host_and_pid(tmp_path):
     import os
     import socket
 
-    from ddpscale.job.transportinfo import rank_entry
+    from ddpscale.job.device.transport import rank_entry
 
     # NCCL's %h is the host name up to its first dot, %p the pid (NVIDIA/nccl src/debug.cc)
     logs = tmp_path / "nccl"

@@ -1,4 +1,4 @@
-"""The epoch metric after every validation (ddpscale.job.valhistory) on a real tiny CPU
+"""The epoch metric after every validation (ddpscale.job.measure.accuracy) on a real tiny CPU
 fit, whose module logs a scripted value the ordinary Lightning way, so the metric crosses the
 time-to-accuracy target at a known epoch; a resumed fit keeps the epochs validated before
 (train.py recording it: tests/workflow/test_valhistory.py)."""
@@ -11,9 +11,9 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.job.timing import EpochTiming
-from ddpscale.job.valhistory import ValHistory, with_elapsed
 from ddpscale.report.figures import timetoacc
+from ddpscale.job.measure.timing import EpochTiming
+from ddpscale.job.measure.accuracy import ValHistory, with_elapsed
 
 SCRIPTED = [0.50, 0.70, 0.86, 0.90, 0.91]  # a target of 0.88: first reached at epoch 3 (0-based)
 

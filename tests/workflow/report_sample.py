@@ -38,7 +38,7 @@ def hosts(nodes: int) -> list[str]:
 
 
 def transport(nodes: int, world: int) -> list[dict] | None:
-    """Each rank's network, as ddpscale.job.transportinfo records it: NCCL over InfiniBand between
+    """Each rank's network, as ddpscale.job.device.transport records it: NCCL over InfiniBand between
     nodes, within the node on one; one rank has no collectives."""
     if world == 1:
         return None

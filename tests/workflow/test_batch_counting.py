@@ -1,4 +1,4 @@
-"""Samples counted from what the loader yields (ddpscale.job.samplecount), end to end:
+"""Samples counted from what the loader yields (ddpscale.job.measure.samplecount), end to end:
 a user's module whose batches are sequence-first trains on 1x1 and 1x2, and every figure per
 sample rests on the true number of samples, or is n/a with the reason, never a wrong one.
 
@@ -87,7 +87,7 @@ def test_a_declared_batch_dimension_counts_every_sample_once(tmp_path, data_file
 
 
 def one_sequence_flops() -> float:
-    from ddpscale.job import flops
+    from ddpscale.job.device import flops
 
     namespace: dict = {}
     exec(SEQUENCE_FIRST, namespace)

@@ -1,4 +1,4 @@
-"""The all-reduce benchmark of the probe (ddpscale.job.commbench) on 2 gloo ranks, timed as
+"""The all-reduce benchmark of the probe (ddpscale.job.probe.allreduce) on 2 gloo ranks, timed as
 nccl-tests times it (message sizes, bandwidths, DDP's buckets and timing in this process:
 tests/unit/test_commbench.py)."""
 
@@ -24,7 +24,7 @@ RANK = """
 import itertools, json, sys, types
 sys.path.insert(0, {scripts!r})
 import torch, torch.distributed as dist
-from ddpscale.job import commbench
+from ddpscale.job.probe import allreduce as commbench
 
 rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)

@@ -14,7 +14,7 @@ import pytest
 from helpers import system_tools
 from helpers.training import launched, run_user_module
 from helpers.workflow import ROOT
-from ddpscale.job import compiling
+from ddpscale.job.device import compiling
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -56,7 +56,7 @@ def test_recompilations_are_counted_with_their_reason():
     system_tools.require(("g++",), "g++")
     import torch
 
-    from ddpscale.job import compiling
+    from ddpscale.job.device import compiling
 
     before = compiling.stats()["compile_recompiles"]
     step = torch.compile(lambda x: torch.relu(x) * 3)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ddpscale.plan.resources import Site, run_accelerator
-from ddpscale.job.cudacheck import NO_DRIVER, driver_text, stop_line
+from ddpscale.job.device.gpu import NO_DRIVER, driver_text, stop_line
 
 from helpers.profiles import dry_run, profile_site, train_jobs
 from helpers.training import launched

@@ -11,8 +11,8 @@ import pytest
 
 from helpers.training import run_user_module
 from helpers.workflow import ROOT
-from ddpscale.job import commbench
 from ddpscale.run import ddpsettings
+from ddpscale.job.probe import allreduce as commbench
 from ddpscale.job import build
 from ddpscale.run.runspec import RunSpec
 
@@ -102,7 +102,7 @@ def test_torch_s_unused_parameter_error_becomes_one_line_naming_the_key():
 
 
 def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
-    from ddpscale.job import stepprobe
+    from ddpscale.job.probe import step as stepprobe
 
     seen = []
     state = stepprobe._Calls()
@@ -116,7 +116,7 @@ def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
 def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from ddpscale.job import probing
+    from ddpscale.job.probe import inrun as probing
 
     strategy = build.build_trainer(flags(1, 2, SET), []).strategy
     assert strategy._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False,

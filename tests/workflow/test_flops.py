@@ -1,4 +1,4 @@
-"""The float32 settings ddpscale.job.flops reads, each set in a fresh process (torch keeps them
+"""The float32 settings ddpscale.job.device.flops reads, each set in a fresh process (torch keeps them
 process-wide), and on a GPU the TF32 peak of a module on torch's fp32_precision API (the
 counts, peaks and MFU: tests/unit/test_flops.py)."""
 import importlib.util
@@ -30,7 +30,7 @@ def test_the_float32_record_reads_torchs_fp32_precision_api_too(setting, matmul_
     # In a fresh process: torch keeps these settings process-wide, and once the new API is
     # used the legacy getters raise (rank 0 died in FlopsCount, the others hung in a collective)
     script = (f"import json, torch; {setting}\n"
-              "from ddpscale.job import flops; print(json.dumps(flops.float32_record()))")
+              "from ddpscale.job.device import flops; print(json.dumps(flops.float32_record()))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -108,7 +108,7 @@ def test_a_step_that_reads_its_trainer_and_gathers_is_counted(tmp_path, data_fil
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("use_reentrant", [False, True])
 def test_activation_recomputation_is_told_apart_from_model_flops(tmp_path, data_file, use_reentrant):
-    from ddpscale.job import flops
+    from ddpscale.job.device import flops
 
     m = trained(tmp_path, "recompute", "CheckpointedMLP", data_file, "--model-args",
                 json.dumps({"use_reentrant": use_reentrant}))
@@ -125,7 +125,7 @@ def test_flops_per_sample_cover_the_batches_of_varying_length(tmp_path, data_fil
     # One batch's figure (the loader's first) was the run's: 1.19e6 on one topology and 3.54e6 on
     # another for the same model. Now a ratio of sums over the first 8 batches training saw,
     # with the smallest and largest batch's figure.
-    from ddpscale.job import flops
+    from ddpscale.job.device import flops
 
     m = trained(tmp_path, "bucketed_flops", "BucketedModel", data_file, "--data-class",
                 "bucketed_flops.BucketedData", "--batch-size", "16")
@@ -143,7 +143,7 @@ def test_flops_per_sample_cover_the_batches_of_varying_length(tmp_path, data_fil
 def test_a_dict_batch_of_two_loaders_is_counted_per_sample_as_the_run_counts(tmp_path, data_file):
     # The count took the dict's first key for a batch and gave up. FLOPs per sample now divide
     # a step's FLOPs by the samples the run counted for it, as its throughput does.
-    from ddpscale.job import flops
+    from ddpscale.job.device import flops
 
     m = trained(tmp_path, "twoloaders_flops", "SemiSupervised", data_file, "--data-class",
                 "twoloaders_flops.TwoLoaders", "--batch-size", "32")

@@ -21,8 +21,8 @@ from helpers.training import launched, train_args
 from helpers.workflow import ROOT, job_counts, tiny_config
 from ddpscale.report.figures import scaling
 from ddpscale.report.load import records
-from ddpscale.job import checksum
 from ddpscale.run import identity
+from ddpscale.job.resume import checksum
 
 
 # --- the report ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Two experiments on one machine train one after the other (ddpscale.job.machinelock).
+"""Two experiments on one machine train one after the other (ddpscale.job.launch.machinelock).
 
 Real launchers (scripts/launch_local.py, as the local profile starts every run) in processes
 of their own, sharing one lock folder as two snakemake processes on one machine do. The ranks
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.workflow import ROOT
-from ddpscale.job import machinelock
+from ddpscale.job.launch import machinelock
 
 RANK = '''
 import os, sys, time

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.job.commbench import message_sizes
+from ddpscale.job.probe.allreduce import message_sizes
 
 from helpers.devices import require_cuda
 from helpers.training import launched
@@ -27,8 +27,8 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     import pytorch_lightning as pl
     import torch
 
-    from ddpscale.job import probecopy
     from ddpscale.run.usermodule import PluginError
+    from ddpscale.job.probe import inrun as probecopy
 
     def forms(opt, sched):
         return (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched}, [{"optimizer": opt}])
@@ -62,7 +62,7 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
 def test_precision_plan():
     import torch
 
-    from ddpscale.job.flops import precision_plan
+    from ddpscale.job.device.flops import precision_plan
 
     assert precision_plan("32-true", "cpu") == {"autocast": None, "params": None, "scaler": False}
     assert precision_plan("bf16-mixed", "cpu")["autocast"] is torch.bfloat16
@@ -151,7 +151,7 @@ def check_size(probe: dict, accumulate: int = 1) -> dict:
     slower step and cuts the probe shorter): sizes from its ladder, at most the default's and at
     least its smallest rung, cut only where the default would cost more than the bound, the
     estimated cost within the bound; and the record says how many batches it timed."""
-    from ddpscale.job import proberecord as probe_record
+    from ddpscale.job.probe import record as probe_record
 
     size, step = probe["size"], probe["step"]
     ladder = [(rung["steps"], rung["rounds"]) for rung in probe_record.LADDER]
@@ -348,7 +348,7 @@ def test_a_module_logging_through_self_logger_trains_and_its_logs_stay_in_the_ru
 # -- the probe's cost, bounded by the run's ----------------------------------------------------
 
 def test_the_probe_costs_what_its_sizes_say_in_training_batches():
-    from ddpscale.job import proberecord as probe_record
+    from ddpscale.job.probe import record as probe_record
 
     # one rank: the block alone (20) plus warm-up and 5 rounds of 20 compute-only batches
     assert probe_record.cost_steps(probe_record.DEFAULTS, 1) == 20 + (3 + 100)
@@ -367,7 +367,7 @@ def test_the_probe_costs_what_its_sizes_say_in_training_batches():
     (1.0, 40, None),  # even the smallest, 13 s, is over 10 s and 20% of 40 s: skipped
 ])
 def test_the_probe_is_sized_to_a_share_of_the_run_or_skipped_with_the_reason(step_s, planned, expected):
-    from ddpscale.job import proberecord as probe_record
+    from ddpscale.job.probe import record as probe_record
 
     sizes, said, bound = probe_record.sized(step_s, planned, 1)
     assert (sizes or {}).get("steps") == expected
@@ -384,7 +384,7 @@ def test_the_probe_is_sized_to_a_share_of_the_run_or_skipped_with_the_reason(ste
 
 
 def test_the_record_says_how_many_batches_the_probe_timed_and_whether_the_bound_cut_them():
-    from ddpscale.job import proberecord as probe_record
+    from ddpscale.job.probe import record as probe_record
 
     sizes, _, bound = probe_record.sized(0.1, 40, 1)  # the default would cost 12.3 s
     step = {"rounds": 4, "micro_batches_per_block": 10}

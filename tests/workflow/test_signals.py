@@ -19,10 +19,10 @@ import torch
 
 from helpers.training import launched, train_args
 from helpers.workflow import ROOT, tiny_config
-from ddpscale.job.launch import describe_exit, run
-from ddpscale.job import build, callbacks
 from ddpscale.run import runspec
-from ddpscale.job.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
+from ddpscale.job.launch.spawner import describe_exit, run
+from ddpscale.job import build, callbacks
+from ddpscale.job.resume.signals import HANDLED, StopRequested, check_due, exit_code, stop_message
 from ddpscale.workloads.models import SpiralMLP
 from ddpscale.workloads.resident import ResidentBatches
 
@@ -194,7 +194,7 @@ def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
     children = parent.children()
     if not children:
         return {0: parent}
-    # forked in rank order (ddpscale.job.launch), and a fork's /proc environ is its parent's
+    # forked in rank order (ddpscale.job.launch.spawner), and a fork's /proc environ is its parent's
     return dict(enumerate(sorted(children, key=lambda child: (child.create_time(), child.pid))))
 
 

@@ -19,7 +19,7 @@ RANK = """
 import os, sys
 sys.path.insert(0, {scripts!r})
 import torch, torch.distributed as dist
-from ddpscale.job.teardown import close_process_group
+from ddpscale.job.launch.ranks import close_process_group
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=int(sys.argv[1]), world_size=2)
 tensor = torch.ones(1000)
 dist.all_reduce(tensor)

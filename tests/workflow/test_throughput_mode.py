@@ -1,4 +1,4 @@
-"""Throughput mode in real runs (ddpscale.job.windows): every rank stops at one step,
+"""Throughput mode in real runs (ddpscale.job.measure.windows): every rank stops at one step,
 at the cap that was hit, and full mode times the same windows without stopping.
 
 The data: 840 training samples, batch 32 per device, so 2 ranks take 14 steps an epoch (13
@@ -19,7 +19,7 @@ from helpers.training import measured, train_command
 from helpers.workflow import ROOT
 
 from ddpscale.core import steadystate
-from ddpscale.job import windows
+from ddpscale.job.measure import windows
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -165,7 +165,7 @@ def test_a_world_smaller_than_the_topology_fails_at_fit_start():
     """Ranks that never started must fail the run, not shrink it."""
     from types import SimpleNamespace
 
-    from ddpscale.job.timing import EpochTiming, WorldSizeError
+    from ddpscale.job.measure.timing import EpochTiming, WorldSizeError
 
     one_rank = SimpleNamespace(global_rank=0, node_rank=0, local_rank=0)  # no process group
     module = SimpleNamespace(device="cpu")

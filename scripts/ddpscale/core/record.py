@@ -56,7 +56,7 @@ FIELDS = {
     "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
     "samples_per_epoch": (INT, NULL), "samples_per_epoch_from": (STR, NULL), "samples_trained": (INT, NULL),
     "samples_uncounted": (STR, NULL),
-    # what a sample is (ddpscale.job.samplecount): each training loader's share of an epoch, the
+    # what a sample is (ddpscale.job.measure.samplecount): each training loader's share of an epoch, the
     # mode that combines them, and DistributedSampler's padding repeats, trained but not counted
     "padding_per_epoch": (INT, NULL), "train_loaders_mode": (STR, NULL), "train_loaders": (LIST,),
     "early_stop": (DICT, NULL), "held_s": (NUM, NULL), "held_devices": (INT,), "probe_s": (NUM,),
@@ -67,7 +67,7 @@ FIELDS = {
     "flops_per_sample": (NUM, NULL), "achieved_tflops": (NUM, NULL), "mfu": (NUM, NULL),
     "peak_tflops_per_device": (NUM, NULL), "peak_precision": (STR, NULL), "gpu_utilization_pct": (NUM, NULL),
     "gpu_utilization_reason": (STR, NULL), "gpu_peak_memory_mb": (NUM, NULL),
-    # the FLOP count (ddpscale.job.flops): recomputation apart, how many batches, their spread,
+    # the FLOP count (ddpscale.job.device.flops): recomputation apart, how many batches, their spread,
     # hardware FLOPs utilisation (with the recomputation), why it is n/a
     "flops_recomputed_per_sample": (NUM, NULL), "hfu": (NUM, NULL), "flops_batches": (INT,),
     "flops_per_sample_min": (NUM, NULL), "flops_per_sample_max": (NUM, NULL), "flops_reason": (STR, NULL),

@@ -63,7 +63,7 @@ STEP_CAP = "step cap reached"
 TIME_CAP = "time cap reached"
 MEASURING = "measuring"
 ENDED = "training ended"
-# the stop reasons metrics.json records (ddpscale.job.windows), read by the report
+# the stop reasons metrics.json records (ddpscale.job.measure.windows), read by the report
 EPOCHS_ENDED = "configured epochs ended"  # throughput mode, training ended first
 FULL_TRAINING = "full training"  # full mode: the windows never stop the run
 # what the report prints for a Decision that is not settled, and in place of the interval of

@@ -20,17 +20,18 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from ddpscale.job import ranks
-from ddpscale.job import flops, gpufacts, samplecount
 from ddpscale.core import steadystate
-from ddpscale.job import proberecord as step_probe
-from ddpscale.job.timing import EpochTiming
-from ddpscale.job.windows import WindowedThroughput
-from ddpscale.job.valhistory import ValHistory
-from ddpscale.job import probing, runinfo
-from ddpscale.job.checkpoint import epoch_checkpoint
-from ddpscale.job.placement_check import PlacementCheck
-from ddpscale.job.signals import GracefulStop
+from ddpscale.job.device import flops, gpu
+from ddpscale.job.launch import ranks
+from ddpscale.job.launch.ranks import PlacementCheck
+from ddpscale.job.measure import samplecount
+from ddpscale.job.measure.accuracy import ValHistory
+from ddpscale.job.measure.timing import EpochTiming
+from ddpscale.job.measure.windows import WindowedThroughput
+from ddpscale.job.probe import inrun
+from ddpscale.job.probe import record as probe_record
+from ddpscale.job.resume.checkpoint import LAST, epoch_checkpoint
+from ddpscale.job.resume.signals import GracefulStop
 from ddpscale.run.runspec import RunSpec
 
 
@@ -48,18 +49,18 @@ class GpuFacts(pl.Callback):
         self.placement = placement
         self.warmup_epochs = warmup_epochs
         self.windows = windows
-        self.sampler: gpufacts.UtilizationSampler | None = None
+        self.sampler: gpu.UtilizationSampler | None = None
         self.epochs_here = 0  # epochs this process trained in (a resumed one counts)
         self._epoch: int | None = None
         self._steady = False
-        self.record = dict(gpufacts.CPU_RECORD)
+        self.record = dict(gpu.CPU_RECORD)
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.strategy.root_device.type != "cuda":
             return
         uuid = (self.placement.own or {}).get("gpu_uuid")
-        read, reason = gpufacts.open_utilization(uuid)
-        self.sampler = gpufacts.UtilizationSampler(read, reason).start()
+        read, reason = gpu.open_utilization(uuid)
+        self.sampler = gpu.UtilizationSampler(read, reason).start()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.sampler is None:
@@ -86,11 +87,11 @@ class GpuFacts(pl.Callback):
         utilization = self.sampler.stop(since)
         if self.windows is not None:
             utilization = utilization if since is not None else []  # no steady window: no steady reading
-            reason = reason or gpufacts.NO_STEADY_WINDOW_READING
+            reason = reason or gpu.NO_STEADY_WINDOW_READING
         # every rank has a sampler on CUDA, so every rank joins the gather
-        mine = {"peak_memory_mb": gpufacts.peak_memory_mb(trainer.strategy.root_device),
+        mine = {"peak_memory_mb": gpu.peak_memory_mb(trainer.strategy.root_device),
                 "utilization": utilization, "reason": reason}
-        self.record = gpufacts.summarize(ranks.gather(mine))
+        self.record = gpu.summarize(ranks.gather(mine))
 
 
 class CompileGrace(pl.Callback):
@@ -167,7 +168,7 @@ class CompileGrace(pl.Callback):
 
 class FlopsCount(pl.Callback):
     """Training FLOPs per sample, counted on rank 0 inside the fit over the first `steps`
-    training batches of each attempt (ddpscale.job.flops.StepCounter): the real module on its
+    training batches of each attempt (ddpscale.job.device.flops.StepCounter): the real module on its
     device, in its precision, its trainer attached, on the batches the loaders yield, with each
     batch's samples as the run counts them (the BatchCounter that EpochTiming, earlier in the
     callbacks, has just counted it with). Those steps are kept to the attempt's first epoch
@@ -262,7 +263,7 @@ def rng_untouched(device: torch.device):
 
 
 class ProbeBeforeTraining(pl.Callback):
-    """The topology's probe (ddpscale.job.probing), in this job, on the group Lightning
+    """The topology's probe (ddpscale.job.probe.inrun), in this job, on the group Lightning
     formed, before the first epoch: one allocation serves probe and training, and the
     prediction uses the nodes that trained. It never fails the run: a probe that cannot
     measure is recorded n/a with its reason. Kept in the checkpoint, so a resumed run does not
@@ -271,11 +272,11 @@ class ProbeBeforeTraining(pl.Callback):
 
     def __init__(self, spec: RunSpec, sizes: dict | None = None, alone: bool = False):
         self.spec = spec
-        self.sizes = dict(sizes or step_probe.DEFAULTS)
+        self.sizes = dict(sizes or probe_record.DEFAULTS)
         self.alone = alone
         self.probed = False  # on every rank, so all of them skip a resumed run's probe together
         self.record: dict | None = None  # rank 0's, for metrics.json: measured, or n/a with the reason
-        self.failure: probing.Failure | None = None  # every rank's, when the probe could not measure
+        self.failure: inrun.Failure | None = None  # every rank's, when the probe could not measure
         self.seconds = 0.0  # this attempt's time in the probe, not part of fit_wall_s
 
     def state_dict(self) -> dict:
@@ -293,7 +294,7 @@ class ProbeBeforeTraining(pl.Callback):
         trainer.fit_loop.setup_data()
         started = time.perf_counter()
         with rng_untouched(trainer.strategy.root_device):
-            outcome = probing.probe(trainer, pl_module, self.spec, **self.sizes,
+            outcome = inrun.probe(trainer, pl_module, self.spec, **self.sizes,
                                     planned_steps=None if self.alone else planned_batches(trainer, self.spec),
                                     sized=not self.alone)
         self.seconds = time.perf_counter() - started
@@ -301,7 +302,7 @@ class ProbeBeforeTraining(pl.Callback):
         if trainer.global_rank == 0:
             self.record = outcome.record
             if not self.alone:
-                print(step_probe.summary(self.record), flush=True)
+                print(probe_record.summary(self.record), flush=True)
         self.probed = True
         if self.alone:
             trainer.should_stop = True  # the fit loop ends before its first epoch
@@ -365,7 +366,7 @@ def build(spec: RunSpec) -> RunCallbacks:
     return RunCallbacks(
         timing=timing,
         # a signal stops every rank at one step, with a checkpoint where the epoch checkpoint lives
-        stop=GracefulStop(os.path.join(spec.ckpt_dir, runinfo.LAST), before_save=timing.pause),
+        stop=GracefulStop(os.path.join(spec.ckpt_dir, LAST), before_save=timing.pause),
         placement=placement,
         gpu=GpuFacts(placement, spec.warmup_epochs, windows if spec.measure == "throughput" else None),
         flops=FlopsCount(timing.counter, spec.window_steps, spec.warmup_epochs, spec.measure),

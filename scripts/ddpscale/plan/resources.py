@@ -328,7 +328,7 @@ def launch_prefix(topo: Topology, site: Site, python: str, gpu_ids: list[str] | 
     env = f"env {' '.join(variables)} " if variables else ""
     if site.is_local:
         # One rank too goes through the launcher: it holds the machine's lock while its ranks
-        # run (ddpscale.job.machinelock), and every topology starts the same way.
+        # run (ddpscale.job.launch.machinelock), and every topology starts the same way.
         gpus = "" if gpu_ids is None else f"--gpu-ids {shlex.quote(','.join(gpu_ids[:topo.world_size]))} "
         return (
             f"{env}{shlex.quote(python)} scripts/launch_local.py --nodes {topo.num_nodes} "
@@ -358,7 +358,7 @@ def cluster_env(topo: Topology, site: Site) -> str:
 def run_accelerator(configured: str, site: Site) -> str:
     """The --accelerator of a site's runs. Local: as resolved for this host (`cpu` simulates
     devices). A cluster: `auto` means the GPU, so a node whose torch cannot start CUDA stops the
-    run in one line (training.cudacheck) instead of Lightning training on its CPU without a word;
+    run in one line (ddpscale.job.device.gpu) instead of Lightning training on its CPU without a word;
     only an explicit `cpu` (a test cluster without GPUs) trains on the nodes' CPUs."""
     if site.is_local or configured == "cpu":
         return configured

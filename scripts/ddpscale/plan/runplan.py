@@ -258,7 +258,7 @@ def build_spec(config: dict, site: Site, topo: Topology, repeat: int, *, topolog
     # prediction of each topology starts.
     probe_sizes = sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in topologies})
     throughput = {}
-    if measure == "throughput":  # when throughput mode stops (ddpscale.job.windows)
+    if measure == "throughput":  # when throughput mode stops (ddpscale.job.measure.windows)
         limits = config["throughput"]
         throughput = {"target_precision": limits["precision"], "min_windows": limits["min_windows"],
                       "measure_max_steps": limits["max_steps"], "measure_max_minutes": limits["max_minutes"]}

@@ -91,7 +91,7 @@ def checked(ddp) -> dict:
 def strategy_kwargs(ddp: dict) -> dict:
     """DDPStrategy's kwargs, as DistributedDataParallel receives them; the hook by its name
     (job.build turns it into torch's function). bucket_cap_mb only when set: DDP gives an unset
-    cap a 1 MiB first bucket, a set one none (ddpscale.job.commbench.ddp_buckets)."""
+    cap a 1 MiB first bucket, a set one none (ddpscale.job.probe.allreduce.ddp_buckets)."""
     out = {name: ddp[name] for name in FLAGS}
     if ddp["bucket_cap_mb"] is not None:
         out["bucket_cap_mb"] = ddp["bucket_cap_mb"]

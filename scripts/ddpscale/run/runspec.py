@@ -83,7 +83,7 @@ class RunSpec:
                                  metadata=_doc("a LightningCLI config's loggers as [{kind, init_args}] ([]: none); "
                                                "None: Lightning's default logger"))
     warmup_epochs: int = field(default=1, metadata=_doc("epochs the throughput figure leaves out (config)"))
-    # --- what it measures (ddpscale.job.windows) ---
+    # --- what it measures (ddpscale.job.measure.windows) ---
     measure: str = field(default="full",
                          metadata=_doc("throughput: stop once the steady-state throughput is known to "
                                        "target_precision (or at a cap); full: train max_epochs"))

@@ -46,7 +46,7 @@ class SpiralMLP(pl.LightningModule):
     def _log_means(self, prefix: str) -> None:
         """Loss and accuracy over every sample of every rank, each once.
 
-        Ranks evaluate unpadded shards that may differ by a sample (ddpscale.job.evalsampler), and
+        Ranks evaluate unpadded shards that may differ by a sample (ddpscale.job.measure.samplecount), and
         Lightning 2.6's sync_dist mean divides its integer batch-size sum by the world size
         (truncating), so the sums are all-reduced here instead, once per epoch."""
         sums = self._sums.pop(prefix, None)

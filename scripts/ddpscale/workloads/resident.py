@@ -29,7 +29,7 @@ def rank_and_world() -> tuple[int, int]:
 
 def shard_indices(n: int, rank: int, world: int, order: torch.Tensor | None = None, pad: bool = True) -> torch.Tensor:
     """This rank's indices of n samples in the given order (DistributedSampler's padding rule;
-    pad=False: no repeats, ranks may differ by one sample, for evaluation: ddpscale.job.evalsampler)."""
+    pad=False: no repeats, ranks may differ by one sample, for evaluation: ddpscale.job.measure.samplecount)."""
     if not 0 <= rank < world:
         raise ValueError(f"rank {rank} is outside a world of {world}")
     order = torch.arange(n) if order is None else order
@@ -51,7 +51,7 @@ class ResidentBatches:
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         # drop_last: no partial last batch, so a compiled step sees one shape (no recompile)
         self.drop_last = drop_last
-        self.pad = pad  # False for validation and test: each sample once (ddpscale.job.evalsampler)
+        self.pad = pad  # False for validation and test: each sample once (ddpscale.job.measure.samplecount)
         self.epoch = 0
         self.rank, self.world = rank_and_world()
         # Lightning reads these DataLoader attributes: set_epoch is called on `sampler`, and

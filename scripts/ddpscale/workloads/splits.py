@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
-from ddpscale.job.evalsampler import evaluation_sampler
+from ddpscale.job.measure.samplecount import evaluation_sampler
 from ddpscale.workloads import resident as resident_batches
 
 

@@ -9,7 +9,7 @@ costs 854,654,976 training FLOPs per token (`flops_per_token`), 0.875 TFLOP per 
 
 FLOPs: torch's FlopCounterMode counts SDPA on the CUDA kernels (flash, efficient, cuDNN)
 but not on the CPU kernel (`_scaled_dot_product_flash_attention_for_cpu`), where it counts 0.
-The pipeline counts FLOPs on the CPU copy of the model after training (ddpscale.job.flops), so
+The pipeline counts FLOPs on the CPU copy of the model after training (ddpscale.job.device.flops), so
 importing this module registers the CPU kernel's formula, the same one torch uses for the
 CUDA kernels (full attention, causality not discounted, as in the 12 x L x T x d term).
 """

@@ -16,7 +16,7 @@ import pandas as pd
 # the larger part of the step.
 COMPUTE_SHARE_MIN = 0.5
 # NVML's utilisation is the share of its sample period in which any kernel ran, read only in the
-# training phase of steady epochs (ddpscale.job.gpufacts). Below half, the GPU waited for
+# training phase of steady epochs (ddpscale.job.device.gpu). Below half, the GPU waited for
 # the host (Python, launches, the data loader) longer than it computed.
 GPU_UTILIZATION_MIN_PCT = 50.0
 

@@ -6,7 +6,7 @@ probe (metrics.json's `probe`), so every formula here is unit-tested without a c
 Per topology the probe measured, per step: data wait (D), compute with DDP's gradient
 synchronisation switched off (C), the extra time of a synchronised step over C, which is
 communication that backward did not hide (E), and on several ranks the extra time of
-Lightning's own per-batch SIGTERM broadcast + .item() (L; ddpscale.job.stepprobe.sigterm_broadcast; 0 on
+Lightning's own per-batch SIGTERM broadcast + .item() (L; ddpscale.job.probe.step.sigterm_broadcast; 0 on
 one rank, which Lightning does not broadcast on). The training run measured its own step time
 T (per-device batch x world size / throughput); what T has beyond D + C + E + L is framework
 overhead outside the probe (O: the rest of Lightning's loop, logging, callbacks).
@@ -16,7 +16,7 @@ the prediction is its own term, unexplained, and only a small one is called agre
 
 A "step" here is one per-device batch (a micro-batch). With accumulate_grad_batches = k,
 DDP synchronises the gradient once every k batches, so one all-reduce is spread over k steps;
-the probe times its steps the same way (ddpscale.job.stepprobe).
+the probe times its steps the same way (ddpscale.job.probe.step).
 
 A probe that could not measure is recorded n/a with its reason (the run trained anyway): its
 topology keeps its rows here, every probed term unknown (NaN) and the reason in `probe`, and
@@ -42,7 +42,7 @@ NAN = float("nan")
 
 PROBE_KEYS = ("topology", "world_size", "status", "backend", "step", "allreduce", "allreduce_ddp", "gradient_bytes",
               "sized", "probe_wall_s")
-# what the prediction reads of a probe's step (ddpscale.job.stepprobe.measure writes them all)
+# what the prediction reads of a probe's step (ddpscale.job.probe.step.measure writes them all)
 STEP_KEYS = ("data_s", "compute_s", "exposed_comm_s", "loop_sync_s", "accumulate_grad_batches")
 NA_KEYS = ("topology", "world_size", "reason")
 PROBE_OK = "ok"

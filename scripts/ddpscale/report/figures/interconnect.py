@@ -1,7 +1,7 @@
 """The network each run's collectives crossed, as the report says it, and the flag for a
 multi-node run whose NCCL fell back to sockets on a site whose facts say InfiniBand.
 
-Reads the per-rank `transport` entries a run records (ddpscale.job.transportinfo) and its
+Reads the per-rank `transport` entries a run records (ddpscale.job.device.transport) and its
 `site_interconnect` (the profile's site fact). Pure: no torch.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ events). The first of each kind in a process is cold (no sanity validation befor
 eval graphs compiling, the first save): the warm figure comes from a later one, and the first
 one's excess is added once (warm_and_once). A throughput run stops in its first epoch, so it
 validates and saves again after its stop until two of each were timed
-(ddpscale.job.windows.warm_overheads).
+(ddpscale.job.measure.windows.warm_overheads).
 
 and x world size / 3600 in device-hours. A full run also measured the real thing (fit time +
 checkpoint writes), so there the projection is checked against it, made from the run's first
@@ -43,7 +43,7 @@ from ddpscale.report.load.records import held_devices, known, measure_mode
 INPUTS = ("configured_epochs", "samples_per_epoch", "window_throughput_samples_s", "epoch_overhead_s",
           "warmup_excess_s")
 
-# Why samples_per_epoch can be null (ddpscale.job.windows.epoch_size): the loader has no length
+# Why samples_per_epoch can be null (ddpscale.job.measure.windows.epoch_size): the loader has no length
 # and the run trained no whole epoch in which to count them.
 NO_EPOCH_SIZE = ("samples per epoch not known: the train loader has no length (an iterable dataset) and the run "
                  "trained no whole epoch of it to count them in; raise throughput.min_windows until min_windows x "

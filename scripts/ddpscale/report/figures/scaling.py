@@ -34,7 +34,7 @@ SUMMARY_COLUMNS = (
 # samples_trained: training samples of every finished epoch over all ranks (median over repeats).
 # time_speedup: baseline fit time / fit time, NA unless the topology trained the baseline's
 # samples (SAME_SAMPLES). gpu_hours: the epochs' wall time x devices (training);
-# held_gpu_hours: the time the job held its devices x devices (ddpscale.job.held);
+# held_gpu_hours: the time the job held its devices x devices (ddpscale.job.measure.timing);
 # gpu_seconds_per_sample: devices / steady-state throughput, the cost of one sample.
 
 # Runs train "the same samples" within this fraction: a data module that shards with
@@ -53,7 +53,7 @@ COMPUTE_COLUMNS = ("flops_per_sample", "achieved_tflops", "mfu")
 # transport: the network the collectives crossed ('gloo on eth0', 'NCCL over InfiniBand (...)');
 # nccl_over_sockets: a multi-node run whose NCCL used sockets where the site says InfiniBand.
 # early_stop: a module's EarlyStopping ended the run; samples_uncounted: why some batch's samples
-# could not be counted (ddpscale.job.samplecount): its figures per sample are n/a.
+# could not be counted (ddpscale.job.measure.samplecount): its figures per sample are n/a.
 CAVEAT_COLUMNS = ("device_kind", "ranks_per_host", "usable_cores", "oversubscribed",
                   "simulated_nodes_on_one_host", "compile_recompiles", "transport", "nccl_over_sockets", "early_stop",
                   "samples_uncounted")

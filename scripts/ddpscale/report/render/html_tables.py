@@ -261,7 +261,7 @@ def breakdown_table(data):
 
 def probe_costs(probes: dict[str, dict]) -> str:
     """' Probe size and time: 1x1 20 steps x 5 rounds, 0.4 s; ...' (sized to the run:
-    ddpscale.job.proberecord.sized), or nothing for no probe."""
+    ddpscale.job.probe.record.sized), or nothing for no probe."""
     said = [f"{name} {str(p['sized']).split(',')[0]}, {p['probe_wall_s']:.1f} s"
             for name, p in sorted(probes.items(), key=lambda kv: kv[1]["world_size"])]
     if not said:

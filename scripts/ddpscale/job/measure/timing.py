@@ -1,25 +1,42 @@
-"""A callback that measures what the report needs, cheaply enough not to be the bottleneck.
+"""The run's clock: its epochs' times, and how long the run held its devices.
 
-Its state (epoch times, sample counts, attempts) is saved in every checkpoint, so a run resumed
-after a kill keeps the time of the epochs it already finished and counts each epoch once.
+EpochTiming measures what the report needs, cheaply enough not to be the bottleneck. Its state
+(epoch times, sample counts, attempts) is saved in every checkpoint, so a run resumed after a
+kill keeps the time of the epochs it already finished and counts each epoch once.
 Every process a run trained in has its own cold start (CUDA context, caches, compilation), so
 the warm-up epochs are left out of steady state in each attempt, not only in the first.
+
+How long a run held its devices (started, held_s): the cost a scheduler bills, not only the epochs.
+From as early as the training process can know to the moment rank 0 writes the record:
+- start: under SLURM, the job's start (SLURM_JOB_START_TIME, set by Slurm 23.02 and later; an
+  older Slurm, such as Debian 12's 22.05, sets none, and `scontrol show job` gives its StartTime),
+  so what ran in the job before train.py (the environment's set-up, Snakemake's own start,
+  torch's import) counts; else the process's start as the kernel recorded it (psutil), which
+  already includes the interpreter's start and every import.
+- end: after the test pass and the transport gather, just before metrics.json is written.
+In between: process-group set-up, the probe, data set-up, every epoch, checkpoint writes, the
+test pass. Queue time is not held and is not counted.
+
+A resumed run adds what its earlier attempts held up to their last checkpoint (kept in the
+checkpoint with the epoch times): an attempt killed without a checkpoint loses the time since
+its last one, so over attempts this is a lower bound.
 """
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
+from datetime import datetime
 
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.job import ranks
-from ddpscale.job import held
 from ddpscale.core.record import Progress, progress_line
-from ddpscale.job import samplecount
-from ddpscale.job.devicesync import sync_device
+from ddpscale.job.device.gpu import sync_device
+from ddpscale.job.launch import ranks
+from ddpscale.job.measure import samplecount
 
 
 class NonFiniteLossError(RuntimeError):
@@ -43,7 +60,7 @@ class EpochTiming(pl.Callback):
                  batch_per_device: int | None = None):
         self.warmup_epochs = warmup_epochs
         self.batch_per_device = batch_per_device  # what the loader's batch must be, checked at fit start
-        # every batch's samples, the one count all figures per sample use (ddpscale.job.samplecount)
+        # every batch's samples, the one count all figures per sample use (ddpscale.job.measure.samplecount)
         self.counter = samplecount.BatchCounter(batch_dim)
         # why the samples could not be counted on some rank (the figures per sample are then n/a)
         self.uncounted: str | None = None
@@ -56,14 +73,14 @@ class EpochTiming(pl.Callback):
         self.resumed_from_epoch: int | None = None
         self.ranks: list[dict] = []
         # the part of an unfinished epoch that an earlier attempt trained before it stopped on
-        # a signal (pause, ddpscale.job.signals): the resumed attempt adds it to the rest of that
+        # a signal (pause, ddpscale.job.resume.signals): the resumed attempt adds it to the rest of that
         # epoch, so the epoch counts once, whole, with the time it really took
         self._partial: dict | None = None
         self.resumed_mid_epoch = False
         self._fit_t0 = time.perf_counter()  # reset when training starts
-        # the devices held (ddpscale.job.held): since this process's start unless the
+        # the devices held (ddpscale.job.measure.timing): since this process's start unless the
         # script names an earlier one (a SLURM job's), plus what earlier attempts held
-        self.held_since, self.held_from = held.process_start(), held.FROM_PROCESS
+        self.held_since, self.held_from = process_start(), FROM_PROCESS
         self.held_before_s = 0.0
         self._reset_epoch()
 
@@ -131,7 +148,7 @@ class EpochTiming(pl.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._reset_epoch()
-        # every training loader's batches; a padded shard's repeats not counted (ddpscale.job.samplecount)
+        # every training loader's batches; a padded shard's repeats not counted (ddpscale.job.measure.samplecount)
         self.counter.start_epoch(trainer)
         sync_device(pl_module.device)
         self._t0 = time.perf_counter()
@@ -216,7 +233,7 @@ class EpochTiming(pl.Callback):
 
     # -- summary ----------------------------------------------------------------------
     def held_s(self) -> float:
-        return held.held_s(self.held_before_s, self.held_since, time.time())
+        return held_s(self.held_before_s, self.held_since, time.time())
 
     def summary(self) -> dict:
         steady = steady_epochs(self.epoch_attempts, self.warmup_epochs)
@@ -236,7 +253,7 @@ class EpochTiming(pl.Callback):
             "samples_trained": None if self.uncounted else sum(self.samples),
             "samples_uncounted": self.uncounted,
             # devices held, set-up, probe, checkpoints and test pass included (called just before
-            # the record is written); held_from: where it starts (ddpscale.job.held)
+            # the record is written); held_from: where it starts (ddpscale.job.measure.timing)
             "held_s": self.held_s(),
             "held_from": self.held_from,
             "steady_samples": steady_samples,
@@ -262,3 +279,62 @@ def steady_epochs(epoch_attempts: list[int], warmup_epochs: int) -> list[int]:
         if seen[attempt] > warmup_epochs:
             steady.append(index)
     return steady
+
+
+JOB_START = "SLURM_JOB_START_TIME"
+FROM_JOB = "slurm job start"
+FROM_PROCESS = "process start"
+
+
+def process_start() -> float:
+    """This process's start (Unix seconds), or now where psutil cannot read it."""
+    try:
+        import psutil  # installed with Snakemake
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - an unreadable start only makes the figure smaller
+        return time.time()
+
+
+def start_time(scontrol_text: str) -> float | None:
+    """StartTime of `scontrol show job -o` (the controller's local time, as this node's clock
+    reads it: a site keeps them in one zone) in Unix seconds; None if absent or unknown."""
+    for item in scontrol_text.split():
+        if item.startswith("StartTime="):
+            try:
+                return datetime.strptime(item.split("=", 1)[1], "%Y-%m-%dT%H:%M:%S").timestamp()
+            except ValueError:
+                return None  # "Unknown", or a format of another Slurm
+    return None
+
+
+def scontrol_start(job_id: str | None) -> float | None:
+    """This job's start from the controller; None where scontrol is missing or does not answer."""
+    if not job_id:
+        return None
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return start_time(done.stdout) if done.returncode == 0 else None
+
+
+def started(environ, process_started: float, on_slurm: bool, ask=scontrol_start) -> tuple[float, str]:
+    """(start, what it is): the SLURM job's start where this run's job is a SLURM job (from the
+    environment, else asked of scontrol), else the process's. A job start after the process's
+    (clocks of controller and node apart) is not believed: the process cannot have started
+    before its job."""
+    if on_slurm:
+        try:
+            job = float(environ[JOB_START])
+        except (KeyError, ValueError):
+            job = ask(environ.get("SLURM_JOB_ID"))
+        if job is not None and 0 < job <= process_started:
+            return job, FROM_JOB
+    return process_started, FROM_PROCESS
+
+
+def held_s(earlier_s: float, since: float, now: float) -> float:
+    """Seconds held over all attempts: the earlier attempts' plus this one's so far."""
+    return float(earlier_s) + max(0.0, now - since)

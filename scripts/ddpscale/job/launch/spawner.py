@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from ddpscale.job import machinelock
+from ddpscale.job.launch import machinelock
 
 PR_SET_PDEATHSIG = 1
 
@@ -144,7 +144,7 @@ def _run_ranks(nodes: int, procs_per_node: int, command: list[str], poll_s: floa
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    # SIGUSR1 is the time-limit warning a cluster profile asks for (ddpscale.job.signals)
+    # SIGUSR1 is the time-limit warning a cluster profile asks for (ddpscale.job.resume.signals)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(signum, forward)
     failed = 0

@@ -1,5 +1,14 @@
-"""The placement check of a training run: each rank's GPU, gathered once the process group
-forms and checked by ddpscale.job.placement before the first step.
+"""What every rank of a run reports and where it landed, and the end of its process.
+
+- gather: every rank's value, gathered on every rank.
+- The placement check (PlacementCheck): each rank's GPU, gathered once the process group forms and checked by
+  ddpscale.job.launch.placement before the first step.
+- close_process_group: the process group is destroyed while the interpreter still runs. Lightning
+  leaves the default process group in place after fit and test. Left to the interpreter's
+  teardown, gloo's worker threads are destroyed while still joinable and the process aborts
+  ("terminate called without an active exception", pytorch/pytorch#190489): a run that finished
+  and wrote its metrics then fails its job (seen on a 1x2 SLURM job: rank 1 aborted, srun killed
+  rank 0 and snakemake marked the run failed).
 """
 
 from __future__ import annotations
@@ -10,7 +19,28 @@ import socket
 import pytorch_lightning as pl
 import torch
 
-from ddpscale.job import placement, ranks
+from ddpscale.job.launch import placement
+
+
+def gather(value) -> list:
+    """Every rank's value, in rank order (collective: all ranks must call it), or this rank's
+    alone when there is no process group (one rank)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def close_process_group() -> None:
+    """Destroy the default process group, if one formed (a 1x1 run has none). Local to this
+    rank, no collective: a rank that finishes first does not wait for the others."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def launcher_rank() -> dict:
@@ -61,7 +91,7 @@ class PlacementCheck(pl.Callback):
             return
         place = {"rank": trainer.global_rank, "node_rank": trainer.node_rank, "local_rank": trainer.local_rank}
         mine = own_record(trainer.strategy.root_device, place)
-        records = ranks.gather(mine)
+        records = gather(mine)
         placement.check(records, self.devices_per_node)
         self.records, self.own = records, mine
 

@@ -13,7 +13,7 @@ batch sampler (a length-bucketing BatchSampler of the user's own wrapping a Dist
 which Lightning rebuilds around its own), through Lightning's wrappers. Where a batch sampler
 reorders the rank's indices, which batch held the repeat is not known: the epoch's count caps
 at the rank's real samples, so the epoch is exact and a window may hold the one repeat.
-Evaluation is sharded without padding (ddpscale.job.evalsampler).
+Evaluation is sharded without padding (evaluation_sampler, below).
 
 A sample is one sample a training step processes. With several training loaders (a dict or list
 of them, which Lightning combines in "max_size_cycle" mode, or a CombinedLoader of the data
@@ -39,6 +39,12 @@ every tensor of the batch along the batch dimension (config batch.dim, 0 by defa
 the module's own `samples_in_batch(batch)` where it states it. Where the two disagree, or
 neither can tell, the batch is uncounted and the run says why (samples_of): a per-sample
 figure is then n/a, never a wrong one.
+
+Each validation and test sample is evaluated once (evaluation_sampler). Evaluation needs no
+equal step counts, so the built-in data modules shard validation and test without padding
+(Lightning 2.6 pads them too, and warns; it uses an unpadded sampler only for predict):
+Lightning's mean of a logged metric is weighted by batch size across ranks (the sums and batch
+counts are all-reduced), so the accuracy is then over each sample exactly once.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
 
 # What the run says where a batch cannot be counted: the two ways to tell ddpscale
 DECLARE = ("set config batch.dim to the dimension of the batch's tensors that indexes samples, or give "
@@ -569,3 +577,13 @@ def describe(record: dict) -> str | None:
         said.append(f"DistributedSampler pads each epoch with {record['padding_per_epoch']} repeat(s) over all "
                     "ranks: trained, not counted as samples")
     return "ddpscale: samples: " + "; ".join(said) if said else None
+
+
+def evaluation_sampler(dataset):
+    """An unpadded, unshuffled shard of the dataset for validation or test under DDP (None on
+    one rank). A DistributedSampler subclass, so Lightning keeps it instead of padding."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(dataset, shuffle=False)

@@ -1,8 +1,8 @@
 """The probe of one topology: where a training step's time goes, and all-reduce bandwidth.
 
 It runs in the first repeat's training job, on the process group Lightning formed, before
-the first epoch (ddpscale.job.probing, from the callback ProbeBeforeTraining), on a copy
-of the run's module. This module is its record: what was measured (stepprobe, commbench) and,
+the first epoch (ddpscale.job.probe.inrun, from the callback ProbeBeforeTraining), on a copy
+of the run's module. This module is its record: what was measured (step, allreduce) and,
 when the probe could not measure, an n/a record with the reason, which never fails the run.
 """
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 
-from ddpscale.job.devicesync import sync_device
+from ddpscale.job.device.gpu import sync_device
 
 GB = 1e9
 MIB = 1024 * 1024

@@ -23,8 +23,8 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.job import checksum
-from ddpscale.job.runinfo import PREVIOUS
+from ddpscale.job.resume import checksum
+from ddpscale.job.resume.checkpoint import PREVIOUS
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 # An all-reduce of one integer every 10 steps: Lightning 2.6 already broadcasts a flag every

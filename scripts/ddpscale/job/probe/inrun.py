@@ -1,8 +1,9 @@
-"""The probe inside a run: every rank, on the group Lightning formed, before the first epoch.
+"""The probe inside a run, on its own copy of the run's module: every rank, on the group Lightning
+formed, before the first epoch.
 
 It hands the step probe and the all-reduce benchmark a copy of the run's module attached to a
-view of its trainer (probecopy), with the copy's own optimizers and batches of the run's train dataloader, and
-never fails the run. A step that fails (user code the probe cannot run, a batch it cannot
+view of its trainer (attach, below), with the copy's own optimizers and batches of the run's
+train dataloader, and never fails the run. A step that fails (user code the probe cannot run, a batch it cannot
 draw) ends the probe with a one-line reason, and training goes on. Failures must not leave
 a rank waiting in a collective for one that gave up, so the probe runs in phases and the
 ranks agree after each (one gather) before any collective of the next:
@@ -30,23 +31,59 @@ optimizers, DDP wrapper and batches are freed, CUDA's peak-memory statistics sta
 dynamo's in-process caches and counters are cleared, so training compiles its own graphs
 (else repeat 0's warm-up epoch carries no compile time and compile_graphs counts the probe's).
 Inductor's on-disk cache stays, as it stays for every later repeat.
+
+The probe's copy of the run's LightningModule, attached to the run's trainer through a view.
+
+The probe times the user's training_step on the module as Lightning hands it to the user's
+code: set up (setup, configure_model, on its device, in its dtype) and attached to a trainer
+whose estimated_stepping_batches, world_size, global_rank and datamodule are the run's, so a
+configure_optimizers or a data module written from `self.trainer` works as it does in
+training. It runs on a copy (LightningModule.__getstate__ leaves the trainer out), and the
+view forwards every attribute to the run's trainer except the training state, which is the
+probe's own:
+
+- optimizers, lr_scheduler_configs and the LightningOptimizer wrappers, from the copy's own
+  configure_optimizers(): self.optimizers(), self.lr_schedulers(), toggle_optimizer and
+  clip_gradients act on them (never on copied optimizers: torch's LRScheduler wraps
+  optimizer.step around a weak reference to the optimizer it was built with, so a copy of
+  an optimizer would step the run's);
+- strategy.backward and strategy.optimizer_step, where manual_backward and a
+  LightningOptimizer's step land: the probe's backward and step (its DDP wrapper, its loss
+  scaler; ddpscale.job.probe.step.Runner);
+- lightning_module and model are the copy, and batches reach the device through the copy's
+  transfer hooks;
+- what the copy sets on its trainer stays on the view (self.trainer.should_stop = True in a
+  probed step does not stop the run).
+
+The copy's log and log_dict do nothing: a probed step logged into the run's results would
+count in its metrics (and LightningModule.log raises outside a hook it knows). Its learning
+rate schedules do not advance: the probe runs more steps than a schedule may be sized for
+(OneCycleLR raises past total_steps), and a schedule's step costs nothing measurable.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 
+import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from lightning_utilities.core.apply_func import apply_to_collection
+from pytorch_lightning.core.optimizer import LightningOptimizer, _init_optimizers_and_lr_schedulers, _MockOptimizer
+from pytorch_lightning.utilities import CombinedLoader
 from torch.utils.data import DataLoader
 
-from ddpscale.job import batchsizes, commbench, probecopy, ranks, stepprobe
-from ddpscale.job import proberecord as probe_record
+from ddpscale.job.device import compiling
+from ddpscale.job.launch import ranks
+from ddpscale.job.probe import allreduce, step as step_probe
+from ddpscale.job.probe import record as probe_record
 from ddpscale.run import ddpsettings
+from ddpscale.run.usermodule import PluginError
 from ddpscale.run.runspec import RunSpec
 
 
@@ -104,17 +141,17 @@ class _Probe:
     def alone(self) -> None:
         """Phase 1: nothing here waits for another rank."""
         self.doing = "copying the module"
-        copied, self.view = probecopy.attach(self.trainer, self.module, self.spec.compile)
+        copied, self.view = attach(self.trainer, self.module, self.spec.compile)
         self.doing = "building the optimizers"
-        optimizers = probecopy.build_optimizers(self.view)
+        optimizers = build_optimizers(self.view)
         plugin = self.trainer.precision_plugin
-        self.runner = stepprobe.Runner(copied, optimizers, self.device, context=plugin.train_step_context,
-                                       scaler=probecopy.scales_loss(plugin),
+        self.runner = step_probe.Runner(copied, optimizers, self.device, context=plugin.train_step_context,
+                                       scaler=scales_loss(plugin),
                                        ddp_kwargs=getattr(self.trainer.strategy, "_ddp_kwargs", None),
                                        comm_hook=getattr(self.trainer.strategy, "_ddp_comm_hook", None))
         self.view.strategy.runner = self.runner
         self.doing = "drawing batches from the train dataloader"
-        self.batches, self.waits = stepprobe.draw_batches(probecopy.batch_source(self.view),
+        self.batches, self.waits = step_probe.draw_batches(batch_source(self.view),
                                                           self.sizes["steps"], self.device)
         self.doing = "timing a training step on this rank alone"
         self.step_s = self.runner.time_alone(self.batches, self.accumulate)
@@ -146,28 +183,28 @@ class _Probe:
         if self.trainer.world_size == 1 and sizes:
             # the baseline's compute at every topology's per-device batch, for the prediction
             self.doing = "timing compute at the topologies' per-device batches"
-            self.step["compute_by_batch"] = batchsizes.compute_by_batch(
+            self.step["compute_by_batch"] = step_probe.compute_by_batch(
                 self.runner, self.batches, sizes, self.spec.batch_per_device, self.step["compute_s"],
                 steps=self.sizes["steps"], rounds=self.sizes["rounds"], warmup=self.sizes["warmup"],
                 accumulate=self.accumulate)
 
     def measure_steps(self) -> dict:
-        return stepprobe.measure(
+        return step_probe.measure(
             self.runner, self.batches, self.waits, self.trainer.world_size, steps=self.sizes["steps"],
             rounds=self.sizes["rounds"], warmup=self.sizes["warmup"], batch_per_device=self.spec.batch_per_device,
             accumulate=self.accumulate)
 
     def benchmark(self) -> None:
         self.doing = "benchmarking all-reduce"
-        self.gradient = stepprobe.gradient_numel(self.runner.module)
-        self.allreduce = commbench.allreduce_benchmark(commbench.message_sizes(self.gradient[1]), self.device,
+        self.gradient = step_probe.gradient_numel(self.runner.module)
+        self.allreduce = allreduce.allreduce_benchmark(allreduce.message_sizes(self.gradient[1]), self.device,
                                                        warmup=self.sizes["warmup"], iters=self.sizes["iters"])
         # the comm term: the gradient in the buckets the run's DDP sends (bucket_cap_mb if set),
         # at the width its comm hook sends them (half with fp16_compress or bf16_compress)
         width = comm_bytes_per_element(self.spec)
-        buckets = commbench.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
-        sent, dtype = commbench.on_the_wire(buckets, width)
-        self.allreduce_ddp = commbench.allreduce_as_ddp(sent, self.device, dtype=dtype,
+        buckets = allreduce.ddp_buckets(self.gradient[1], bucket_cap_mb(self.trainer.strategy))
+        sent, dtype = allreduce.on_the_wire(buckets, width)
+        self.allreduce_ddp = allreduce.allreduce_as_ddp(sent, self.device, dtype=dtype,
                                                         warmup=self.sizes["warmup"], iters=self.sizes["iters"])
         self.allreduce_ddp["comm_bytes_per_element"] = width  # None: the gradient's own width
 
@@ -184,7 +221,7 @@ def release(device: torch.device) -> None:
     from torch._dynamo.utils import clear_compilation_metrics, counters
 
     torch._dynamo.reset()  # compiled code of the copy: training's methods share its code objects
-    counters.clear()  # compile_graphs and graph breaks (ddpscale.job.compiling.stats)
+    counters.clear()  # compile_graphs and graph breaks (ddpscale.job.device.compiling.stats)
     clear_compilation_metrics()  # compile_recompiles
     gc.collect()
     if device.type == "cuda":
@@ -264,3 +301,149 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
     record["sized"] = run.sized  # how big the probe was, and why: its cost is bounded by the run's
     record["size"] = probe_record.size_record(run.requested, run.sizes, run.step, run.bound)
     return Outcome(record, None)
+
+
+# What pytorch_lightning.utilities.compile.from_compiled sets on the module it compiles:
+# compiled methods as instance attributes bound to that module, and the original ones.
+COMPILED_METHODS = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+def _ignore(*args, **kwargs) -> None:
+    return None
+
+
+class _Forwarding:
+    """Every attribute not set on this object is the wrapped object's; what is set stays here."""
+
+    def __init__(self, wrapped):
+        self._wrapped = wrapped
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_wrapped"], name)
+
+
+class StrategyView(_Forwarding):
+    """The run's strategy as the copy sees it (see the module's docstring)."""
+
+    def __init__(self, strategy, module):
+        super().__init__(strategy)
+        self.lightning_module = self.model = module
+        self.optimizers, self.lr_scheduler_configs, self._lightning_optimizers = [], [], []
+        self.runner = None  # the probe's steps (ddpscale.job.probe.step.Runner), set once built
+
+    def backward(self, closure_loss, optimizer, *args, **kwargs):
+        return self.runner.backward(closure_loss, *args, **kwargs)
+
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs):
+        return self.runner.optimizer_step(optimizer, closure, **kwargs)
+
+    def batch_to_device(self, batch, device=None, dataloader_idx: int = 0):
+        # the strategy's own code, run with this view as self: its lightning_module is the copy
+        return type(self._wrapped).batch_to_device(self, batch, device, dataloader_idx)
+
+
+class TrainerView(_Forwarding):
+    """The run's trainer as the copy sees it (see the module's docstring)."""
+
+    def __init__(self, trainer, module):
+        super().__init__(trainer)
+        self.strategy = StrategyView(trainer.strategy, module)
+        self.lightning_module = self.model = module
+
+    @property
+    def optimizers(self) -> list:
+        return self.strategy.optimizers
+
+    @property
+    def lr_scheduler_configs(self) -> list:
+        return self.strategy.lr_scheduler_configs
+
+
+def eager_copy(module: pl.LightningModule) -> pl.LightningModule:
+    """A deep copy of the module running its own methods. A module compiled with from_compiled
+    holds compiled methods bound to itself as instance attributes, which a copy would keep
+    calling; the copy drops them (and their compile context) and gets the class's methods."""
+    context = getattr(module, "_compiler_ctx", None)
+    copied = copy.deepcopy(module, {} if context is None else {id(context): None})
+    if context is not None:
+        for name in COMPILED_METHODS:
+            copied.__dict__.pop(name, None)
+        copied._compiler_ctx = None
+    return copied
+
+
+def attach(trainer, module: pl.LightningModule, compile_mode: str = "none"):
+    """(copy, view): a training copy of the run's module, compiled again if the run's is,
+    attached to a view of the run's trainer, its logging silenced."""
+    copied = eager_copy(module)
+    if getattr(module, "_compiler_ctx", None) is not None:
+        copied = compiling.wrap(copied, compile_mode)
+    for part in copied.modules():
+        if isinstance(part, pl.LightningModule):
+            part.log = part.log_dict = _ignore
+    view = TrainerView(trainer, copied)
+    copied.trainer = view
+    # each submodule keeps its train or eval mode: Lightning 2.6 trains modules in the modes
+    # the user left them in (it only warns about eval ones), so the probe does too
+    return copied, view
+
+
+def build_optimizers(view: TrainerView) -> list:
+    """The copy's optimizers from its own configure_optimizers(), parsed as Lightning parses
+    them for training, set on the view; its schedules held still."""
+    module = view.lightning_module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's "this fit will run with no optimizer": said below
+        optimizers, configs = _init_optimizers_and_lr_schedulers(module)
+    if all(isinstance(o, _MockOptimizer) for o in optimizers):
+        raise PluginError(f"{type(module).__name__}.configure_optimizers() returned no optimizer: Lightning "
+                          "trains without one, but the probe times an optimizer step")
+    for config in configs:
+        config.scheduler.step = _ignore
+    strategy = view.strategy
+    strategy.optimizers, strategy.lr_scheduler_configs = optimizers, configs
+    strategy._lightning_optimizers = [LightningOptimizer._to_lightning_optimizer(o, strategy) for o in optimizers]
+    return optimizers
+
+
+def _own_iterator(loader: DataLoader) -> DataLoader:
+    """The loader itself, or, with persistent workers, a shallow copy: such a loader keeps one
+    iterator, the one training's first epoch will read, which the probe must not advance."""
+    if loader.persistent_workers and loader.num_workers > 0:
+        loader = copy.copy(loader)
+        loader._iterator = None
+    return loader
+
+
+def batch_source(view: TrainerView):
+    """next_batch(): a batch of the run's own train dataloader, as the training loop draws and
+    moves it (Lightning's sampler in place, precision conversion, the copy's transfer hooks,
+    the strategy's device); several loaders are combined as training combines them. The
+    dataloader must be built already (trainer.fit_loop.setup_data())."""
+    loaders = view.train_dataloader
+    if loaders is None:
+        raise ValueError("the run has no train dataloader (no training_step, or limit_train_batches 0)")
+    combined = CombinedLoader(apply_to_collection(loaders, DataLoader, _own_iterator), "max_size_cycle")
+    state = {"iterator": iter(combined), "fresh": True}
+    module = view.lightning_module
+
+    def next_batch():
+        try:
+            batch, _, _ = next(state["iterator"])
+        except StopIteration:
+            if state["fresh"]:
+                raise ValueError("the train dataloader yields no batches") from None
+            state["iterator"] = iter(combined)  # an epoch is shorter than the probe: start the next one
+            batch, _, _ = next(state["iterator"])
+        state["fresh"] = False
+        batch = view.precision_plugin.convert_input(batch)
+        batch = module._on_before_batch_transfer(batch, dataloader_idx=0)
+        return view.strategy.batch_to_device(batch, dataloader_idx=0)
+
+    return next_batch
+
+
+def scales_loss(precision_plugin) -> bool:
+    """Whether the run's precision scales the loss (16-mixed): the probe then needs a scaler of
+    its own (stepping the run's would move its scale)."""
+    return getattr(precision_plugin, "scaler", None) is not None

@@ -1,7 +1,7 @@
 """Where the ranks of a run landed: each rank's GPU, checked before any step, and the port
 rank 0 listens on.
 
-Pure functions over plain records (one dict per rank, as ddpscale.job.placement_check gathers
+Pure functions over plain records (one dict per rank, as ddpscale.job.launch.ranks gathers
 them), so the checks are unit-tested without GPUs or a scheduler. No torch import: the batch
 step of a SLURM job imports this to pick the port before the ranks start.
 """

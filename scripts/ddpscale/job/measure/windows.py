@@ -27,9 +27,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from ddpscale.job import checksum, samplecount
 from ddpscale.core import steadystate
-from ddpscale.job.devicesync import sync_device
+from ddpscale.job.device.gpu import sync_device
+from ddpscale.job.measure import samplecount
+from ddpscale.job.resume import checksum
 
 
 class WindowedThroughput(pl.Callback):
@@ -81,7 +82,7 @@ class WindowedThroughput(pl.Callback):
         self._steps = self._count = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # every training loader's samples and padding repeats in an epoch (ddpscale.job.samplecount)
+        # every training loader's samples and padding repeats in an epoch (ddpscale.job.measure.samplecount)
         self.loaders_record = samplecount.epoch_record(trainer, self.batch_per_device)
         self.samples_per_epoch = self.loaders_record.pop("samples_per_epoch")
         self._counts_epochs = self.samples_per_epoch is None  # the same on every rank: gathered
@@ -115,7 +116,7 @@ class WindowedThroughput(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
         # every loader's real samples: a padded shard's repeats are not counted, as
-        # samples_per_epoch does not count them (ddpscale.job.samplecount)
+        # samples_per_epoch does not count them (ddpscale.job.measure.samplecount)
         samples = self.counter.count(batch, pl_module) if self._counts else self.counter.last
         self._epoch_seen += samples
         self._count += samples
