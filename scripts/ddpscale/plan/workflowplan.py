@@ -399,7 +399,7 @@ def reservation_lines(parsed: Parsed, dag) -> list[str]:
     except Exception as err:  # noqa: BLE001
         decided = None
         lines = [
-            f"ddpscale: note: Snakemake's decision per job could not be read ({type(err).__name__}: {err}); "
-            "counted by the records on disk, so a finished run that Snakemake reruns is left out"
+            (f"ddpscale: note: Snakemake's decision per job could not be read ({type(err).__name__}: {err}); "
+             "counted by the records on disk, so a finished run that Snakemake reruns is left out")
         ]
     return lines + parsed.plan.reservation_lines(parsed.profile.runtimes, decided)
