@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, tiny_config
 from ddpscale.core.io import cause_line
 from ddpscale.core import progress
-from ddpscale.plan import squeue
+from ddpscale.plan.site import squeue
 from ddpscale.status import rows as status
 from slurmtools import INTERRUPT, paced, run_slurm, slurm_workspace, squeue_state, wait_for_state
 

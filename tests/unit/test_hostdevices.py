@@ -19,7 +19,7 @@ from ddpscale.plan.hostdevices import (
     parse_cuda_visible_devices, run_nvidia_smi, usable_cores, visible_gpus,
 )
 from ddpscale.job.launch import LaunchError, parse_gpu_ids, rank_env
-from ddpscale.plan.resources import launch_prefix, site_from_resources
+from ddpscale.plan.site.resources import launch_prefix, site_from_resources
 from ddpscale.core.topology import parse_topology
 
 from conftest import ROOT

@@ -135,8 +135,8 @@ def workflow_imports() -> list[str]:
 
 
 def package_modules(package: str) -> list[str]:
-    return [f"ddpscale.{package}"] + [f"ddpscale.{package}.{path.stem}"
-                                      for path in sorted((PACKAGE / package).glob("*.py")) if path.stem != "__init__"]
+    return [f"ddpscale.{package}"] + [f"ddpscale.{module_name(path)}"
+                                      for path in sorted((PACKAGE / package).rglob("*.py")) if path.stem != "__init__"]
 
 
 def heavy_imports(modules: list[str]) -> list[str]:

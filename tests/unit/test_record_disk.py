@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from ddpscale.core import io, record
-from ddpscale.plan import runplan, timelimit
+from ddpscale.plan import runplan
+from ddpscale.plan.cost import timelimit
 from ddpscale.report import records as report_records
 from ddpscale.status import rows as status
 from ddpscale.status import sources

@@ -11,7 +11,7 @@ import pytest
 from ddpscale.core.topology import TopologyError
 from ddpscale.plan import runplan
 from ddpscale.plan.hostdevices import AcceleratorError, VisibleGpus
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from test_analysis import make_run
 from test_runspec import default_config
 

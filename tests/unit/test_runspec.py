@@ -13,7 +13,7 @@ from conftest import ROOT
 from ddpscale.core.layout import layout
 from ddpscale.core.topology import parse_topology
 from ddpscale.plan import runspec
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from ddpscale.plan.runspec import RunSpec
 
 BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",

@@ -15,7 +15,7 @@ import yaml
 
 from conftest import ROOT
 from ddpscale.core import progress
-from ddpscale.plan import squeue
+from ddpscale.plan.site import squeue
 from ddpscale.status import rows as status
 from test_analysis import make_run
 

@@ -13,9 +13,10 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import ROOT, tiny_config
-from ddpscale.plan import contractfacts, reservation, workflowplan
+from ddpscale.plan import contractfacts, workflowplan
+from ddpscale.plan.cost import reservation
 from ddpscale.plan.hostdevices import VisibleGpus
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from ddpscale.plan.workflowplan import Given, ParseError
 
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")

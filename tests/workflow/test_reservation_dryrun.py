@@ -13,8 +13,8 @@ import yaml
 
 from conftest import ROOT, SNAKEMAKE, Workspace, tiny_config
 from ddpscale.core.topology import parse_topology
-from ddpscale.plan.reservation import hours
-from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
+from ddpscale.plan.cost.reservation import hours
+from ddpscale.plan.cost.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.plan.spiral import write_dataset
 from test_analysis import make_run
 
@@ -35,7 +35,7 @@ def profile_runtime(profile: dict, rule: str) -> int:
 
 def job_limit(profile: dict, rule: str, config: dict, setup_min: float = DEFAULT_SETUP_MIN) -> int:
     """The minutes a throughput-mode job asks for: its measuring cap plus the set-up allowance,
-    at most the profile's runtime (ddpscale.plan.timelimit)."""
+    at most the profile's runtime (ddpscale.plan.cost.timelimit)."""
     return min(profile_runtime(profile, rule), math.ceil(config["throughput"]["max_minutes"] + setup_min))
 
 

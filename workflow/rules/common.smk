@@ -20,7 +20,7 @@ from snakemake_interface_logger_plugins.common import LogEvent
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
 from ddpscale.plan import runspec, workflowplan  # noqa: E402
-from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
+from ddpscale.plan.site.squeue import live_training_job, query_squeue  # noqa: E402
 
 GIVEN = workflowplan.Given(
     configfiles=list(workflow.configfiles),
@@ -140,7 +140,7 @@ TRAINING_RESOURCES = {
 
 
 def set_time_limits():
-    """Each training stage's time limit as the plan sizes it (ddpscale.plan.timelimit), called
+    """Each training stage's time limit as the plan sizes it (ddpscale.plan.cost.timelimit), called
     after the rules are defined: Snakemake applies the profile's set-resources last, so a stage
     entry's runtime would otherwise win over throughput mode's shorter limit."""
     try:

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ddpscale.plan.configcheck import ALIASES
+from ddpscale.plan.config.check import ALIASES
 from ddpscale.plan import ddpsettings
 from ddpscale.plan.contract import LOADER_KEYS
 

@@ -22,11 +22,12 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.topology import Topology, TopologyError, check_topologies, name_pattern, parse_topology, stage_topologies
-from ddpscale.plan import reservation, runspec, throughputfit, timelimit
+from ddpscale.plan import runspec
+from ddpscale.plan.cost import reservation, throughputfit, timelimit
 from ddpscale.plan.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
 from ddpscale.plan.identity import generated_with_other_settings
-from ddpscale.plan.resources import Site, launch_prefix, slurm_resources
+from ddpscale.plan.site.resources import Site, launch_prefix, slurm_resources
 from ddpscale.plan.spiral import corruption, manifest_path_for
 
 
@@ -166,7 +167,7 @@ class RunPlan:
         )
 
     def time_limits(self, runtimes: dict) -> list[timelimit.Limit]:
-        """Each stage's time limit and why (ddpscale.plan.timelimit); runtimes: the profile's,
+        """Each stage's time limit and why (ddpscale.plan.cost.timelimit); runtimes: the profile's,
         {train_<stage>: minutes or None}. None locally: the local profile has no time limit."""
         if self.site.is_local:
             return []
@@ -247,7 +248,7 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
           source: Callable[[tuple], str] | None = None, measured_setup_s: dict | None = None) -> RunPlan:
     """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus), cores and
     memory_mb are this host's, read by the caller only for the local profile. source names the
-    file that set a config key (configsource.key_source), for the first words of a message;
+    file that set a config key (config.source.key_source), for the first words of a message;
     measured_setup_s what this experiment's finished records measured (timelimit.measured_setups),
     for throughput mode's limits.
 

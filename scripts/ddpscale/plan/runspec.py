@@ -26,7 +26,7 @@ from ddpscale.core import argsfile, measuremode
 from ddpscale.core.layout import Layout
 from ddpscale.core.topology import Topology, batch_per_device, parse_topology
 from ddpscale.plan import ddpsettings
-from ddpscale.plan.resources import Site, cluster_env, run_accelerator
+from ddpscale.plan.site.resources import Site, cluster_env, run_accelerator
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 DEFAULT_LOADER = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}

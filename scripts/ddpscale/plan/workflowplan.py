@@ -8,11 +8,13 @@ workflow/rules/common.smk hands over what only Snakemake knows (Given: the confi
 profile's resources, whether this is the snakemake the user started) and reads the plan back
 (Parsed); what needs Snakemake's own objects (its logger, WorkflowError, its DAG, its rules)
 stays there. Torch-free: the user's classes are imported in a process of their own
-(ddpscale.plan.contractfacts).
+(ddpscale.plan.contractfacts). Last, how a Python interpreter starts the workflow (for the tests
+and the benchmarks).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -23,16 +25,18 @@ import yaml
 
 from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note
 from ddpscale.core.topology import STAGE_RULES, TopologyError
-from ddpscale.plan import contractfacts, lightningcli, profile, reservation, runplan, timelimit
-from ddpscale.plan.configcheck import (
+from ddpscale.plan import contractfacts, lightningcli, runplan
+from ddpscale.plan.site import profile
+from ddpscale.plan.cost import reservation, timelimit
+from ddpscale.plan.config.check import (
     device_problems,
     file_problems,
     input_problems,
     schema_problems,
     setting_problems,
 )
-from ddpscale.plan.configread import read_yaml
-from ddpscale.plan.configsource import (
+from ddpscale.plan.config.read import read_yaml
+from ddpscale.plan.config.source import (
     DEFAULT_CONFIG,
     config_source,
     key_source,
@@ -45,9 +49,9 @@ from ddpscale.plan.contract import problems as contract_problems
 from ddpscale.plan.ddpsettings import torch_built_with_gpu
 from ddpscale.plan.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus
 from ddpscale.plan.identity import installed_versions
-from ddpscale.plan.pluginstates import wrap_installed_plugin
+from ddpscale.plan.site.pluginstates import wrap_installed_plugin
 from ddpscale.plan.plugins import PluginError, check_importable
-from ddpscale.plan.resources import SiteError, run_accelerator, signal_problem
+from ddpscale.plan.site.resources import SiteError, run_accelerator, signal_problem
 
 # What a cluster executor with no site facts would do, said before anything is submitted.
 NO_SITE_FACTS = (
@@ -109,7 +113,7 @@ class Given:
 
 
 def read_layer(path, where) -> dict | None:
-    """A config file by ddpscale's one reader (ddpscale.plan.configread): its data, or the
+    """A config file by ddpscale's one reader (ddpscale.plan.config.read): its data, or the
     workflow stops with one line naming the file, the line and the fix."""
     data, problem = read_yaml(path, where)
     if problem:
@@ -204,7 +208,7 @@ def read_config(config: dict, given: Given, fill_defaults: Callable[[dict], None
 
 
 def read_profile(given: Given) -> profile.Profile:
-    """The profile's resources checked (ddpscale.plan.profile) where the user started the
+    """The profile's resources checked (ddpscale.plan.site.profile) where the user started the
     workflow (a job's own snakemake gets the resources again, already checked), and read."""
     default, overwrite = given.default_resources, given.overwrite_resources
     try:
@@ -216,7 +220,7 @@ def read_profile(given: Given) -> profile.Profile:
 
 
 def check_retries(site_profile: profile.Profile, given: Given, say=to_stderr) -> None:
-    """A cluster profile's retries and the plugin's requeue setting (ddpscale.plan.profile):
+    """A cluster profile's retries and the plugin's requeue setting (ddpscale.plan.site.profile):
     retries while SLURM may requeue are refused, no retries are said. Read from the profile's
     file and the command line: Snakemake sets them only after the workflow has parsed."""
     if site_profile.site.is_local or not given.main:
@@ -250,7 +254,7 @@ def build_plan(config: dict, read: ConfigRead, site_profile: profile.Profile, gi
             cores=usable_cores() if local else None,
             memory_mb=host_memory_mb() if local else None,
             source=read.source,
-            # what finished runs held their devices for besides measuring (ddpscale.plan.timelimit)
+            # what finished runs held their devices for besides measuring (ddpscale.plan.cost.timelimit)
             measured_setup_s=timelimit.measured_setups(runplan.finished_records(layout(config))),
         )
         for key in ("model", "data"):
@@ -338,7 +342,7 @@ def build(config: dict, given: Given, fill_defaults: Callable[[dict], None], say
     site_profile = read_profile(given)
     check_retries(site_profile, given, say)
     # sacct's "CANCELLED by <uid>" must read as failed to the plugin, or a job cancelled with
-    # scancel is polled as running forever (ddpscale.plan.pluginstates); where the user started it
+    # scancel is polled as running forever (ddpscale.plan.site.pluginstates); where the user started it
     for note in [*site_profile.notes, wrap_installed_plugin() if given.main else None]:
         if note:
             say(f"ddpscale: {note}")
@@ -354,7 +358,7 @@ def build(config: dict, given: Given, fill_defaults: Callable[[dict], None], say
 
 
 def time_limits(parsed: Parsed, given: Given) -> dict:
-    """Each training stage's time limit in minutes as the plan sizes it (ddpscale.plan.timelimit);
+    """Each training stage's time limit in minutes as the plan sizes it (ddpscale.plan.cost.timelimit);
     None leaves the profile's. The profile's own limits were checked with the site
     (profile.read); these may be shorter, and must still leave the job time for its signal."""
     limits = parsed.plan.job_runtimes(parsed.profile.runtimes)
@@ -403,3 +407,33 @@ def reservation_lines(parsed: Parsed, dag) -> list[str]:
              "counted by the records on disk, so a finished run that Snakemake reruns is left out")
         ]
     return lines + parsed.plan.reservation_lines(parsed.profile.runtimes, decided)
+
+
+# --- How a Python interpreter starts the workflow, for the tests and the benchmarks ---
+# The console script beside the interpreter is what README and `make run` use, and it is the
+# one that must find a user's module at the repository root (`python -m snakemake` puts the
+# working directory on sys.path and so hides a module the console script would not find).
+# A GPU node's shared Python, or an image without `make setup`'s venv, has snakemake
+# importable but no console script beside it: there `python -m snakemake` starts the same
+# workflow.
+
+
+def snakemake_command() -> list[str] | None:
+    """The argv prefix that starts snakemake with this interpreter: the console script beside
+    it, else `python -m snakemake` where snakemake is importable, else None."""
+    console = Path(sys.executable).parent / "snakemake"
+    if console.is_file():
+        return [str(console)]
+    if importlib.util.find_spec("snakemake") is not None:
+        return [sys.executable, "-m", "snakemake"]
+    return None
+
+
+def workflow_python(command: list[str]) -> str:
+    """The interpreter the workflow's jobs run with: the console script's shebang (which may
+    name python3 where the caller runs python), else the interpreter of `python -m`."""
+    if len(command) > 1:
+        return command[0]
+    first = Path(command[0]).read_text(errors="replace").splitlines()[:1]
+    shebang = first[0][2:].strip() if first and first[0].startswith("#!") else ""
+    return shebang if shebang and " " not in shebang else sys.executable

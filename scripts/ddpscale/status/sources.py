@@ -11,9 +11,9 @@ from pathlib import Path
 from ddpscale.core import record as run_record
 from ddpscale.core.io import read_json_dict, read_regular
 from ddpscale.core.layout import Layout
-from ddpscale.plan import configread
-from ddpscale.plan.configsource import set_beyond_default
-from ddpscale.plan.squeue import active_jobs, query_squeue
+from ddpscale.plan.config import read as configread
+from ddpscale.plan.config.source import set_beyond_default
+from ddpscale.plan.site.squeue import active_jobs, query_squeue
 from ddpscale.status import rows as status
 
 

@@ -20,7 +20,7 @@ from ddpscale.core.io import CONTROL_CHARACTER, terminal_safe
 from ddpscale.core.layout import experiment_name, layout, reserved_problem
 from ddpscale.core.topology import Topology
 from ddpscale.plan import ddpsettings
-from ddpscale.plan.configsource import DEFAULT_CONFIG
+from ddpscale.plan.config.source import DEFAULT_CONFIG
 from ddpscale.plan.spiral import split_sizes
 
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
@@ -334,7 +334,7 @@ def device_problems(config: dict, accelerator: str, topologies: list[Topology], 
     return problems
 
 
-# -- inputs that cannot work, refused before the schema (input_problems: common_config.smk) --
+# -- inputs that cannot work, refused before the schema (input_problems: plan/workflowplan.py) --
 
 # Files of the running system: no data a run can use, /dev/zero never ends, and a checksum that
 # changes at every read would rerun every run.
