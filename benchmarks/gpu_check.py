@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from ddpscale.run.hostdevices import choose_accelerator, usable_cores, visible_gpus  # noqa: E402
 from ddpscale.run.topology import Topology  # noqa: E402
-from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
+from ddpscale.plan.workflowplan import snakemake_command  # noqa: E402
 
 CHECK = ROOT / "results/gpu-check"
 # The figure the MPCDF Raven tutorial quotes for its spiral MLP at 1x1: 362 s on an A100.

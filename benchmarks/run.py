@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 sys.path.insert(0, str(ROOT / "scripts"))
 from ddpscale.core.layout import layout  # noqa: E402
-from ddpscale.plan.snakemakecli import snakemake_command  # noqa: E402
+from ddpscale.plan.workflowplan import snakemake_command  # noqa: E402
 from ddpscale.core.spiral import write_dataset  # noqa: E402
 
 # the console script, as README and `make run` start the workflow, where there is one

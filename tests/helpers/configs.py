@@ -9,7 +9,7 @@ from snakemake.utils import validate
 
 from ddpscale.plan import runplan
 from ddpscale.run.hostdevices import VisibleGpus
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from helpers.workflow import ROOT
 
 

@@ -33,7 +33,7 @@ atexit.register(shutil.rmtree, _PROFILE_COPIES, True)
 def with_account(folder: str, account: str) -> str:
     """The profile folder with its placeholder account replaced, as a user edits it before the
     first run: a copy in a temporary folder, or the folder itself when it names no placeholder."""
-    from ddpscale.plan.profile import PLACEHOLDERS
+    from ddpscale.plan.site.profile import PLACEHOLDERS
 
     profile = yaml.safe_load((ROOT / folder / "config.yaml").read_text())
     defaults = profile.get("default-resources") or {}
@@ -47,7 +47,7 @@ def with_account(folder: str, account: str) -> str:
 
 
 def profile_site(name: str):
-    from ddpscale.plan.resources import site_from_resources
+    from ddpscale.plan.site.resources import site_from_resources
 
     return site_from_resources(load_profile(name)["set-resources"]["train"])
 

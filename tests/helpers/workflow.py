@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))  # pytest.ini's pythonpath comes after conftest imports
-from ddpscale.plan.snakemakecli import snakemake_command, workflow_python  # noqa: E402
+from ddpscale.plan.workflowplan import snakemake_command, workflow_python  # noqa: E402
 
 
 # The console script, as README and `make run` start the workflow. `python -m snakemake` puts

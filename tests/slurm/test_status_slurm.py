@@ -17,7 +17,7 @@ from helpers.status import status_of
 from helpers.workflow import tiny_config
 from ddpscale.core.io import cause_line
 from ddpscale.core.record import last_progress
-from ddpscale.plan import squeue
+from ddpscale.plan.site import squeue
 from ddpscale.status import rows as status
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]

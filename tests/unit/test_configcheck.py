@@ -1,4 +1,4 @@
-"""ddpscale.plan.configcheck: each config problem as one line naming the key and the fix."""
+"""ddpscale.plan.config.check: each config problem as one line naming the key and the fix."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import yaml
 from snakemake.utils import validate
 
 from helpers.workflow import ROOT
-from ddpscale.plan.configcheck import (
+from ddpscale.plan.config.check import (
     dataset_problems, device_problems, epoch_problems, fewest_samples, file_problems, key_name, loader_problems,
     schema_problems, setting_problems,
 )
 from ddpscale.run.topology import Topology, parse_topology
-from ddpscale.plan.configsource import config_source
+from ddpscale.plan.config.source import config_source
 from ddpscale.core.spiral import split_sizes
 
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"

@@ -1,4 +1,4 @@
-"""ddpscale.plan.configread: the one reader of a YAML file of ours returns the data or one line
+"""ddpscale.plan.config.read: the one reader of a YAML file of ours returns the data or one line
 naming the file, the line and the fix, for whatever the file holds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from helpers.workflow import ROOT
-from ddpscale.plan.configread import MAX_CONFIG_BYTES, MAX_DEPTH, parse_yaml, read_yaml
+from ddpscale.plan.config.read import MAX_CONFIG_BYTES, MAX_DEPTH, parse_yaml, read_yaml
 
 
 def problem_of(text: str, where: str = "config/config.yaml") -> str | None:

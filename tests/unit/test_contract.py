@@ -4,7 +4,7 @@ and keeping those facts: tests/workflow/test_contract.py)."""
 
 from __future__ import annotations
 
-from ddpscale.plan.configsource import key_source
+from ddpscale.plan.config.source import key_source
 from ddpscale.run import usermodule
 
 

@@ -14,11 +14,11 @@ import yaml
 from snakemake.utils import validate
 
 from helpers.workflow import ROOT
-from ddpscale.plan.profile import resource_problems
-from ddpscale.plan.resources import SiteError, check_stage_entry, site_from_resources
+from ddpscale.plan.site.profile import resource_problems
+from ddpscale.plan.site.resources import SiteError, check_stage_entry, site_from_resources
 from ddpscale.run.topology import TopologyError, check_topologies
-from ddpscale.plan.configcheck import schema_problems, setting_problems
-from ddpscale.plan.configsource import own_init_args
+from ddpscale.plan.config.check import schema_problems, setting_problems
+from ddpscale.plan.config.source import own_init_args
 from ddpscale.status.rows import merge_configs
 from ddpscale.run import lightningcli
 

@@ -19,7 +19,7 @@ from ddpscale.run.hostdevices import (
     parse_cuda_visible_devices, run_nvidia_smi, usable_cores, visible_gpus,
 )
 from ddpscale.job.launch.spawner import LaunchError, parse_gpu_ids, rank_env
-from ddpscale.plan.resources import launch_prefix, site_from_resources
+from ddpscale.plan.site.resources import launch_prefix, site_from_resources
 from ddpscale.run.topology import parse_topology
 
 from helpers.devices import SMI_ONE, fake_nvidia_smi

@@ -1,7 +1,7 @@
 """Inputs that cannot work are named in one line before any job: an earlier table the comparison
 cannot read (ddpscale.core.earliertable), data that is the experiment's own output or the
 system's, an experiment named like a folder results/ already uses, and nested numbers given with
---config (ddpscale.plan.configcheck.input_problems)."""
+--config (ddpscale.plan.config.check.input_problems)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 from helpers.workflow import ROOT
 from ddpscale.core import earliertable
-from ddpscale.plan.configcheck import input_problems, override_problems
+from ddpscale.plan.config.check import input_problems, override_problems
 from snakemake.cli import parse_config
 
 ADVERSARIAL = ROOT / "tests/fixtures/adversarial"

@@ -1,7 +1,7 @@
 """A job of the same run left live by an earlier snakemake (a dropped SSH session) stops the
 next one before it submits a second job into the same checkpoint (plan.squeue.live_training_job)."""
 from ddpscale.status.rows import Job
-from ddpscale.plan.squeue import live_training_job
+from ddpscale.plan.site.squeue import live_training_job
 
 HERE = "/home/u/ddpscale"
 

@@ -1,4 +1,4 @@
-"""sacct's "CANCELLED by <uid>" reaches the SLURM plugin as CANCELLED (ddpscale.plan.pluginstates).
+"""sacct's "CANCELLED by <uid>" reaches the SLURM plugin as CANCELLED (ddpscale.plan.site.pluginstates).
 The whole path, a job cancelled on the test cluster while snakemake waits, is
 tests/slurm/test_slurm.py::test_cancelled_run_is_the_only_one_resubmitted."""
 
@@ -10,7 +10,7 @@ import types
 import pytest
 import snakemake_executor_plugin_slurm
 
-from ddpscale.plan.pluginstates import first_word, wrap_status_query
+from ddpscale.plan.site.pluginstates import first_word, wrap_status_query
 
 
 @pytest.mark.parametrize("state, expected", [
@@ -63,7 +63,7 @@ def test_the_installed_plugin_has_the_query_the_workflow_wraps():
 def test_the_installed_plugin_is_wrapped_where_the_workflow_asks():
     import snakemake_executor_plugin_slurm as slurm_plugin
 
-    from ddpscale.plan.pluginstates import MARK, wrap_installed_plugin
+    from ddpscale.plan.site.pluginstates import MARK, wrap_installed_plugin
 
     assert wrap_installed_plugin() is None
     assert getattr(slurm_plugin.query_job_status, MARK, False)

@@ -1,4 +1,4 @@
-"""What a profile gives the workflow (ddpscale.plan.profile): resource names it may set, placeholders
+"""What a profile gives the workflow (ddpscale.plan.site.profile): resource names it may set, placeholders
 it must not submit, the site facts and each stage's time limit."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpscale.plan import profile
-from ddpscale.plan.profile import PLUGIN, profile_file, resource_problems, slurm_extra_problems
-from ddpscale.plan.resources import SiteError
+from ddpscale.plan.site import profile
+from ddpscale.plan.site.profile import PLUGIN, profile_file, resource_problems, slurm_extra_problems
+from ddpscale.plan.site.resources import SiteError
 
 
 def plugin_source() -> str:
@@ -90,7 +90,7 @@ def test_flags_the_plugin_leaves_alone_pass():
 
 
 def test_every_option_the_installed_plugin_refuses_has_a_fix():
-    from ddpscale.plan.profile import RESOURCE_FOR_OPTION
+    from ddpscale.plan.site.profile import RESOURCE_FOR_OPTION
     assert {o for o in installed_forbidden().values()} - set(RESOURCE_FOR_OPTION) <= {
         "job name", "output file", "error file", "parsable output", "environment export", "job comment",
         "working directory", "tasks per GPU", "CPUs per GPU"}

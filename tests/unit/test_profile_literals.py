@@ -1,4 +1,4 @@
-"""Every resource of a profile is a literal of its kind (ddpscale.plan.profile.literal_problems):
+"""Every resource of a profile is a literal of its kind (ddpscale.plan.site.profile.literal_problems):
 Snakemake evaluates the rest as Python while it builds the jobs, and the SLURM plugin writes
 several resources into sbatch's shell line unquoted. The profiles are read here as Snakemake reads
 them: its profile parser turns the YAML into --default-resources and --set-resources arguments, and
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 from helpers.workflow import ROOT
-from ddpscale.plan import profile
-from ddpscale.plan.resources import SiteError
+from ddpscale.plan.site import profile
+from ddpscale.plan.site.resources import SiteError
 from snakemake.cli import parse_set_resources
 from snakemake.exceptions import WorkflowError
 from snakemake.profiles import ProfileConfigFileParser

@@ -16,7 +16,8 @@ from helpers.records import make_run
 from helpers.status import run_status, write_tree
 from helpers.workflow import ROOT
 from ddpscale.core import io, record
-from ddpscale.plan import runplan, timelimit
+from ddpscale.plan import runplan
+from ddpscale.plan.cost import timelimit
 from ddpscale.report.load import records as report_records
 from ddpscale.status import rows as status
 from ddpscale.status import sources

@@ -1,8 +1,8 @@
-"""What a dry run says the benchmark reserves (ddpscale.plan.reservation), on plain data.
+"""What a dry run says the benchmark reserves (ddpscale.plan.cost.reservation), on plain data.
 The real dry run of a shipped profile: test_reservation_dryrun.py."""
 import pytest
 
-from ddpscale.plan.reservation import (
+from ddpscale.plan.cost.reservation import (
     NOT_SCHEDULED,
     Decision,
     by_record,
@@ -10,11 +10,11 @@ from ddpscale.plan.reservation import (
     hours,
     rerun_reason,
     reserved_hours,
-    stage_runtime,
     summary_lines,
     training_jobs,
 )
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.profile import stage_runtime
+from ddpscale.plan.site.resources import Site
 
 # gilbreth's shape: 2 GPUs per node, srun
 CLUSTER = Site(launcher="srun", gpus_per_node=2)

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ddpscale.plan.resources import (
+from ddpscale.plan.site.resources import (
     Site, SiteError, check_stage_entry, cluster_env, launch_prefix, shared_resources, site_from_resources, slurm_resources,
 )
 from ddpscale.run.topology import parse_topology

@@ -10,7 +10,7 @@ import pytest
 from ddpscale.run.topology import TopologyError
 from ddpscale.plan import runplan
 from ddpscale.run.hostdevices import AcceleratorError, VisibleGpus
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from helpers.configs import default_config, plan, source
 from helpers.records import make_run
 

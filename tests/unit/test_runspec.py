@@ -11,7 +11,7 @@ from helpers.configs import BASE, default_config
 from ddpscale.core.layout import layout
 from ddpscale.run.topology import parse_topology
 from ddpscale.run import runspec
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from ddpscale.plan.runplan import build_spec
 from ddpscale.run.runspec import RunSpec
 

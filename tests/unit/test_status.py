@@ -18,7 +18,8 @@ from helpers.records import make_run
 from helpers.status import NOW, STATUS, progress_line, run_status, write_tree
 from helpers.workflow import ROOT
 from ddpscale.core.io import write_json_atomic
-from ddpscale.plan import planfile, squeue
+from ddpscale.plan import planfile
+from ddpscale.plan.site import squeue
 from ddpscale.status import rows as status
 
 HERE = "/work/bench"

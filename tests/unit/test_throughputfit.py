@@ -1,4 +1,4 @@
-"""Whether throughput mode can win for the configured training (ddpscale.plan.throughputfit):
+"""Whether throughput mode can win for the configured training (ddpscale.plan.cost.throughputfit):
 batches per epoch of the built-in data modules, held to their loaders, and the verdict on plain
 configs. The line in a real dry run: tests/workflow/test_reservation_dryrun.py."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddpscale.run.topology import parse_topology
-from ddpscale.plan import throughputfit
-from ddpscale.plan.throughputfit import Epoch, epoch_batches, judge, sharded_batches
+from ddpscale.plan.cost import throughputfit
+from ddpscale.plan.cost.throughputfit import Epoch, epoch_batches, judge, sharded_batches
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.resident import ResidentBatches
 from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule

@@ -1,4 +1,4 @@
-"""Each training stage's time limit (ddpscale.plan.timelimit): in throughput mode the measuring
+"""Each training stage's time limit (ddpscale.plan.cost.timelimit): in throughput mode the measuring
 cap plus a set-up allowance, measured or the stated default, at most the profile's runtime; the
 profile's runtime in full mode."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.plan.timelimit import (
+from ddpscale.plan.cost.timelimit import (
     DEFAULT_SETUP_MIN, MIN_SETUP_MIN, Limit, limit_lines, measured_setups, setup_seconds, stage_limits,
 )
 
@@ -74,7 +74,7 @@ def test_the_plan_sizes_job_limits_only_on_a_cluster(site_local):
     """RunPlan is handed the measured set-up (build stays pure) and gives the jobs sized limits."""
     from ddpscale.plan import runplan
     from ddpscale.run.hostdevices import VisibleGpus
-    from ddpscale.plan.resources import Site
+    from ddpscale.plan.site.resources import Site
     from helpers.configs import default_config
 
     site = Site() if site_local else Site(launcher="srun", gpus_per_node=4, cpus_per_gpu=8, mem_mb_per_gpu=1000)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ddpscale.plan.resources import SiteError, site_from_resources
+from ddpscale.plan.site.resources import SiteError, site_from_resources
 from ddpscale.core.transport import gloo_interface, parse_nccl_log
 from ddpscale.report.figures import interconnect
 from ddpscale.report.figures.scaling import run_facts

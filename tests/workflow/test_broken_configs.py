@@ -200,7 +200,7 @@ def assert_one_line_refusal(result: subprocess.CompletedProcess, name: str, expe
 
 
 # Files written to break the reader itself (tests/fixtures/adversarial/config_*): each is refused
-# by ddpscale's one reader (ddpscale.plan.configread) before Snakemake's `configfile:` loads it.
+# by ddpscale's one reader (ddpscale.plan.config.read) before Snakemake's `configfile:` loads it.
 # An overlay (--configfile) is loaded by Snakemake before the Snakefile runs, so only what its
 # loader reads without harm can be refused here: a key given twice.
 ADVERSARIAL = ROOT / "tests/fixtures/adversarial"

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from ddpscale.plan.resources import Site, run_accelerator
+from ddpscale.plan.site.resources import Site, run_accelerator
 from ddpscale.job.device.gpu import NO_DRIVER, driver_text, stop_line
 
 from helpers.profiles import dry_run, profile_site, train_jobs

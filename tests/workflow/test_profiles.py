@@ -1,5 +1,5 @@
 """Real `snakemake --dry-run` per profile: the train jobs get the resources and launch command
-of ddpscale.plan.resources, and impossible topologies stop the workflow before any job.
+of ddpscale.plan.site.resources, and impossible topologies stop the workflow before any job.
 
 A dry run needs no SLURM (no sbatch, sacct or squeue) and takes a few seconds.
 """
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from ddpscale.plan.resources import cluster_env, launch_prefix, slurm_resources
+from ddpscale.plan.site.resources import cluster_env, launch_prefix, slurm_resources
 from ddpscale.run.topology import parse_topology
 
 from helpers.profiles import dry_run, load_profile, profile_site, train_jobs, with_account

@@ -14,8 +14,8 @@ import yaml
 from helpers.records import make_run
 from helpers.workflow import ROOT, SNAKEMAKE, Workspace, tiny_config
 from ddpscale.run.topology import parse_topology
-from ddpscale.plan.reservation import hours
-from ddpscale.plan.timelimit import DEFAULT_SETUP_MIN
+from ddpscale.plan.cost.reservation import hours
+from ddpscale.plan.cost.timelimit import DEFAULT_SETUP_MIN
 from ddpscale.core.spiral import write_dataset
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,7 +35,7 @@ def profile_runtime(profile: dict, rule: str) -> int:
 
 def job_limit(profile: dict, rule: str, config: dict, setup_min: float = DEFAULT_SETUP_MIN) -> int:
     """The minutes a throughput-mode job asks for: its measuring cap plus the set-up allowance,
-    at most the profile's runtime (ddpscale.plan.timelimit)."""
+    at most the profile's runtime (ddpscale.plan.cost.timelimit)."""
     return min(profile_runtime(profile, rule), math.ceil(config["throughput"]["max_minutes"] + setup_min))
 
 

@@ -1,9 +1,10 @@
-# The plan of this experiment's runs (ddpscale.plan.runplan), built once while the workflow is
-# parsed, and the get_* helpers every rule reads it through. Everything is checked here, so a
-# bad config, profile or module stops before any job is submitted. What only Snakemake knows
-# (the profile's resources, the executor, the dry-run flag, on a dry run which jobs its DAG runs)
-# is read here and handed over; the config itself is read and checked in common_config.smk,
-# included first.
+# What the workflow does while it parses (ddpscale.plan.workflowplan): the config as the user wrote it
+# (config/config.yaml, --configfile, --config, a LightningCLI config) checked, the profile read
+# and checked, the plan of this experiment's runs (ddpscale.plan.runplan) built once, the user's
+# modules checked against the contract, so a bad config, profile or module stops before any job
+# is submitted. What only Snakemake knows (the config files, the profile's resources, the
+# executor, the dry-run flag, on a dry run which jobs its DAG runs) is read here and handed over;
+# then the get_* helpers every rule reads the plan through.
 import functools
 import json
 import os
@@ -13,180 +14,35 @@ from pathlib import Path
 from snakemake.common import NOTHING_TO_BE_DONE_MSG
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as snakemake_logger
+from snakemake.utils import validate
 from snakemake_interface_logger_plugins.common import LogEvent
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
 from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
-from ddpscale.core.layout import LEGACY_RUNS, experiment_name, layout, legacy_note  # noqa: E402
-from ddpscale.run.topology import STAGE_RULES, TopologyError  # noqa: E402
+from ddpscale.plan import workflowplan
 from ddpscale.run import runspec  # noqa: E402
-from ddpscale.plan import contractfacts, profile, reservation, runplan, timelimit  # noqa: E402
-from ddpscale.plan.profile import profile_file  # noqa: E402
-from ddpscale.plan.configcheck import device_problems, file_problems, setting_problems  # noqa: E402
-from ddpscale.run.usermodule import owned_init_args  # noqa: E402
-from ddpscale.run.usermodule import problems as contract_problems  # noqa: E402
-from ddpscale.run.hostdevices import AcceleratorError, host_memory_mb, usable_cores, visible_gpus  # noqa: E402
-from ddpscale.run.identity import installed_versions  # noqa: E402
-from ddpscale.plan.pluginstates import wrap_installed_plugin  # noqa: E402
-from ddpscale.run.usermodule import PluginError, check_importable  # noqa: E402
-from ddpscale.run.ddpsettings import torch_built_with_gpu  # noqa: E402
-from ddpscale.plan.resources import SiteError, run_accelerator, signal_problem  # noqa: E402
-from ddpscale.plan.squeue import live_training_job, query_squeue  # noqa: E402
+from ddpscale.plan.site.squeue import live_training_job, query_squeue  # noqa: E402
 
-# Each experiment writes to results/<experiment>/ (ddpscale.core.layout): another config never
-# replaces this one's runs or report.
-print(f"ddpscale: experiment {experiment_name(config)}: results in {layout(config).root}/", file=sys.stderr)
-if Path(LEGACY_RUNS).is_dir():
-    print(f"ddpscale: note: {legacy_note(experiment_name(config))}", file=sys.stderr)
-
-
-# --- The profile: its resources as written, checked, and the site facts in them ---
-
-
-def read_profile():
-    """The profile's resources checked (ddpscale.plan.profile) where the user started the
-    workflow (a job's own snakemake gets the resources again, already checked), and read."""
-    settings = workflow.resource_settings
-    default, overwrite = settings.default_resources, settings.overwrite_resources
-    try:
-        if workflow.is_main_process and (
-            found := profile.problems(profile_file(sys.argv, os.environ), default, overwrite)
-        ):
-            raise WorkflowError("\n".join(found))
-        return profile.read(default, overwrite)
-    except SiteError as err:
-        raise WorkflowError(str(err))
-
-
-PROFILE = read_profile()
-
-
-def check_retries():
-    """A cluster profile's retries and the plugin's requeue setting (ddpscale.plan.profile):
-    retries while SLURM may requeue are refused, no retries are said. Read from the profile's
-    file and the command line: Snakemake sets them only after the workflow has parsed."""
-    if PROFILE.site.is_local or not workflow.is_main_process:
-        return
-    where = profile_file(sys.argv, os.environ)
-    settings = profile.retry_settings(profile.written(where), sys.argv[1:])
-    refused, notes = profile.retry_problems(where, *settings)
-    if refused:
-        raise WorkflowError("\n".join(refused))
-    for note in notes:
-        print(f"ddpscale: {note}", file=sys.stderr)
-
-
-check_retries()
-# sacct's "CANCELLED by <uid>" must read as failed to the plugin, or a job cancelled with
-# scancel is polled as running forever (ddpscale.plan.pluginstates); where the user started it
-for note in [*PROFILE.notes, wrap_installed_plugin() if workflow.is_main_process else None]:
-    if note:
-        print(f"ddpscale: {note}", file=sys.stderr)
-
-
-# --- The plan, then the checks that need it ---
-
-
-def measured_setups():
-    """What this experiment's finished runs held their devices for besides measuring, per
-    topology (ddpscale.plan.timelimit): throughput mode sizes the time limits from it."""
-    return timelimit.measured_setups(runplan.finished_records(layout(config)))
-
-
-try:
-    PLAN = runplan.build(
-        config,
-        PROFILE.site,
-        config_source=CONFIG_SOURCE,
-        lightning=LIGHTNING,
-        python=sys.executable,
-        # torch and Lightning as installed (package metadata, no import)
-        versions=installed_versions(),
-        # only the local profile runs on this host (nvidia-smi: a second at most)
-        gpus=visible_gpus() if PROFILE.site.is_local else None,
-        cores=usable_cores() if PROFILE.site.is_local else None,
-        memory_mb=host_memory_mb() if PROFILE.site.is_local else None,
-        source=source,
-        measured_setup_s=measured_setups(),
-    )
-    for key in ("model", "data"):
-        # jobs run in this working directory and train.py imports from it first
-        check_importable(
-            config[key]["class_path"], f"{source((key, 'class_path'))}: {key}.class_path", root=os.getcwd()
-        )
-except (TopologyError, AcceleratorError, PluginError) as err:
-    raise WorkflowError(str(err))
-# The user's classes are imported (seconds: torch) in a process of their own while the checks
-# below run, unless their files are unchanged since the last time (ddpscale.plan.contractfacts).
-CONTRACT = contractfacts.start(
-    PLAN.python,
-    str(Path(workflow.basedir).parent / "scripts/contract.py"),
-    config["model"]["class_path"],
-    config["data"]["class_path"],
-    os.getcwd(),
-    PLAN.versions,
-    CLI_CLASSES,
+GIVEN = workflowplan.Given(
+    configfiles=list(workflow.configfiles),
+    overlays=list(workflow.config_settings.configfiles),
+    overrides=workflow.config_settings.config,
+    overwrite_config=workflow.config_settings.overwrite_config or {},
+    default_resources=workflow.resource_settings.default_resources,
+    overwrite_resources=workflow.resource_settings.overwrite_resources,
+    main=workflow.is_main_process,
+    argv=sys.argv,
+    environ=os.environ,
+    cwd=os.getcwd(),
+    basedir=workflow.basedir,
+    python=sys.executable,
 )
-# Keys that only work together, a generated dataset too small for a batch of every topology, and
-# data files that are missing or not regular files.
-if problems := setting_problems(config, list(PLAN.topologies), CONFIG_SOURCE) + file_problems(config, CONFIG_SOURCE):
-    raise WorkflowError("\n".join(problems))
-# Settings the runs' devices cannot run (SyncBatchNorm on CPU processes): 1x1 would train and the
-# first DDP topology die, leaving no report.
-if problems := device_problems(
-    config,
-    run_accelerator(PLAN.accelerator, PLAN.site),
-    list(PLAN.topologies),
-    LIGHTNING.trainer_args if LIGHTNING else {},
-    source,
-    torch_built_with_gpu(),
-):
-    raise WorkflowError("\n".join(problems))
-
-
-def check_contract():
-    """The modules keep the contract (docs/your-model.md): classes that import, are what
-    they must be, and take what the config and the workflow give them; refused here, not in a job."""
-    try:
-        facts = contractfacts.finish(CONTRACT)
-    except ValueError as err:
-        raise WorkflowError(f"{source(('model', 'class_path'))}: {err}")
-    problems = owned_init_args(config, source) + contract_problems(facts, config, source, CLI_CLASSES)
-    if problems:
-        raise WorkflowError("\n".join(problems))
-
-
-check_contract()
-# A damaged run record is renamed so its run trains again; a job's own parse leaves that to
-# the snakemake that scheduled it.
-if workflow.is_main_process:
-    for line in runplan.set_aside_unreadable(PLAN):
-        print(f"ddpscale: {line}", file=sys.stderr)
-# finished runs of another workload, a damaged dataset, a missing report to compare with
-if problems := runplan.disk_problems(PLAN, source, set_aside_here=workflow.is_main_process):
-    raise WorkflowError("\n".join(problems))
-for note in PLAN.notes:
-    print(f"ddpscale: {note}", file=sys.stderr)
-
-
-def dag_decisions():
-    """{(topology, repeat): reservation.Decision} for each training job of the DAG Snakemake
-    built: whether it runs, as its rerun triggers decided (a missing record, params, input set,
-    code, an input newer than the record, an incomplete marker, -R or --forceall), and why."""
-    dag = workflow.dag
-    decided = {}
-    for job in dag.jobs:
-        if job.rule.name not in STAGE_RULES.values():
-            continue
-        key = (job.wildcards.topology, int(job.wildcards.repeat))
-        finished, runs, why = PLAN.finished(*key), dag.needrun(job), ""
-        if runs and finished:
-            reason = dag.reason(job)
-            why = reservation.rerun_reason(list(reason.get_names()), [str(f) for f in reason.updated_input])
-        elif not runs and not finished:
-            why = reservation.NOT_SCHEDULED
-        decided[key] = reservation.Decision(finished, runs, why)
-    return decided
+try:
+    # validate fills in the schema's defaults (after ddpscale has named any bad key in one line)
+    PARSED = workflowplan.build(config, GIVEN, lambda data: validate(data, schema="../schemas/config.schema.yaml"))
+except workflowplan.ParseError as err:
+    raise WorkflowError(str(err))
+PLAN, PROFILE = PARSED.plan, PARSED.profile
 
 
 def print_reservation():
@@ -204,16 +60,7 @@ def print_reservation():
         if printed or not (getattr(record, "event", None) == LogEvent.RUN_INFO or record.msg == NOTHING_TO_BE_DONE_MSG):
             return True
         printed.append(record)
-        try:
-            decided, lines = dag_decisions(), []
-        # a Snakemake whose DAG reads otherwise must not cost the user the dry run
-        except Exception as err:  # noqa: BLE001
-            decided = None
-            lines = [
-                f"ddpscale: note: Snakemake's decision per job could not be read ({type(err).__name__}: {err}); "
-                "counted by the records on disk, so a finished run that Snakemake reruns is left out"
-            ]
-        for line in lines + PLAN.reservation_lines(PROFILE.runtimes, decided):
+        for line in workflowplan.reservation_lines(PARSED, workflow.dag):
             print(line, file=sys.stderr)
         return True
 
@@ -295,18 +142,13 @@ TRAINING_RESOURCES = {
 
 
 def set_time_limits():
-    """Each training stage's time limit as the plan sizes it (ddpscale.plan.timelimit), called
+    """Each training stage's time limit as the plan sizes it (ddpscale.plan.cost.timelimit), called
     after the rules are defined: Snakemake applies the profile's set-resources last, so a stage
     entry's runtime would otherwise win over throughput mode's shorter limit."""
-    limits = PLAN.job_runtimes(PROFILE.runtimes)
-    # the profile's own limits were checked with the site (profile.read); these may be shorter
-    found = [
-        f"{profile_file(sys.argv, os.environ)}: {rule}: {why}"
-        for rule, minutes in limits.items()
-        if (why := signal_problem(PROFILE.site, minutes))
-    ]
-    if found:
-        raise WorkflowError("\n".join(found))
+    try:
+        limits = workflowplan.time_limits(PARSED, GIVEN)
+    except workflowplan.ParseError as err:
+        raise WorkflowError(str(err))
     for rule, minutes in limits.items():
         if minutes is not None:
             workflow.get_rule(rule).resources["runtime"] = minutes
@@ -359,18 +201,14 @@ def get_run_identity(wildcards):
 
 
 def check_site_matches_executor():
-    """A cluster executor with no site facts would start every rank on one node.
+    """A cluster executor with no site facts would start every rank on one node (ddpscale.plan.workflowplan).
 
-    Happens when --set-resources on the command line replaces the profile's. The executor is
-    only known once execution starts, so this runs when jobs are built, before submission.
+    The executor is only known once execution starts, so this runs when jobs are built, before
+    submission.
     """
     plugin = workflow.executor_plugin
-    if plugin is not None and plugin.common_settings.non_local_exec and PLAN.site.is_local:
-        raise WorkflowError(
-            "set-resources train has no site facts (site_launcher, site_gpus_per_node, ...) but jobs go "
-            "to a cluster executor. If you passed --set-resources on the command line, it replaced "
-            "the profile's: repeat the profile's site_* entries for train there"
-        )
+    if plugin is not None and (problem := workflowplan.executor_problem(PLAN, plugin.common_settings.non_local_exec)):
+        raise WorkflowError(problem)
 
 
 @functools.cache

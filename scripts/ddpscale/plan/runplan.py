@@ -22,8 +22,9 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.spiral import corruption, manifest_path_for
-from ddpscale.plan import planfile, reservation, throughputfit, timelimit
-from ddpscale.plan.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
+from ddpscale.plan import planfile
+from ddpscale.plan.cost import reservation, throughputfit, timelimit
+from ddpscale.plan.site.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
 from ddpscale.run import argsfile, measuremode, runspec
 from ddpscale.run.hostdevices import (choose_accelerator, oversubscription_warning, unholdable,
                                       unholdable_message)
@@ -168,7 +169,7 @@ class RunPlan:
         )
 
     def time_limits(self, runtimes: dict) -> list[timelimit.Limit]:
-        """Each stage's time limit and why (ddpscale.plan.timelimit); runtimes: the profile's,
+        """Each stage's time limit and why (ddpscale.plan.cost.timelimit); runtimes: the profile's,
         {train_<stage>: minutes or None}. None locally: the local profile has no time limit."""
         if self.site.is_local:
             return []
@@ -298,7 +299,7 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
           source: Callable[[tuple], str] | None = None, measured_setup_s: dict | None = None) -> RunPlan:
     """The plan from the checked config and the site; gpus (hostdevices.VisibleGpus), cores and
     memory_mb are this host's, read by the caller only for the local profile. source names the
-    file that set a config key (configsource.key_source), for the first words of a message;
+    file that set a config key (config.source.key_source), for the first words of a message;
     measured_setup_s what this experiment's finished records measured (timelimit.measured_setups),
     for throughput mode's limits.
 

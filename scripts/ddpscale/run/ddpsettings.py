@@ -6,7 +6,7 @@ checks it again where train.py reads it (a hand-run train.py gets the same refus
 `strategy_kwargs` is what DDPStrategy gets. A communication hook is named from a fixed list,
 never imported from a path the config gives: a config must not run code of its choosing.
 
-Torch-free: the workflow imports this module while it parses (configcheck, lightningcli).
+Torch-free: the workflow imports this module while it parses (config.check, lightningcli).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ precision, then stops (ddpscale.core.steadystate); full: the configured epochs, 
 the accuracy comparison and time to accuracy. auto picks by place: on a cluster the scaling
 question is a throughput question and every GPU-hour is paid for, while the local profile's
 runs take seconds and keep showing accuracy. Except where throughput mode cannot win for the
-configured training (ddpscale.plan.throughputfit: its runs could not reach their precision, or
+configured training (ddpscale.plan.cost.throughputfit: its runs could not reach their precision, or
 would cost more than training in full): there auto trains in full on a cluster too. Pure: the
 workflow, the dry run's cost and the tests share it.
 """

@@ -19,7 +19,7 @@ from ddpscale.core.io import cause_line, terminal_safe
 from ddpscale.core.layout import Layout
 from ddpscale.run.topology import parse_topology
 from ddpscale.plan.planfile import Planned
-from ddpscale.plan.squeue import QUEUED_STATES, Job
+from ddpscale.plan.site.squeue import QUEUED_STATES, Job
 
 # A progress line older than the job's start (beyond clock skew) is an earlier attempt's, read
 # before the new job's shell truncated the log.

@@ -16,9 +16,10 @@ import yaml
 from ddpscale.core import record as run_record
 from ddpscale.core.io import read_regular
 from ddpscale.core.layout import Layout, experiment_name
-from ddpscale.plan import configread, planfile
-from ddpscale.plan.configsource import DEFAULT_CONFIG, set_beyond_default
-from ddpscale.plan.squeue import active_jobs, query_squeue
+from ddpscale.plan import planfile
+from ddpscale.plan.config import read as configread
+from ddpscale.plan.config.source import DEFAULT_CONFIG, set_beyond_default
+from ddpscale.plan.site.squeue import active_jobs, query_squeue
 from ddpscale.status import rows as status
 
 

@@ -7,7 +7,7 @@ spawning more processes itself, and node ranks 0..M-1 really occur.
 With --gpu-ids each simulated node gets GPUs of its own, as a real node would: node m's ranks
 see CUDA_VISIBLE_DEVICES = ids[m*N:(m+1)*N], so local rank k uses cuda:k of its node and no
 two ranks share a GPU. Without it CUDA_VISIBLE_DEVICES is inherited unchanged (the workflow
-sets it empty for CPU-simulated runs, see ddpscale.plan.resources.launch_prefix).
+sets it empty for CPU-simulated runs, see ddpscale.plan.site.resources.launch_prefix).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpscale.plan.resources import Site
+from ddpscale.plan.site.resources import Site
 from ddpscale.run.topology import STAGE_RULES, parse_topology
 
 PREFIX = "ddpscale: cost: "
@@ -76,16 +76,6 @@ def rerun_reason(names: list[str], newer: list[str] = ()) -> str:
             text += ": " + ", ".join(sorted(newer))
         said.append(text)
     return "; ".join(said) or "rerun by Snakemake"
-
-
-def stage_runtime(rule: str, stage_entries: dict, train: int | None, default: int | None) -> int | None:
-    """A stage rule's time limit in minutes as Snakemake applies the profile: the stage's own
-    set-resources entry wins over `train`'s (given to every stage as the rule's own resource),
-    which wins over default-resources (only for resources a rule does not set)."""
-    own = stage_entries.get(rule)
-    if own is not None:
-        return own
-    return train if train is not None else default
 
 
 def training_jobs(stage_topologies: dict, repeats: list[int], site: Site, runtimes: dict,

@@ -26,8 +26,7 @@ import re
 from dataclasses import dataclass
 
 from ddpscale.run.topology import STAGE_RULES
-from ddpscale.plan.reservation import stage_runtime
-from ddpscale.plan.resources import (
+from ddpscale.plan.site.resources import (
     NAME_TEXT,
     SITE_PREFIX,
     Site,
@@ -68,7 +67,7 @@ def suggestion(name: str) -> str:
 def resource_problems(where: str, entry: str, resources: dict) -> list[str]:
     """One line per name the plugin would drop and per placeholder value, for one profile entry
     (`default-resources`, or `set-resources <rule>`) of the profile file `where`. Site facts
-    (site_*) are checked with the site (ddpscale.plan.resources)."""
+    (site_*) are checked with the site (ddpscale.plan.site.resources)."""
     problems = []
     for name, value in resources.items():
         if name.startswith(SITE_PREFIX):
@@ -276,7 +275,7 @@ def problems(where: str, default, overwrite: dict) -> list[str]:
 
 def literal_problems(where: str, entries: dict) -> list[str]:
     """One line per resource of every entry (default-resources, set-resources <rule>) that is not
-    a literal of its kind; site facts are the site's to check (ddpscale.plan.resources)."""
+    a literal of its kind; site facts are the site's to check (ddpscale.plan.site.resources)."""
     names = snakemake_names()
     found = []
     for entry, values in entries.items():
@@ -284,6 +283,16 @@ def literal_problems(where: str, entries: dict) -> list[str]:
             if name in KNOWN and (problem := resource_literal_problem(name, value, names)):
                 found.append(f"{where}: {entry} {problem}")
     return found
+
+
+def stage_runtime(rule: str, stage_entries: dict, train: int | None, default: int | None) -> int | None:
+    """A stage rule's time limit in minutes as Snakemake applies the profile: the stage's own
+    set-resources entry wins over `train`'s (given to every stage as the rule's own resource),
+    which wins over default-resources (only for resources a rule does not set)."""
+    own = stage_entries.get(rule)
+    if own is not None:
+        return own
+    return train if train is not None else default
 
 
 def read(default, overwrite: dict) -> Profile:
@@ -319,9 +328,9 @@ RETRY_FIX = "retries: 2 and slurm-no-requeue: true"
 def written(path: str) -> dict:
     """The profile's file as YAML; {} where there is none to read (a profile Snakemake found by
     name elsewhere, or "the profile" of profile_file)."""
-    from ddpscale.plan import configread
+    from ddpscale.plan.config.read import read_yaml
 
-    data = configread.read_yaml(path)[0]  # None where it cannot be read, as before, but never a traceback
+    data = read_yaml(path)[0]  # None where it cannot be read, as before, but never a traceback
     return data if isinstance(data, dict) else {}
 
 

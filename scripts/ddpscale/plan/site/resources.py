@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from ddpscale.run.topology import Topology
 from ddpscale.core.io import CONTROL_CHARACTER
-from ddpscale.plan.configcheck import closest
+from ddpscale.plan.config.check import closest
 
 # A profile states its site facts as custom resources of its set-resources entry `train`,
 # prefixed so that they never collide with a resource the SLURM plugin interprets.

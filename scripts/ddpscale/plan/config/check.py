@@ -21,7 +21,7 @@ from ddpscale.core.layout import experiment_name, layout, reserved_problem
 from ddpscale.run.topology import Topology
 from ddpscale.run import ddpsettings
 from ddpscale.run.lightningcli import ALIASES
-from ddpscale.plan.configsource import DEFAULT_CONFIG
+from ddpscale.plan.config.source import DEFAULT_CONFIG
 from ddpscale.core.spiral import split_sizes
 
 SPIRAL_MODULE = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
@@ -328,7 +328,7 @@ def device_problems(config: dict, accelerator: str, topologies: list[Topology], 
     return problems
 
 
-# -- inputs that cannot work, refused before the schema (input_problems: common_config.smk) --
+# -- inputs that cannot work, refused before the schema (input_problems: plan/workflowplan.py) --
 
 # Files of the running system: no data a run can use, /dev/zero never ends, and a checksum that
 # changes at every read would rerun every run.
