@@ -9,7 +9,7 @@ times them; config.yaml's windows of 10 have twice as many), with window
 noise of about 2%. Every series draws its family's parameters from ranges, so no family is
 one parameter point. For every series: the window the rule stopped at, why, whether it
 called the windows settled or too short to tell, and whether the 95% interval it reported
-holds the truth. tests/unit/test_steadystate.py holds the families marked held to 90%
+holds the truth. tests/unit/core/test_steadystate.py holds the families marked held to 90%
 coverage (those whose truth moves: to 10% wrong and called settled); the others show where
 the windows cannot tell. A second table: full-mode runs that end after a few windows.
 """
@@ -147,7 +147,7 @@ FAMILIES = (
 def run_once(seconds: list[float], rule: steadystate.Rule = RULE) -> tuple[steadystate.Decision, int]:
     """The rule fed these windows as a run in throughput mode feeds it, until it stops: (its
     decision, windows used). Only the windows at which it looks, and the cap's, are fed: in
-    between, decide checks the caps alone (tests/unit/test_steadystate.py shows the two agree).
+    between, decide checks the caps alone (tests/unit/core/test_steadystate.py shows the two agree).
     A series that ends first is decided as training that ended."""
     cap = len(seconds) if rule.max_steps is None else min(len(seconds), rule.max_steps // rule.window_steps)
     for n in range(rule.min_windows, cap + 1):

@@ -55,7 +55,7 @@ def profile_site(name: str):
 def dry_run(profile, topologies, *extra, account="test_account", measure="auto"):
     # the console script's interpreter becomes the workflow's PYTHON (WORKFLOW_PYTHON);
     # no visible GPU, so the local profile plans CPU-simulated runs on any machine
-    # (tests/unit/test_hostdevices.py covers its GPU plans).
+    # (tests/unit/run/test_hostdevices.py covers its GPU plans).
     folder = profile if "/" in profile else f"profiles/{profile}"  # a name, or a folder
     if account is not None:  # as a user does before the first run; None: the profile as shipped
         folder = with_account(folder, account)

@@ -108,7 +108,7 @@ def na_probe(topology, world, reason=NO_OPTIMIZER):
     return {"status": "n/a", "reason": reason, "topology": topology, "world_size": world}
 
 
-# figures whose projected cost is known by hand (tests/unit/test_projection.py: KNOWN_S)
+# figures whose projected cost is known by hand (tests/unit/report/figures/test_projection.py: KNOWN_S)
 KNOWN = {"configured_epochs": 10, "samples_per_epoch": 36000, "window_throughput_samples_s": 100.0,
          "epoch_overhead_s": 6.0, "epoch_overheads_s": [6.0], "validates": False, "checkpoint_save_s": [[0, 0.0]],
          "checkpoint_s": 6.0, "checkpoint_saves": 3, "warmup_excess_s": 5.0}

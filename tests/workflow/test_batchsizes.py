@@ -1,6 +1,6 @@
 """The workflow asks the baseline's probe for the compute at every topology's per-device batch
 (ddpscale.job.probe.step; the timing itself and Lightning's per-batch sync:
-tests/unit/test_batchsizes.py)."""
+tests/unit/job/probe/test_batchsizes.py)."""
 from __future__ import annotations
 
 import pytest

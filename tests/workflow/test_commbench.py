@@ -1,6 +1,6 @@
 """The all-reduce benchmark of the probe (ddpscale.job.probe.allreduce) on 2 gloo ranks, timed as
 nccl-tests times it (message sizes, bandwidths, DDP's buckets and timing in this process:
-tests/unit/test_commbench.py)."""
+tests/unit/job/probe/test_commbench.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """torch.compile as a run setting, compiled for real: the methods Lightning compiles are the ones
 restored for FLOP counting, recompilations are counted, and compiled runs train, DDP included
 (the compiler checks, the collective timeout while compiling, and the one-line errors:
-tests/unit/test_compiling.py)."""
+tests/unit/job/device/test_compiling.py)."""
 
 from __future__ import annotations
 

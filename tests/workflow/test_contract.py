@@ -1,7 +1,7 @@
 """The user's modules checked while the workflow is parsed: facts read by importing them once in
 a process of their own (scripts/contract.py), kept while their files stay the same
 (ddpscale.plan.contractfacts) (the facts judged into one line per problem naming key, file and
-fix: tests/unit/test_contract.py)."""
+fix: tests/unit/run/test_contract.py)."""
 
 from __future__ import annotations
 

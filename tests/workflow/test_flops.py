@@ -1,6 +1,6 @@
 """The float32 settings ddpscale.job.device.flops reads, each set in a fresh process (torch keeps them
 process-wide), and on a GPU the TF32 peak of a module on torch's fp32_precision API (the
-counts, peaks and MFU: tests/unit/test_flops.py)."""
+counts, peaks and MFU: tests/unit/job/device/test_flops.py)."""
 import importlib.util
 import json
 import os

@@ -1,4 +1,4 @@
-"""GPU facts in a training run's metrics (tests/unit/test_gpufacts.py has the sampling and the
+"""GPU facts in a training run's metrics (tests/unit/job/device/test_gpufacts.py has the sampling and the
 callback): none on the CPU; memory and NVML utilisation on a GPU, also over a throughput run's
 steady windows."""
 

@@ -1,7 +1,7 @@
 """A run's identity in real runs and reports: the report refusing runs whose identity differs,
 train.py recording it on one and two ranks, a checkpoint that cannot be loaded set aside, and
 the workflow rerunning what a change affects (the identity itself, the checkpoint fingerprint
-and the check of a checkpoint: tests/unit/test_identity.py)."""
+and the check of a checkpoint: tests/unit/run/test_identity.py)."""
 
 from __future__ import annotations
 

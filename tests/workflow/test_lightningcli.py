@@ -1,7 +1,7 @@
 """A LightningCLI config as ddpscale's settings (ddpscale.run.lightningcli), read from the
 files LightningCLI itself writes (--print_config of tests/fixtures/usermods/cli_main.py), and
 a run writing the loggers one names (configs written by hand, and the Trainer and DDP
-arguments classified: tests/unit/test_lightningcli.py)."""
+arguments classified: tests/unit/run/test_lightningcli.py)."""
 
 from __future__ import annotations
 

@@ -296,7 +296,7 @@ def test_raven_training_jobs_ask_for_the_gpu_node_feature():
         "1x1": "gpu", "1x4": "gpu", "2x4": "gpu"}
 
 
-# -- flags of the train command by profile (their code: tests/unit/test_timing.py, test_transport.py)
+# -- flags of the train command by profile (their code: tests/unit/job/measure/test_timing.py, test_transport.py)
 
 def test_cluster_jobs_count_their_devices_from_the_job_start_local_ones_do_not():
     # the 1-device job on a cluster runs without SLURM's process group (cluster_env local), and

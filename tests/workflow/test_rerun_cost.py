@@ -1,6 +1,6 @@
 """A dry run's cost counts the training jobs Snakemake will run, finished runs it reruns included:
 one workflow trained on the local profile, then dry runs only, each compared with Snakemake's own
-job table (the arithmetic of the lines: tests/unit/test_reservation.py)."""
+job table (the arithmetic of the lines: tests/unit/plan/cost/test_reservation.py)."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,4 @@
-"""Every sample counted once by real DDP training on CPU (tests/unit/test_samplecount.py has the
+"""Every sample counted once by real DDP training on CPU (tests/unit/job/measure/test_samplecount.py has the
 counting itself): three ranks read splits they cannot divide, DistributedSampler pads each with
 repeats, and the throughput and accuracy count every sample once."""
 

@@ -1,5 +1,5 @@
 """`make status` on a real local workflow started with overrides: what it planned, while a run
-trains, after it is killed, and the lock its killed snakemake leaves behind (tests/unit/test_status.py
+trains, after it is killed, and the lock its killed snakemake leaves behind (tests/unit/status/test_status.py
 has the rest)."""
 
 from __future__ import annotations

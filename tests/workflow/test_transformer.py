@@ -1,6 +1,6 @@
 """The transformer workload trained: through a real Trainer, through scripts/train.py on 2 ranks,
 and its presets through the workflow (its FLOP formula against torch's counter, its size and
-its presets: tests/unit/test_transformer.py; its token stream: test_markov_data.py)."""
+its presets: tests/unit/workloads/test_transformer.py; its token stream: test_markov_data.py)."""
 from __future__ import annotations
 
 import os

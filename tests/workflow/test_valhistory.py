@@ -1,6 +1,6 @@
 """The epoch metric after every validation (ddpscale.job.measure.accuracy) recorded by train.py end to
 end (on a real tiny CPU fit in this process, crossing the time-to-accuracy target at a known
-epoch, and resumed: tests/unit/test_valhistory.py)."""
+epoch, and resumed: tests/unit/job/measure/test_valhistory.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `RunSpec` names, types and documents every setting of one run (one topology, one repeat).
 The workflow builds each run's spec once (ddpscale.plan.runplan.build_spec, from the config,
 the site, the topology and the repeat), `argv` turns it into train.py's flags and `parse`
-reads them back, its inverse (tests/unit/test_runspec.py holds the two to each other); the
+reads them back, its inverse (tests/unit/run/test_runspec.py holds the two to each other); the
 workflow hands a job the flags in an args file (ddpscale.run.argsfile), since they may be
 longer than a command line can be. `measured` is the part that defines what a run measures:
 its checkpoint is resumed and its identity computed for these only (ddpscale.run.identity).

@@ -36,7 +36,7 @@ SPIRAL = "ddpscale.workloads.spiral_datamodule.SpiralDataModule"
 MARKOV = "ddpscale.workloads.markov_datamodule.MarkovTokens"
 SYNTHETIC = "ddpscale.workloads.synthetic_datamodule.SyntheticDataModule"
 # The built-in modules' own defaults and split, read where the config leaves them out
-# (tests/unit/test_throughputfit.py holds them to the classes)
+# (tests/unit/plan/cost/test_throughputfit.py holds them to the classes)
 MARKOV_STEPS = 100
 SYNTHETIC_SAMPLES = 8192
 SYNTHETIC_TRAIN = 0.8

@@ -107,7 +107,7 @@ def verdict(values: list[float], baseline: list[float], tolerance: float, direct
 # Degrees of freedom the power is stated at: Welch's estimate varies from draw to draw and drops
 # towards one side's seeds - 1, and the t quantiles at 2n - 2 overstated the power of three seeds
 # a side (69% where 80% was stated); at n - 1 it is at least 80% from 3 to 15 seeds
-# (tests/unit/test_accuracy.py counts it).
+# (tests/unit/report/figures/test_accuracy.py counts it).
 def _power_dof(n: int) -> int:
     return n - 1
 

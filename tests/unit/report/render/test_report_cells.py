@@ -6,16 +6,16 @@ import csv
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from ddpscale.core.io import from_sheet_cell, sheet_cell
 from helpers.records import make_run, probe
 from helpers.report import run_report, write_fixtures
+from helpers.workflow import ROOT
 from ddpscale.report.load import earlier, tsv
 
-ADVERSARIAL = Path(__file__).resolve().parents[1] / "fixtures" / "adversarial"
+ADVERSARIAL = ROOT / "tests" / "fixtures" / "adversarial"
 HOSTILE = json.loads((ADVERSARIAL / "report_hostile_names.json").read_text())
 TOPOLOGY = HOSTILE["topology"]
 FORMULA = ("=", "+", "-", "@")

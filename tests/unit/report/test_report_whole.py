@@ -21,8 +21,8 @@ import pytest
 from ddpscale.core.io import STAGING, keep, publish_lock, restore, staged
 from helpers.records import make_run
 from helpers.report import OUTPUTS, SCRIPT, run_report, write_fixtures
+from helpers.workflow import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "workflow" / "rules" / "report.smk"
 RUNS = [make_run(topology, repeat=r, throughput_samples_s=rate) for topology, rate in (("1x1", 100.0), ("1x2", 190.0))
         for r in range(3)]

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.core: the torch-free helpers, the run record, the stopping rule's statistics."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.job: what runs inside a training job."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.job.device: GPU facts, FLOPs, compile, transport."""

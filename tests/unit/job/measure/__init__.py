@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.job.measure: timing, windows, sample counts and the accuracy history."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.job.probe: the probe inside a run."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.job.resume: checkpoints, their checksums and signals."""

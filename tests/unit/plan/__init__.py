@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.plan: what the workflow computes while it parses."""

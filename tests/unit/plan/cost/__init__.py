@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.plan.cost: what the runs cost before they are submitted."""

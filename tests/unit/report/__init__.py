@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.report: records in, scaling table, verdict, figures and report.html out."""

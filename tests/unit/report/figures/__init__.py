@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.report.figures: the computed figures."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.report.load: records read and described."""

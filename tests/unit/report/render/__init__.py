@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.report.render: the page, its tables and plots."""

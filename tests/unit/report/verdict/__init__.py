@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.report.verdict: the answer and its caveats."""

@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.run: the run's shared vocabulary (spec, identity, topology, DDP settings, the user's modules)."""

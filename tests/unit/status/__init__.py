@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.status: make status."""

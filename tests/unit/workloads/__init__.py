@@ -1,0 +1,1 @@
+"""Unit tests of ddpscale.workloads: the built-in models and data modules."""
