@@ -176,7 +176,7 @@ class RunPlan:
         {train_<stage>: minutes or None}. None locally: the local profile has no time limit."""
         if self.site.is_local:
             return []
-        return timelimit.stage_limits(self.measure, self.config["throughput"], self.stage_topologies, runtimes,
+        return timelimit.stage_limits(self.measure, self.throughput, self.stage_topologies, runtimes,
                                       self.measured_setup_s)
 
     def job_runtimes(self, runtimes: dict) -> dict:
@@ -202,7 +202,7 @@ class RunPlan:
 
         jobs = self.training_jobs(self.job_runtimes(runtimes), decide)
         return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
-            jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
+            jobs, self.site, self.accelerator, self.measure, self.throughput)
 
     def report_argv(self, runtimes: dict) -> list[str]:
         """The report's settings as explicit flags (its inputs come separately), each value in
