@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from pytorch_lightning.trainer import call  # noqa: E402
 
@@ -23,10 +24,14 @@ from ddpscale.job.callbacks import FlopsCount  # noqa: E402
 from ddpscale.job.measure.samplecount import BatchCounter  # noqa: E402
 from ddpscale.job.measure.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build  # noqa: E402
+from ddpscale.core.steadystate import Rule  # noqa: E402
 from ddpscale.run.runspec import RunSpec  # noqa: E402
 from ddpscale.job.resume.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import ResidentBatches  # noqa: E402
+
+# the spec only builds the Trainer; its stopping rule is the shipped config's (config/config.yaml)
+SHIPPED_RULE = Rule.of(yaml.safe_load((ROOT / "config/config.yaml").read_text())["throughput"])
 
 
 class _Data(pl.LightningDataModule):
@@ -46,8 +51,8 @@ def per_step_us(number: int = 5000, repeat: int = 5) -> dict[str, float]:
                      "ModelCheckpoint": ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1,
                                                         enable_version_counter=False)}
         # the module and data are this benchmark's own: the spec only builds the Trainer
-        spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="-", data_class="-", scaling="weak",
-                       batch_size=32, max_epochs=1, accelerator="cpu")
+        spec = RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, model_class="-", data_class="-",
+                       scaling="weak", batch_size=32, max_epochs=1, accelerator="cpu", throughput=SHIPPED_RULE)
         trainer = build.build_trainer(spec, list(callbacks.values())[:2])
         trainer.fit(SpiralMLP(), datamodule=_Data())
         batch = (torch.randn(32, 2), torch.randint(0, 2, (32,)))

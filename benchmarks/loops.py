@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import yaml  # noqa: E402
 from pytorch_lightning.callbacks import ModelCheckpoint  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
@@ -40,6 +41,7 @@ from ddpscale.job.probe.step import _TrainingStep  # noqa: E402
 from ddpscale.job.measure.timing import EpochTiming  # noqa: E402
 from ddpscale.job import build  # noqa: E402  build: the pipeline's own Trainer
 from ddpscale.job.device import compiling  # noqa: E402
+from ddpscale.core.steadystate import Rule  # noqa: E402
 from ddpscale.run.runspec import RunSpec  # noqa: E402
 from ddpscale.job.resume.checkpoint import epoch_checkpoint  # noqa: E402
 from ddpscale.job.launch.ranks import close_process_group  # noqa: E402
@@ -47,6 +49,9 @@ from ddpscale.workloads.models import SpiralMLP  # noqa: E402
 from ddpscale.workloads.resident import from_dataset  # noqa: E402
 from ddpscale.workloads.spiral_datamodule import SpiralDataModule  # noqa: E402
 from ddpscale.workloads.synthetic_datamodule import SyntheticDataModule  # noqa: E402
+
+# the spec only builds the Trainer; its stopping rule is the shipped config's (config/config.yaml)
+SHIPPED_RULE = Rule.of(yaml.safe_load((ROOT / "config/config.yaml").read_text())["throughput"])
 
 
 class StepLoggingMLP(SpiralMLP):
@@ -124,8 +129,9 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
     metrics = EpochTiming(warmup_epochs=s.warmup_epochs, expected_world_size=world)
     callbacks = [metrics] if "no-checkpoint" in variant.options else [metrics, epoch_checkpoint(ckpt_dir)]
     # the module and data are this benchmark's own: the spec only builds the Trainer
-    spec = RunSpec(topology=f"1x{world}", nodes=1, devices=world, model_class="-", data_class="-", scaling="weak",
-                   batch_size=1, max_epochs=s.epochs, accelerator="cpu", precision=s.precision)
+    spec = RunSpec(topology=f"1x{world}", num_nodes=1, devices_per_node=world, model_class="-", data_class="-",
+                   scaling="weak", batch_size=1, max_epochs=s.epochs, accelerator="cpu", precision=s.precision,
+                   throughput=SHIPPED_RULE)
     # with the logger a run has (beside its checkpoints here): the pipeline as users get it
     trainer = build.build_trainer(spec, callbacks, log_dir=os.path.join(ckpt_dir, "logs"))
     if "no-checkpoint" in variant.options:  # else Lightning adds a default ModelCheckpoint of its own

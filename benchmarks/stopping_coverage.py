@@ -29,7 +29,7 @@ from ddpscale.core import steadystate  # noqa: E402
 
 SAMPLES = 640  # a window of 20 steps of 32 samples
 CAP = 100  # windows: throughput.max_steps 2000 / window_steps 20 (the fewer, the harder to cover)
-RULE = steadystate.Rule(window_steps=20, precision=0.02, min_windows=30, max_steps=CAP * 20)
+RULE = steadystate.Rule(window_steps=20, precision=0.02, min_windows=30, max_steps=CAP * 20, max_minutes=None)
 
 # A family draws one series: (every window's seconds, the truth: the seconds a window takes
 # at the level the interval should hold, given the number of windows the run used).

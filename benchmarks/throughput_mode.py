@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -40,15 +41,14 @@ TARGETS = {"cost_share": 0.15, "projection_error": 0.10}
 
 def train(tmp: Path, data_file: str, nodes: int, devices: int, measure: str) -> dict:
     out = tmp / f"tp-{measure}-{nodes}x{devices}"
-    cmd = [sys.executable, "scripts/train.py", "--topology", f"{nodes}x{devices}", "--nodes", str(nodes),
-           "--devices", str(devices), "--accelerator", "cpu", "--threads", "1", "--scaling", "strong",
+    cmd = [sys.executable, "scripts/train.py", "--topology", f"{nodes}x{devices}", "--num-nodes", str(nodes),
+           "--devices-per-node", str(devices), "--accelerator", "cpu", "--threads", "1", "--scaling", "strong",
            "--batch-size", "64", "--max-epochs", str(EPOCHS), "--measure", measure,
            "--model-class", "ddpscale.workloads.models.SpiralMLP",
            "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",
            "--data-args", '{"resident": true}', "--data-file", data_file,
-           # the config's defaults (config/config.yaml throughput)
-           "--target-precision", "0.02", "--window-steps", "10", "--measure-max-steps", "2000",
-           "--measure-max-minutes", "10",
+           # the shipped config's stopping rule (config/config.yaml throughput:), whole
+           "--throughput", json.dumps(yaml.safe_load((ROOT / "config/config.yaml").read_text())["throughput"]),
            "--ckpt-dir", str(out / "ckpt"), "--metrics", str(out / "metrics.json")]
     if nodes * devices > 1:
         cmd = [sys.executable, "scripts/launch_local.py", "--nodes", str(nodes), "--procs-per-node", str(devices),
@@ -86,7 +86,7 @@ def rows(tmp: Path, data_file: str, fmt) -> list[tuple[str, str]]:
         name = f"{nodes}x{devices}"
         full = train(tmp, data_file, nodes, devices, "full")
         r = compare(full, train(tmp, data_file, nodes, devices, "throughput"))
-        full_steps = len(full["window_seconds"]) * full["window_steps"]  # whole windows: within a window of all
+        full_steps = len(full["window_seconds"]) * full["throughput"]["window_steps"]  # whole windows: within a window of all
         half = "n/a" if r["half_width"] is None else f"{r['half_width']:,.0f} ({r['half_width'] / r['throughput']:.1%})"
         out += [
             (f"  {name}: throughput mode samples/s +- 95% half-width; stop after steps",

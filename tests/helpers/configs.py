@@ -7,20 +7,32 @@ from __future__ import annotations
 import yaml
 from snakemake.utils import validate
 
+from ddpscale.core.steadystate import Rule
 from ddpscale.plan import runplan
 from ddpscale.run.hostdevices import VisibleGpus
 from ddpscale.plan.site.resources import Site
 from helpers.workflow import ROOT
 
 
-BASE = dict(topology="2x4", nodes=2, devices=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
-            scaling="weak", batch_size=32, max_epochs=3)
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+
+
+def rule(**changes) -> Rule:
+    """A stopping rule of the schema's defaults (the one place they live), changes applied; no
+    cap unless a test gives one, so a test's windows stop on their precision alone."""
+    settings = yaml.safe_load(SCHEMA.read_text())["properties"]["throughput"]["properties"]
+    return Rule(**{**{k: v["default"] for k, v in settings.items()}, "max_steps": None, "max_minutes": None,
+                   **changes})
+
+
+BASE = dict(topology="2x4", num_nodes=2, devices_per_node=4, model_class="pkg.mod.Net", data_class="pkg.data.Data",
+            scaling="weak", batch_size=32, max_epochs=3, throughput=rule())
 
 
 def default_config(**changes) -> dict:
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config.update(changes)
-    validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))  # fills the schema's defaults
+    validate(config, str(SCHEMA))  # fills the schema's defaults
     return config
 
 

@@ -3,6 +3,7 @@ module and data, and a fit under train.py's Trainer with the probe before traini
 
 from __future__ import annotations
 
+from helpers.configs import rule
 from ddpscale.job import build
 from ddpscale.job.callbacks import ProbeBeforeTraining
 from ddpscale.run.runspec import RunSpec
@@ -13,7 +14,8 @@ SMALL = {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}
 
 def run_args(batch_size: int = 16, **extra) -> RunSpec:
     """A run's spec for one CPU rank (the module and data are the test's own)."""
-    return RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+    return RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, throughput=rule(),
+                   model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=batch_size, max_epochs=1, accelerator="cpu", collective_timeout_s=30, **extra)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddpscale.core import record
+from helpers.configs import rule
 from ddpscale.report import reportdata
 from ddpscale.report.figures import scaling
 
@@ -37,8 +38,7 @@ def make_run(topology="1x1", **overrides):
         "throughput_samples_s": 100.0, "time_per_epoch_s": 10.0,
         # full mode: its windows measured the throughput to within 1 sample/s (95% interval)
         "measure": "full", "stop_reason": "full training", "throughput_half_width": 1.0,
-        "target_precision": 0.02, "window_steps": 20, "min_windows": 30, "max_steps": None,
-        "max_minutes": None, "window_seconds": [],
+        "throughput": rule().settings(), "window_seconds": [],  # the schema's rule; full mode: no caps
         "window_samples": [], "window_throughput_samples_s": None, "warmup_excess_s": 0.0, "steps_measured": 0,
         "checkpoint_s": 0.0, "checkpoint_save_s": [], "epoch_overhead_s": 0.0, "epoch_overheads_s": [],
         "validates": True, "check_val_every_n_epoch": 1, "validation_s": [], "after_stop_validation_s": [],
@@ -118,8 +118,7 @@ def windows_run(topology="1x1", **overrides):
     """A throughput-mode record with the keys the projection reads."""
     return make_run(topology, **{**KNOWN, "measure": "throughput", "time_per_epoch_s": None,
                                  "throughput_half_width": 1.0, "stop_reason": "precision reached",
-                                 "window_steps": 20, "target_precision": 0.02, "max_steps": 2000,
-                                 "max_minutes": 10, **overrides})
+                                 "throughput": rule(max_steps=2000, max_minutes=10).settings(), **overrides})
 
 
 def build(runs, baseline: str = "1x1"):

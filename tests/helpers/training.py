@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from ddpscale.job.resume import checksum
+from helpers.configs import rule
 from helpers.workflow import ROOT
+
+
+def throughput(**changes) -> list[str]:
+    """train.py's --throughput: the stopping rule of the schema's defaults, without caps, changes
+    applied by their config names; a later --throughput replaces an earlier one whole."""
+    return ["--throughput", json.dumps(rule(**changes).settings())]
 
 
 def clean_distributed_env(monkeypatch) -> None:
@@ -41,7 +48,8 @@ SPIRAL = ["--model-class", "ddpscale.workloads.models.SpiralMLP",
 
 
 def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1) -> list[str]:
-    return ["--topology", f"{nodes}x{devices}", "--nodes", str(nodes), "--devices", str(devices),
+    return ["--topology", f"{nodes}x{devices}", "--num-nodes", str(nodes), "--devices-per-node", str(devices),
+            *throughput(),
             "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
             *SPIRAL, "--data-file", str(data_file),
             "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]
@@ -49,7 +57,7 @@ def train_args(data_file: Path, tmp_path: Path, nodes: int = 1, devices: int = 1
 
 def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
-             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
+             "--num-nodes", str(nodes), "--devices-per-node", str(devices), *throughput(), "--accelerator", "cpu",
              "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
              "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
@@ -75,8 +83,12 @@ def kill_after_first_checkpoint(command, tmp_path, out=subprocess.DEVNULL) -> No
     proc.wait()
 
 
-def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: str, log: list | None = None) -> dict:
-    command = train_command(tmp_path, data_file, nodes, devices, "--window-steps", "5", "--min-windows", "5", *flags)
+def measured(tmp_path: Path, data_file: str, nodes: int, devices: int, *flags: str, log: list | None = None,
+             **rule_changes) -> dict:
+    """The record of a run of windows of 5 steps whose rule first looks at 5 windows, rule_changes
+    (by config name: precision, max_steps, ...) applied."""
+    command = train_command(tmp_path, data_file, nodes, devices,
+                            *throughput(**{"window_steps": 5, "min_windows": 5, **rule_changes}), *flags)
     result = subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     if log is not None:
@@ -90,8 +102,9 @@ def run_user_module(tmp_path: Path, source: str, class_path: str, data_file: str
     named by class_path's module) and imported from there, as a user's own module is; flags come
     last, so they override the defaults here (CPU, 2 epochs, weak scaling, batch 32 per device)."""
     (tmp_path / f"{class_path.partition('.')[0]}.py").write_text(source)
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}", "--nodes", str(nodes),
-             "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
+             "--num-nodes", str(nodes), "--devices-per-node", str(devices), *throughput(),
+             "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak",
              "--batch-size", "32", "--model-class", class_path,
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
              "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json"), *flags]

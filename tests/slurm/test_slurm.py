@@ -15,7 +15,7 @@ import pytest
 from helpers.profiles import load_profile
 from helpers.slurm import SUBMITTED, job_fields, run_slurm, slurm_workspace, squeue_jobs
 from helpers.workflow import tiny_config
-from ddpscale.core.steadystate import Rule
+from helpers.configs import rule
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -81,7 +81,7 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         # throughput mode: every rank, on every node, stopped after the window the rule decided on
         windows_used = metrics["windows_warmup"] + metrics["windows_steady"]
         assert metrics["measure"] == "throughput" and metrics["stop_reason"] == "precision reached"
-        assert Rule(min_windows=5).looks_at(windows_used)
+        assert rule(min_windows=5).looks_at(windows_used)
         assert metrics["stop_steps_by_rank"] == [2 * windows_used] * len(node_ranks)
         assert metrics["epochs_completed"] < 20 and metrics["throughput_from"] == "windows"
     assert len(job_ids) == 4

@@ -15,7 +15,8 @@ import sys
 import pandas as pd
 import pytest
 
-from helpers.training import assert_counted, epoch_truth, launched, loader_sizes, run_user_module, shard_flags
+from helpers.training import (assert_counted, epoch_truth, launched, loader_sizes, run_user_module, shard_flags,
+                              throughput)
 from helpers.workflow import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -99,7 +100,7 @@ def one_sequence_flops() -> float:
 def test_an_undeclared_sequence_first_batch_is_na_with_the_reason(tmp_path, data_file, measure):
     from helpers.records import build
 
-    m = train(tmp_path, data_file, 1, "--measure", measure, "--window-steps", "2", "--min-windows", "2")
+    m = train(tmp_path, data_file, 1, "--measure", measure, *throughput(window_steps=2, min_windows=2))
     assert "samples not counted" in m["_out"] and "batch.dim" in m["_out"]
     assert m["samples_uncounted"] and "7 along dimension 0" in m["samples_uncounted"]
     assert m["throughput_samples_s"] is None and m["samples_trained"] is None and m["mfu"] is None
@@ -133,8 +134,9 @@ def test_a_data_module_that_ignores_its_batch_size_stops_before_the_probe(tmp_pa
 
 def train_usermod(tmp_path, devices: int, model: str, data: str, data_args: str = "{}") -> dict:
     """train.py on a usermods fixture (full mode, 2 epochs, batch 16 per device)."""
-    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
-               "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--num-nodes", "1",
+               "--devices-per-node", str(devices),
+               *throughput(), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
                "--scaling", "weak", "--batch-size", "16", "--seed", "0", "--measure", "full",
                "--model-class", f"usermods.{model}", "--data-class", f"usermods.{data}", "--data-args", data_args,
                "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from helpers import system_tools
-from helpers.training import launched, run_user_module
+from helpers.training import launched, run_user_module, throughput
 from helpers.workflow import ROOT
 from ddpscale.job.device import compiling
 from ddpscale.workloads.models import SpiralMLP
@@ -33,8 +33,8 @@ def test_wrap_compiles_the_steps_in_place_and_unwrap_restores_them():
 def test_a_compiled_two_rank_run_trains_and_counts_eager_flops(tmp_path, data_file):
     system_tools.require(("g++",), "g++")  # Inductor's CPU kernels are C++
 
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
-             "--devices", "2", "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--num-nodes", "1",
+             "--devices-per-node", "2", *throughput(), "--accelerator", "cpu", "--threads", "1", "--max-epochs", "2",
              "--scaling", "weak", "--batch-size", "32", "--compile", "default",
              "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
@@ -112,7 +112,8 @@ def test_logging_metric_names_in_compiled_steps_does_not_recompile(tmp_path):
     model_args = {"vocab_size": 256, "seq_len": 64, "d_model": 64, "n_layers": 2, "n_heads": 2, "lr": 0.003}
     data_args = {"vocab_size": 256, "seq_len": 64, "steps_per_epoch": 10, "val_batches": 2, "test_batches": 2,
                  "branching": 4, "seed": 0}
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--num-nodes", "1",
+             "--devices-per-node", "1", *throughput(),
              "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "8",
              "--compile", "default", "--model-class", "ddpscale.workloads.transformer.TransformerLM",
              "--model-args", json.dumps(model_args), "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens",

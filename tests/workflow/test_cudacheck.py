@@ -16,7 +16,7 @@ from ddpscale.plan.site.resources import Site, run_accelerator
 from ddpscale.job.device.gpu import NO_DRIVER, driver_text, stop_line
 
 from helpers.profiles import dry_run, profile_site, train_jobs
-from helpers.training import launched
+from helpers.training import launched, throughput
 from helpers.workflow import ROOT
 
 # Texts as the tools print them. torch's CUDA init error and its warning:
@@ -73,7 +73,7 @@ def test_a_cluster_run_asks_for_the_gpu_unless_the_config_says_cpu():
 def train_command(tmp_path, nodes: int, devices: int, accelerator: str) -> list[str]:
     # the data file does not exist: a run that got as far as its data would say so instead
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
-             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", accelerator,
+             "--num-nodes", str(nodes), "--devices-per-node", str(devices), *throughput(), "--accelerator", accelerator,
              "--cluster-env", "local", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "32",
              "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule",

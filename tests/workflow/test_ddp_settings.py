@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from helpers.training import run_user_module
+from helpers.configs import rule
+from helpers.training import run_user_module, throughput
 from helpers.workflow import ROOT
 from ddpscale.run import ddpsettings
 from ddpscale.job.probe import allreduce as commbench
@@ -21,7 +22,8 @@ SET = {"find_unused_parameters": True, "static_graph": False, "gradient_as_bucke
 
 
 def flags(nodes: int, devices: int, ddp: dict | None = None):
-    return RunSpec(topology=f"{nodes}x{devices}", nodes=nodes, devices=devices, accelerator="cpu",
+    return RunSpec(topology=f"{nodes}x{devices}", num_nodes=nodes, devices_per_node=devices, accelerator="cpu",
+                   throughput=rule(),
                    scaling="weak", batch_size=8, model_class="m.M", data_class="d.D", max_epochs=1,
                    **({"ddp": ddp} if ddp is not None else {}))
 
@@ -57,8 +59,9 @@ def test_a_hostile_flag_is_refused_in_one_line_before_anything_trains(text, expe
 
 def test_train_py_refuses_a_hostile_flag_in_one_line_naming_the_config_key():
     """Before torch is imported for training: argparse exits with its one line."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1",
-                           "--devices", "2", "--scaling", "weak", "--batch-size", "8", "--model-class", "m.M",
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--num-nodes", "1",
+                           "--devices-per-node", "2",
+                           *throughput(), "--scaling", "weak", "--batch-size", "8", "--model-class", "m.M",
                            "--data-class", "d.D", "--max-epochs", "2", "--ckpt-dir", "x", "--metrics", "x.json",
                            "--ddp", '{"bucket_cap_mb": NaN}'],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from helpers.training import run_user_module
+from helpers.training import run_user_module, throughput
 from helpers.workflow import ROOT
 
 FP32_SETTINGS = [
@@ -76,7 +76,7 @@ def trained(tmp_path, name: str, model: str, data_file: str, *flags: str, device
     """A fixture module of tests/fixtures/usermods trained by train.py (full mode, 2 epochs,
     windows of 8 steps: the first 8 batches are counted), its metrics.json and what it printed."""
     done = run_user_module(tmp_path, (USERMODS / f"{name}.py").read_text(), f"{name}.{model}", data_file,
-                           "--measure", "full", "--window-steps", "8", *flags, devices=devices)
+                           "--measure", "full", *throughput(window_steps=8), *flags, devices=devices)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((tmp_path / "metrics.json").read_text()) | {"_out": done.stdout + done.stderr}
 
@@ -161,7 +161,7 @@ def test_the_count_runs_in_the_trainers_precision(tmp_path, data_file, precision
     # The GPU failure class on a CPU: a count apart from the fit met weights and inputs of other
     # dtypes or devices; inside the fit the precision plugin has converted both.
     done = run_user_module(tmp_path, "from ddpscale.workloads.models import SpiralMLP\n", "spiral.SpiralMLP",
-                           data_file, "--precision", precision, "--window-steps", "4")
+                           data_file, "--precision", precision, *throughput(window_steps=4))
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["flops_per_sample"] == 16064 and metrics["flops_batches"] == 4

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers.devices import require_cuda
-from helpers.training import run, train_command
+from helpers.training import run, throughput, train_command
 from helpers.workflow import ROOT
 
 
@@ -51,9 +51,10 @@ def test_a_throughput_run_on_a_gpu_reads_its_utilisation_over_the_steady_windows
     model = {"vocab_size": 256, "seq_len": 64, "d_model": 64, "n_layers": 2, "n_heads": 2, "lr": 0.003}
     data = {"vocab_size": 256, "seq_len": 64, "steps_per_epoch": 4000, "val_batches": 2, "test_batches": 2,
             "branching": 4, "seed": 0}
-    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--num-nodes", "1",
+               "--devices-per-node", "1", *throughput(),
                "--accelerator", "gpu", "--max-epochs", "2", "--scaling", "weak", "--batch-size", "8",
-               "--measure", "throughput", "--target-precision", "0.0001", "--measure-max-steps", "3000",
+               "--measure", "throughput", *throughput(precision=0.0001, max_steps=3000),
                "--model-class", "ddpscale.workloads.transformer.TransformerLM", "--model-args", json.dumps(model),
                "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data),
                "--ckpt-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "metrics.json")]

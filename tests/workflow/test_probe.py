@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.configs import rule
 from ddpscale.job.probe.allreduce import message_sizes
 
 from helpers.devices import require_cuda
-from helpers.training import launched
+from helpers.training import launched, throughput
 from helpers.workflow import ROOT
 
 # SpiralMLP(hidden=[64, 32, 16]) on 2-D points, 2 classes: weights + biases of 4 layers
@@ -106,7 +107,8 @@ def test_step_probe_of_a_module_that_logs_and_returns_a_dict(tmp_path, monkeypat
             return DataLoader(TensorDataset(torch.randn(20, 2), torch.randint(0, 2, (20,))), batch_size=8)
 
     monkeypatch.chdir(tmp_path)
-    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+    spec = RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, throughput=rule(),
+                   model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=8, max_epochs=1, accelerator="cpu")
     probed = ProbeBeforeTraining(spec, {"steps": 4, "rounds": 2, "warmup": 1, "iters": 2}, alone=True)
     trainer = build.build_trainer(spec, [probed], max_epochs=1)
@@ -128,7 +130,7 @@ def probe_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *ext
     --probe, here for one epoch (the probe is sized to at least FLOOR_S, so the spiral's
     milliseconds per step get the default sizes)."""
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
-             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu",
+             "--num-nodes", str(nodes), "--devices-per-node", str(devices), *throughput(), "--accelerator", "cpu",
              "--scaling", "strong", "--batch-size", "64", "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--model-args", '{"hidden": [64, 32, 16]}',
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,
@@ -466,7 +468,8 @@ def usermod_probed(tmp_path: Path, model: str, ddp: dict, *extra: str) -> tuple[
     as a config's model.class_path names it, with the config's ddp: block: (the run, its record)."""
     import os
 
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1", "--devices", "2",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--num-nodes", "1",
+             "--devices-per-node", "2", *throughput(),
              "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32", "--max-epochs", "2",
              "--model-class", f"usermods.{model}", "--data-class", "usermods.imagedata.TrainerShardedImages",
              "--data-args", '{"train_samples": 301}', "--ddp", json.dumps(ddp), "--probe",

@@ -18,7 +18,7 @@ import torch
 from ddpscale.core.spiral import split_sizes, write_dataset
 from ddpscale.workloads.models import SpiralMLP
 
-from helpers.training import launched
+from helpers.training import launched, throughput
 from helpers.workflow import ROOT
 
 SPLIT = [0.7, 0.15, 0.15]
@@ -37,8 +37,9 @@ def odd_data(tmp_path_factory) -> tuple[str, dict]:
 
 def train(tmp_path: Path, data_file: str, devices: int, data_args: str) -> dict:
     # lr 0: the weights stay those seed 0 gives SpiralMLP, so this test can rebuild them
-    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
-               "--devices", str(devices), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--num-nodes", "1",
+               "--devices-per-node", str(devices),
+               *throughput(), "--accelerator", "cpu", "--max-epochs", "2", "--warmup-epochs", "0",
                "--scaling", "weak", "--batch-size", "16", "--seed", "0",
                "--model-class", "ddpscale.workloads.models.SpiralMLP", "--model-args", '{"lr": 0.0}',
                "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,

@@ -17,7 +17,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from helpers.training import launched, train_args
+from helpers.training import launched, throughput, train_args
 from helpers.workflow import ROOT, tiny_config
 from ddpscale.run import runspec
 from ddpscale.job.launch.spawner import describe_exit, run
@@ -168,7 +168,8 @@ def long_data(tmp_path_factory) -> str:
 
 def train_command(tmp_path: Path, data_file: str, nodes: int, devices: int, *extra: str) -> list[str]:
     train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"{nodes}x{devices}",
-             "--nodes", str(nodes), "--devices", str(devices), "--accelerator", "cpu", "--threads", "1",
+             "--num-nodes", str(nodes), "--devices-per-node", str(devices),
+             *throughput(), "--accelerator", "cpu", "--threads", "1",
              "--max-epochs", "2", "--warmup-epochs", "0", "--scaling", "strong", "--batch-size", "16",
              "--model-class", "ddpscale.workloads.models.SpiralMLP",
              "--data-class", "ddpscale.workloads.spiral_datamodule.SpiralDataModule", "--data-file", data_file,

@@ -3,7 +3,7 @@ at the cap that was hit, and full mode times the same windows without stopping.
 
 The data: 840 training samples, batch 32 per device, so 2 ranks take 14 steps an epoch (13
 full batches and a short one). Windows of 5 steps run on across an epoch's end (their clock
-paused for validation), so the 5th window, the rule's first look (--min-windows 5), closes at
+paused for validation), so the 5th window, the rule's first look (min_windows 5), closes at
 global step 25, in the second epoch; a cold first window can make the rule wait for its next
 looks (7 and 9 windows).
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.training import measured, train_command
+from helpers.configs import rule
+from helpers.training import measured, throughput, train_command
 from helpers.workflow import ROOT
 
 from ddpscale.core import steadystate
@@ -29,11 +30,13 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
     # a precision any settled windows reach: the rule stops at one of its looks (window 5, 7, 9,
     # 12, ...), at the end of the window it decided on, on every rank, long before epoch 50
     log = []
-    m = measured(tmp_path, data_file, nodes, devices, "--measure", "throughput", "--target-precision", "0.9",
-                 "--max-epochs", "50", "--accuracy-metric", "test_acc", log=log)
+    m = measured(tmp_path, data_file, nodes, devices, "--measure", "throughput",
+                 "--max-epochs", "50", "--accuracy-metric", "test_acc", log=log, precision=0.9)
     assert m["stop_reason"] == "precision reached"
     windows_used = m["windows_steady"] + m["windows_warmup"]
-    assert steadystate.Rule(min_windows=5).looks_at(windows_used) and m["steps_measured"] == 5 * windows_used
+    assert rule(min_windows=5).looks_at(windows_used) and m["steps_measured"] == 5 * windows_used
+    # the rule it ran under, config throughput: whole and by its names
+    assert steadystate.Rule.of(m["throughput"]) == rule(precision=0.9, window_steps=5, min_windows=5)
     # every window is in the record, so the interval can be recomputed
     assert len(m["window_seconds"]) == len(m["window_samples"]) == windows_used and m["windows_settled"]
     # and what the run held its devices for outside training, for the projected held hours
@@ -60,20 +63,20 @@ def test_every_rank_stops_at_the_step_the_rule_decided(tmp_path, data_file, node
 
 
 def test_the_time_cap_stops_the_run_with_the_interval_it_reached(tmp_path, data_file):
-    m = measured(tmp_path, data_file, 1, 2, "--measure", "throughput", "--target-precision", "0.001",
-                 "--measure-max-minutes", "0.000001", "--max-epochs", "50")
+    m = measured(tmp_path, data_file, 1, 2, "--measure", "throughput", "--max-epochs", "50",
+                 precision=0.001, max_minutes=0.000001)
     assert m["stop_reason"] == "time cap reached"
     assert m["stop_steps_by_rank"] == [5, 5]  # the first window is past a cap of 60 us
     assert m["throughput_samples_s"] > 0 and m["throughput_half_width"] is None  # one window: no interval
 
 
 def test_the_step_cap_and_the_configured_epochs_end_a_run_that_never_reaches_its_precision(tmp_path, data_file):
-    capped = measured(tmp_path / "capped", data_file, 1, 1, "--measure", "throughput", "--target-precision",
-                      "0.000001", "--measure-max-steps", "30", "--max-epochs", "50")
+    capped = measured(tmp_path / "capped", data_file, 1, 1, "--measure", "throughput", "--max-epochs", "50",
+                      precision=0.000001, max_steps=30)
     assert capped["stop_reason"] == "step cap reached" and capped["steps_measured"] == 30
     assert capped["stop_steps_by_rank"] == [30]  # 27 steps an epoch: the 6th window ends in the second
-    ended = measured(tmp_path / "ended", data_file, 1, 1, "--measure", "throughput", "--target-precision",
-                     "0.000001", "--max-epochs", "2")
+    ended = measured(tmp_path / "ended", data_file, 1, 1, "--measure", "throughput", "--max-epochs", "2",
+                     precision=0.000001)
     assert ended["stop_reason"] == "configured epochs ended" and ended["epochs_completed"] == 2
 
 
@@ -99,7 +102,7 @@ def test_run_entries_replace_the_figure_only_in_throughput_mode():
 
 def test_a_training_shorter_than_a_window_keeps_its_epochs_figure(tmp_path, data_file):
     # 14 steps an epoch x 2 epochs on 2 ranks, windows of 50: the configured training ended first
-    command = train_command(tmp_path, data_file, 1, 2, "--measure", "throughput", "--window-steps", "50")
+    command = train_command(tmp_path, data_file, 1, 2, "--measure", "throughput", *throughput(window_steps=50))
     result = subprocess.run(command, capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
@@ -132,7 +135,7 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
     trainer = SimpleNamespace(strategy=SimpleNamespace(all_gather=lambda t: t), should_stop=False,
                               sanity_checking=False)
     module = SimpleNamespace(device=torch.device("cpu"))
-    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=2, min_windows=2, precision=0.5),
+    timed = windows.WindowedThroughput(rule(window_steps=2, min_windows=2, precision=0.5),
                                        stop=False, batch_per_device=4)
     batch = (torch.zeros(4, 2), torch.zeros(4))
     before = time.monotonic()
@@ -145,7 +148,7 @@ def test_each_window_keeps_when_it_began_and_the_steady_ones_say_since_when():
     assert before <= timed.starts[0] <= timed.starts[1] <= timed.starts[2] <= timed.starts[3] <= time.monotonic()
     decision = timed.final()
     assert timed.steady_since() == timed.starts[decision.warmup_windows]
-    assert windows.WindowedThroughput(steadystate.Rule(), stop=True, batch_per_device=4).steady_since() is None
+    assert windows.WindowedThroughput(rule(), stop=True, batch_per_device=4).steady_since() is None
 
 
 def test_windows_do_not_count_the_padding_repeat_of_a_shard():
@@ -161,7 +164,7 @@ def test_windows_do_not_count_the_padding_repeat_of_a_shard():
                               sanity_checking=False, train_dataloader=SimpleNamespace(sampler=sampler),
                               fit_loop=SimpleNamespace(_combined_loader=None))  # as before fit combines them
     module = SimpleNamespace(device=torch.device("cpu"))
-    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=3, min_windows=2, precision=0.5),
+    timed = windows.WindowedThroughput(rule(window_steps=3, min_windows=2, precision=0.5),
                                        stop=False, batch_per_device=1)
     batch = (torch.zeros(1, 2), torch.zeros(1))
     for epoch in range(2):
@@ -173,7 +176,7 @@ def test_windows_do_not_count_the_padding_repeat_of_a_shard():
     assert timed.samples == [2, 2]
 
 
-def streamed(tmp_path: Path, devices: int, iterable: bool, *flags: str) -> dict:
+def streamed(tmp_path: Path, devices: int, iterable: bool, **changes) -> dict:
     """train.py on 1x`devices` with the user's StreamData (tests/fixtures/usermods/streamed.py) in
     throughput mode, windows of one step: every epoch's short last batch is a window of its own."""
     import os
@@ -181,12 +184,12 @@ def streamed(tmp_path: Path, devices: int, iterable: bool, *flags: str) -> dict:
 
     from helpers.training import launched
 
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--nodes", "1",
-             "--devices", str(devices), "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", f"1x{devices}", "--num-nodes", "1",
+             "--devices-per-node", str(devices), "--accelerator", "cpu", "--scaling", "weak", "--batch-size", "32",
              "--model-class", "usermods.streamed.StreamNet", "--data-class", "usermods.streamed.StreamData",
              "--data-args", json.dumps({"iterable": iterable}), "--ckpt-dir", str(tmp_path / "ckpt"),
              "--metrics", str(tmp_path / "metrics.json"), "--measure", "throughput", "--max-epochs", "50",
-             "--window-steps", "1", "--min-windows", "30", *flags]
+             *throughput(**{"window_steps": 1, "min_windows": 30, **changes})]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT / "scripts")])}
     result = subprocess.run(launched(train, 1, devices), check=False, capture_output=True, text=True, timeout=150,
                             cwd=ROOT, env=env)
@@ -214,8 +217,8 @@ def test_one_step_windows_with_a_short_last_batch_give_the_windows_samples_over_
     data = stream_data(iterable=False)
     per_step = [len(b[1]) for b in data.train_dataloader()]  # the truth, from the data module itself
     assert per_step[-1] == 4 and len(per_step) == 19
-    m = streamed(tmp_path, 1, False, "--target-precision", "0.000001", "--measure-max-steps", "95")
-    assert m["stop_reason"] == "step cap reached" and m["window_steps"] == 1
+    m = streamed(tmp_path, 1, False, precision=0.000001, max_steps=95)
+    assert m["stop_reason"] == "step cap reached" and m["throughput"]["window_steps"] == 1
     assert m["window_samples"] == per_step * 5  # every step a window: five epochs of them
     steady = slice(m["windows_warmup"], None)
     assert m["windows_steady"] >= steadystate.MIN_STEADY and 4 in m["window_samples"][steady]
@@ -234,7 +237,7 @@ def test_an_iterable_datasets_projection_comes_from_the_whole_epochs_counted(tmp
     from ddpscale.report.figures import projection
 
     truth = sum(1 for _ in stream_data().train_dataloader().dataset)  # the records one pass reads
-    m = streamed(tmp_path, devices, True, "--target-precision", "0.000001", "--measure-max-steps", "40")
+    m = streamed(tmp_path, devices, True, precision=0.000001, max_steps=40)
     assert m["stop_reason"] == "step cap reached" and sum(m["window_samples"]) > truth
     whole = 40 // (19 if devices == 1 else 10)
     assert m["samples_per_epoch"] == truth
@@ -273,7 +276,7 @@ def test_only_epochs_whole_on_every_rank_give_the_size_of_an_epoch():
                               sanity_checking=False, train_dataloader=None, num_training_batches=float("inf"),
                               fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)))
     module = SimpleNamespace(device=torch.device("cpu"))
-    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=2, min_windows=2, precision=0.5),
+    timed = windows.WindowedThroughput(rule(window_steps=2, min_windows=2, precision=0.5),
                                        stop=False, batch_per_device=4)
     timed._counts_epochs = True  # as on_train_start sets it where the loader has no length
     batch = (torch.zeros(4, 2), torch.zeros(4))

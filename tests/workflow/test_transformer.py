@@ -13,7 +13,7 @@ import pytest
 import pytorch_lightning as pl
 
 from helpers.configs import TINY_PRESET, shapes
-from helpers.training import launched
+from helpers.training import launched, throughput
 from helpers.workflow import ROOT, SNAKEMAKE, Workspace
 from ddpscale.workloads.markov_datamodule import MarkovTokens
 from ddpscale.workloads.transformer import TransformerLM, flops_per_sample
@@ -57,7 +57,8 @@ def test_tiny_preset_learns_the_chain_towards_its_floor():
 def test_two_rank_run_of_the_tiny_preset_records_the_analytic_flops(tmp_path):
     model_args = TINY_PRESET["model"]["init_args"]
     data_args = {**TINY_PRESET["data"]["init_args"], "steps_per_epoch": 10}
-    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--nodes", "1", "--devices", "2",
+    train = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x2", "--num-nodes", "1",
+             "--devices-per-node", "2", *throughput(),
              "--accelerator", "cpu", "--max-epochs", "2", "--scaling", "strong", "--batch-size", "32",
              "--model-class", "ddpscale.workloads.transformer.TransformerLM", "--model-args", json.dumps(model_args),
              "--data-class", "ddpscale.workloads.markov_datamodule.MarkovTokens", "--data-args", json.dumps(data_args),
@@ -121,7 +122,8 @@ def test_on_one_gpu_the_transformer_reports_its_mfu(tmp_path, compile_mode):
     model_args = {"vocab_size": 8192, "seq_len": 512, "d_model": 512, "n_layers": 4, "n_heads": 8, "lr": 6e-4}
     data_args = {"vocab_size": 8192, "seq_len": 512, "steps_per_epoch": 40, "val_batches": 4, "test_batches": 4,
                  "branching": 4, "seed": 0}
-    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--nodes", "1", "--devices", "1",
+    command = [sys.executable, str(ROOT / "scripts/train.py"), "--topology", "1x1", "--num-nodes", "1",
+               "--devices-per-node", "1", *throughput(),
                "--accelerator", "gpu", "--max-epochs", "3", "--scaling", "weak", "--batch-size", "16",
                "--precision", "bf16-mixed", "--compile", compile_mode,
                "--model-class", "ddpscale.workloads.transformer.TransformerLM", "--model-args", json.dumps(model_args),

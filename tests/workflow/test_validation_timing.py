@@ -46,9 +46,9 @@ def test_a_throughput_run_that_stopped_before_any_validation_times_two_of_each(t
     """check_val_every_n_epoch 2 and a stop in the first epoch: the run validated and saved
     nothing while training, so after its stop it validates and saves twice (the first cold, the
     second warm), and the projection counts 25 validations and saves in 50 epochs, not 50 or 0."""
-    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--measure-max-steps", "25",
-                 "--max-epochs", "50", "--trainer-args", json.dumps({"check_val_every_n_epoch": 2}),
-                 "--epoch-metric", "val_acc")
+    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--max-epochs", "50",
+                 "--trainer-args", json.dumps({"check_val_every_n_epoch": 2}), "--epoch-metric", "val_acc",
+                 max_steps=25)
     assert m["epochs_completed"] == 1 and m["validation_s"] == [] and m["checkpoint_save_s"] == []
     assert len(m["after_stop_validation_s"]) == 2 and len(m["after_stop_checkpoint_s"]) == 2
     assert projection.events(50, m["check_val_every_n_epoch"], m["validates"]) == (25, 25)
@@ -59,8 +59,7 @@ def test_a_throughput_run_that_stopped_before_any_validation_times_two_of_each(t
 
 
 def test_a_throughput_run_that_validated_at_its_stop_times_one_more(tmp_path, data_file):
-    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--measure-max-steps", "25",
-                 "--max-epochs", "50")
+    m = measured(tmp_path, data_file, 1, 1, "--measure", "throughput", "--max-epochs", "50", max_steps=25)
     fit_validations = len(m["validation_s"])
     assert fit_validations == m["epochs_completed"] == m["checkpoint_saves"] == 1  # at the stop, cold
     assert len(m["after_stop_validation_s"]) == len(m["after_stop_checkpoint_s"]) == 1

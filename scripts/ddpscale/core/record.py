@@ -22,8 +22,9 @@ from pathlib import Path
 
 from ddpscale.core.io import read_regular, write_json_atomic
 from ddpscale.core.layout import run_of
+from ddpscale.core.steadystate import Rule
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The JSON kinds a field may hold. bool is not a number here, though Python counts it as an int.
 INT, NUM, STR, BOOL, LIST, DICT, NULL = "integer", "number", "text", "true/false", "list", "mapping", "null"
@@ -51,8 +52,8 @@ FIELDS = {
     "trainer_settings": (DICT,), "module_callbacks": (LIST,), "ddp": (DICT,), "loggers": (LIST,),
     # how it was measured and what it cost
     "measure": (STR,), "stop_reason": (STR,), "throughput_half_width": (NUM, NULL),
-    "target_precision": (NUM,), "window_steps": (INT,), "min_windows": (INT,), "max_steps": (INT, NULL),
-    "max_minutes": (NUM, NULL), "window_seconds": (LIST,), "window_samples": (LIST,),
+    # the stopping rule's settings by their config names (config throughput:, ddpscale.core.steadystate.Rule)
+    "throughput": (DICT,), "window_seconds": (LIST,), "window_samples": (LIST,),
     "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
     "samples_per_epoch": (INT, NULL), "samples_per_epoch_from": (STR, NULL), "samples_trained": (INT, NULL),
     "samples_uncounted": (STR, NULL),
@@ -167,6 +168,11 @@ def problem(record: object, run: tuple[str, int] | None = None) -> tuple[str, st
              if not _fits(record[k], FIELDS[k])]
     wrong += [f"{k} holds {found}, not {' or '.join(ELEMENTS[k])}" for k in ELEMENTS
               if kind(record[k]) == LIST and (found := _wrong_element(record[k], ELEMENTS[k]))]
+    if kind(record["throughput"]) == DICT:
+        try:
+            Rule.of(record["throughput"])
+        except (TypeError, ValueError) as err:
+            wrong.append(f"throughput: {err}")
     where = non_finite(record, "record")
     if where:
         wrong.append(f"{where.removeprefix('record.')} is not a finite number")

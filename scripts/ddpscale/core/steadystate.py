@@ -48,7 +48,7 @@ synthetic series whose truth is known):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ddpscale.core.stats import (
     period,
@@ -84,15 +84,55 @@ MIN_KEPT = 15  # a run that stops anyway seeks its warm-up down to this many kep
 
 @dataclass(frozen=True)
 class Rule:
-    window_steps: int = 20
-    precision: float = 0.02  # half-width of the 95% interval over the mean
-    min_windows: int = 30  # windows before the first look
-    max_steps: int | None = None
-    max_seconds: float | None = None
+    """Throughput mode's stopping rule: config `throughput:` whole, each setting by its config
+    name, from the config (ddpscale.plan.runplan) through the run's spec and the job to the
+    record (its `throughput` entry) and the report. The defaults are the schema's
+    (workflow/schemas/config.schema.yaml), which fills the config; this type has none."""
+
+    precision: float  # half-width of the 95% interval over the mean at which a run stops
+    window_steps: int  # training batches per timed window
+    min_windows: int  # windows before the first look
+    max_steps: int | None  # the most training batches measured; None: no step cap
+    max_minutes: float | None  # the most minutes measured; None: no time cap
 
     def __post_init__(self):
-        if self.window_steps < 1 or self.min_windows < 2 or not 0 < self.precision < 1:
-            raise ValueError("the stopping rule needs window_steps >= 1, min_windows >= 2 and 0 < precision < 1")
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """What makes these settings a rule that cannot decide, in one line naming the config
+        keys, or None."""
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        whole = lambda v: isinstance(v, int) and not isinstance(v, bool)
+        if not (number(self.precision) and 0 < self.precision < 1):
+            return f"throughput.precision must be a number between 0 and 1 (exclusive), got {self.precision!r}"
+        if not (whole(self.window_steps) and self.window_steps >= 1):
+            return f"throughput.window_steps must be an integer >= 1, got {self.window_steps!r}"
+        if not (whole(self.min_windows) and self.min_windows >= 2):
+            return f"throughput.min_windows must be an integer >= 2, got {self.min_windows!r}"
+        if self.max_steps is not None and not (whole(self.max_steps) and self.max_steps >= 1):
+            return f"throughput.max_steps must be an integer >= 1 or null, got {self.max_steps!r}"
+        if self.max_minutes is not None and not (number(self.max_minutes) and self.max_minutes > 0):
+            return f"throughput.max_minutes must be a number > 0 or null, got {self.max_minutes!r}"
+        return None
+
+    @classmethod
+    def of(cls, settings: dict) -> Rule:
+        """The rule from its settings by their config names (config `throughput:`, a record's
+        `throughput` entry, train.py's --throughput): every one, and no other."""
+        names = [f.name for f in fields(cls)]
+        if not isinstance(settings, dict) or set(settings) != set(names):
+            got = sorted(settings) if isinstance(settings, dict) else type(settings).__name__
+            raise ValueError(f"throughput settings must be exactly {', '.join(names)}; got {got}")
+        return cls(**settings)
+
+    def settings(self) -> dict:
+        """{config name: value}: what the config, the spec's flag and the record hold."""
+        return asdict(self)
+
+    def time_cap_s(self) -> float | None:
+        return None if self.max_minutes is None else self.max_minutes * 60
 
     def looks_at(self, n: int) -> bool:
         """Whether the rule looks at the windows once there are n: min_windows, then each time
@@ -175,7 +215,7 @@ def decide(window_seconds: list[float], samples_per_window: int | list[int], rul
     steps = n * rule.window_steps
     if rule.max_steps is not None and steps >= rule.max_steps:
         capped = STEP_CAP
-    elif rule.max_seconds is not None and elapsed_s is not None and elapsed_s >= rule.max_seconds:
+    elif rule.max_minutes is not None and elapsed_s is not None and elapsed_s >= rule.time_cap_s():
         capped = TIME_CAP
     else:
         capped = ENDED if ended else None

@@ -43,8 +43,8 @@ def ddp_strategy(spec: RunSpec):
 
 def set_threads(spec: RunSpec, torch) -> None:
     """Ranks of one simulated node share its cores; a cluster rank gets its cpus-per-task."""
-    local_ranks = spec.devices if spec.cluster_env == "local" else 1
-    torch.set_num_threads(spec.threads or max(1, (os.cpu_count() or 1) // (local_ranks * spec.nodes)))
+    local_ranks = spec.devices_per_node if spec.cluster_env == "local" else 1
+    torch.set_num_threads(spec.threads or max(1, (os.cpu_count() or 1) // (local_ranks * spec.num_nodes)))
 
 
 def build_modules(spec: RunSpec):
@@ -117,7 +117,7 @@ def build_trainer(spec: RunSpec, run_callbacks: list, log_dir: str | None = None
         # it would only be noise
         warnings.filterwarnings("ignore", message=r".*smaller than the logging interval")
     return pl.Trainer(
-        accelerator=spec.accelerator, devices=spec.devices, num_nodes=spec.nodes,
+        accelerator=spec.accelerator, devices=spec.devices_per_node, num_nodes=spec.num_nodes,
         # one device trains as a user would without DDP; more devices use DDP
         strategy=ddp_strategy(spec) if spec.topo.world_size > 1 else "auto",
         plugins=[env], precision=spec.precision,

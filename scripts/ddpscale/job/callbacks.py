@@ -20,7 +20,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from ddpscale.core import steadystate
 from ddpscale.job.device import flops, gpu
 from ddpscale.job.launch import ranks
 from ddpscale.job.launch.ranks import PlacementCheck
@@ -318,7 +317,7 @@ def planned_batches(trainer, spec: RunSpec) -> float | None:
         return None
     planned = per_epoch * trainer.max_epochs
     if spec.measure == "throughput":
-        planned = min(planned, spec.min_windows * spec.window_steps)
+        planned = min(planned, spec.throughput.min_windows * spec.throughput.window_steps)
     return float(planned)
 
 
@@ -360,8 +359,8 @@ def build(spec: RunSpec) -> RunCallbacks:
     timing = EpochTiming(warmup_epochs=spec.warmup_epochs, expected_world_size=spec.topo.world_size,
                             batch_dim=spec.batch_dim, batch_per_device=per_device)
     # each rank's GPU: too few visible stops here, two ranks on one GPU at fit start
-    placement = PlacementCheck(spec.accelerator, spec.devices)
-    windows = WindowedThroughput(rule(spec), stop=spec.measure == "throughput", batch_per_device=per_device,
+    placement = PlacementCheck(spec.accelerator, spec.devices_per_node)
+    windows = WindowedThroughput(spec.throughput, stop=spec.measure == "throughput", batch_per_device=per_device,
                                  counter=timing.counter)
     return RunCallbacks(
         timing=timing,
@@ -369,7 +368,7 @@ def build(spec: RunSpec) -> RunCallbacks:
         stop=GracefulStop(os.path.join(spec.ckpt_dir, LAST), before_save=timing.pause),
         placement=placement,
         gpu=GpuFacts(placement, spec.warmup_epochs, windows if spec.measure == "throughput" else None),
-        flops=FlopsCount(timing.counter, spec.window_steps, spec.warmup_epochs, spec.measure),
+        flops=FlopsCount(timing.counter, spec.throughput.window_steps, spec.warmup_epochs, spec.measure),
         probe=ProbeBeforeTraining(spec) if spec.probe else None,
         checkpoint=epoch_checkpoint(spec.ckpt_dir),
         windows=windows,
@@ -377,10 +376,3 @@ def build(spec: RunSpec) -> RunCallbacks:
         grace=CompileGrace(spec.compile, spec.collective_timeout_s, spec.compile_timeout_s),
     )
 
-
-def rule(spec: RunSpec) -> steadystate.Rule:
-    """Throughput mode's stopping rule from the run's spec (full mode times the same windows)."""
-    minutes = spec.measure_max_minutes
-    return steadystate.Rule(window_steps=spec.window_steps, precision=spec.target_precision,
-                            min_windows=spec.min_windows, max_steps=spec.measure_max_steps,
-                            max_seconds=None if minutes is None else minutes * 60)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable
 from pathlib import Path
@@ -22,6 +22,7 @@ from ddpscale.core import record as run_record
 from ddpscale.core.io import set_aside
 from ddpscale.core.layout import Layout, layout, other_workload
 from ddpscale.core.spiral import corruption, manifest_path_for
+from ddpscale.core.steadystate import Rule
 from ddpscale.plan import planfile
 from ddpscale.plan.cost import reservation, throughputfit, timelimit
 from ddpscale.plan.site.resources import Site, cluster_env, launch_prefix, run_accelerator, slurm_resources
@@ -39,6 +40,7 @@ class RunPlan:
     config_source: str  # the files the config came from: the first words of its messages
     site: Site
     measure: str  # throughput or full (ddpscale.run.measuremode)
+    throughput: Rule  # config throughput: whole, the stopping rule every run carries (ddpscale.core.steadystate)
     topologies: tuple[Topology, ...]
     repeats: tuple[int, ...]
     # The accelerator of every run; locally decided once for this host, so a report never
@@ -122,7 +124,8 @@ class RunPlan:
         if key not in self._specs:
             self._specs[key] = build_spec(
                 self.config, self.site, parse_topology(topology), int(repeat),
-                topologies=list(self.topologies), measure=self.measure, accelerator=self.accelerator,
+                topologies=list(self.topologies), measure=self.measure, throughput=self.throughput,
+                accelerator=self.accelerator,
                 local_threads=self.local_threads, data_file=self.data_file, lightning=self.lightning,
                 layout=self.layout)
         return self._specs[key]
@@ -173,7 +176,7 @@ class RunPlan:
         {train_<stage>: minutes or None}. None locally: the local profile has no time limit."""
         if self.site.is_local:
             return []
-        return timelimit.stage_limits(self.measure, self.config["throughput"], self.stage_topologies, runtimes,
+        return timelimit.stage_limits(self.measure, self.throughput, self.stage_topologies, runtimes,
                                       self.measured_setup_s)
 
     def job_runtimes(self, runtimes: dict) -> dict:
@@ -199,7 +202,7 @@ class RunPlan:
 
         jobs = self.training_jobs(self.job_runtimes(runtimes), decide)
         return timelimit.limit_lines(self.time_limits(runtimes)) + reservation.summary_lines(
-            jobs, self.site, self.accelerator, self.measure, self.config["throughput"])
+            jobs, self.site, self.accelerator, self.measure, self.throughput)
 
     def report_argv(self, runtimes: dict) -> list[str]:
         """The report's settings as explicit flags (its inputs come separately), each value in
@@ -248,23 +251,22 @@ class RunPlan:
 
 
 def build_spec(config: dict, site: Site, topo: Topology, repeat: int, *, topologies: list[Topology], measure: str,
-               accelerator: str, local_threads: int | None, data_file: str | None, lightning,
+               throughput: Rule, accelerator: str, local_threads: int | None, data_file: str | None, lightning,
                layout: Layout) -> runspec.RunSpec:
     """One run's spec from the checked config, the site, the topology and the repeat, with what
-    the workflow resolved once for all runs: the measure mode, the host's accelerator and
+    the workflow resolved once for all runs: the measure mode, the stopping rule (config
+    throughput:), the host's accelerator and
     threads (local profile), the generated data file and a LightningCLI config's parts."""
     baseline = parse_topology(config["baseline"])
     # The first repeat probes its topology before training, in the same allocation; the
     # baseline's probe also times its compute at every topology's per-device batch, where the
     # prediction of each topology starts.
     probe_sizes = sorted({batch_per_device(config["batch"]["scaling"], config["batch"]["size"], t) for t in topologies})
-    throughput = {}
-    if measure == "throughput":  # when throughput mode stops (ddpscale.job.measure.windows)
-        limits = config["throughput"]
-        throughput = {"target_precision": limits["precision"], "min_windows": limits["min_windows"],
-                      "measure_max_steps": limits["max_steps"], "measure_max_minutes": limits["max_minutes"]}
+    if measure != "throughput":  # full mode times the same windows but never stops on them: no caps,
+        # so a cap's change reruns no full-mode run
+        throughput = replace(throughput, max_steps=None, max_minutes=None)
     return runspec.RunSpec(
-        topology=topo.name, nodes=topo.num_nodes, devices=topo.devices_per_node,
+        topology=topo.name, num_nodes=topo.num_nodes, devices_per_node=topo.devices_per_node,
         model_class=config["model"]["class_path"], model_args=config["model"]["init_args"],
         data_class=config["data"]["class_path"], data_args=config["data"]["init_args"],
         data_file=data_file, data_files=list(config["data"]["files"]),
@@ -277,7 +279,7 @@ def build_spec(config: dict, site: Site, topo: Topology, repeat: int, *, topolog
         trainer_args=dict(lightning.trainer_args) if lightning else {},
         optimizers=dict(lightning.optimizers) if lightning else {},
         loggers=lightning.loggers if lightning else None,
-        measure=measure, window_steps=config["throughput"]["window_steps"], **throughput,
+        measure=measure, throughput=throughput,
         metrics=layout.metrics(topo.name, repeat), ckpt_dir=layout.checkpoint_dir(topo.name, repeat),
         # Locally one simulated device is one core (a 1-device run must not get every core, or
         # adding devices would add no hardware) and a GPU its share of the cores (hostdevices)
@@ -335,6 +337,7 @@ def build(config: dict, site: Site, *, config_source: str, lightning, python: st
             notes.append(f"warning: {oversubscription_warning(decision.oversubscribed, cores)}")
     return RunPlan(
         config=config, config_source=config_source, site=site, measure=measure,
+        throughput=Rule.of(config["throughput"]),
         topologies=tuple(topologies), repeats=tuple(range(measuremode.repeats(config["repeats"], measure))),
         accelerator=accelerator, gpu_ids=gpu_ids, local_threads=threads, lightning=lightning,
         python=python, versions=versions, notes=tuple(notes), measured_setup_s=dict(measured_setup_s or {}))

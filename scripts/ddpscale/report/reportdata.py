@@ -12,6 +12,7 @@ from ddpscale.report.figures.scaling import Comparison
 from ddpscale.report.fmt import known, plus_minus, topology_names
 from ddpscale.report.load import earlier as earlier_runs
 from ddpscale.report.load.description import describe
+from ddpscale.report.load.records import rules
 from ddpscale.report.verdict import caveats, recommendation
 
 
@@ -89,8 +90,7 @@ def precision_note(summary: pd.DataFrame, comparison: Comparison, runs: pd.DataF
     short = summary[[isinstance(r, str) and r not in ("", PRECISION_REACHED) for r in reasons]]
     if short.empty:
         return None
-    asked = ", ".join(dict.fromkeys(f"\u00b1{float(p):.0%}" for p in runs["target_precision"]
-                                    if p is not None and pd.notna(p))) or "the precision"
+    asked = ", ".join(dict.fromkeys(f"\u00b1{rule.precision:.0%}" for rule in rules(runs))) or "the precision"
     each = topology_names(pd.DataFrame({"topology": [f"{r['topology']} ({within_run(r)})"
                                                      for _, r in short.iterrows()]}))
     # the configured epochs ending first is cured by more epochs, a cap by a higher cap

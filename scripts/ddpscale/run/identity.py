@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 # Settings that differ between the runs of one report by design; every other setting must
 # be the same for their numbers to be comparable. The data file's path is covered by the
 # data's checksum.
-PER_RUN_SETTINGS = ("topology", "nodes", "devices", "cluster_env", "repeat", "data_file")
+PER_RUN_SETTINGS = ("topology", "num_nodes", "devices_per_node", "cluster_env", "repeat", "data_file")
 # The parts the report compares, in the order its messages name them.
 PARTS = ("data", "settings", "code", "versions")
 PACKAGE = "ddpscale"

@@ -22,6 +22,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 
+from ddpscale.core.steadystate import Rule
 from ddpscale.run import argsfile, ddpsettings
 from ddpscale.run.topology import Topology, batch_per_device
 
@@ -47,13 +48,18 @@ def _doc(text: str, **meta) -> dict:
 class RunSpec:
     # --- what the run is: the topology and the modules ---
     topology: str = field(metadata=_doc("label, e.g. 2x4"))
-    nodes: int = field(metadata=_doc("nodes"))
-    devices: int = field(metadata=_doc("devices (ranks) per node"))
+    num_nodes: int = field(metadata=_doc("nodes (Lightning's num_nodes)"))
+    devices_per_node: int = field(metadata=_doc("devices (ranks) per node"))
     model_class: str = field(metadata=_doc("the LightningModule's import path (config model.class_path)"))
     data_class: str = field(metadata=_doc("the LightningDataModule's import path (config data.class_path)"))
     scaling: str = field(metadata=_doc("weak: the batch is per device; strong: global (config batch.scaling)"))
     batch_size: int = field(metadata=_doc("per device (weak) or global (strong) (config batch.size)"))
     max_epochs: int = field(metadata=_doc("epochs trained (config max_epochs)"))
+    # what it measures (ddpscale.job.measure.windows): the stopping rule, config throughput: whole
+    throughput: Rule = field(metadata=_doc("the stopping rule's settings as JSON, by their names in config "
+                                           "throughput: (precision, window_steps, min_windows, max_steps, "
+                                           "max_minutes); full mode times the same windows, without caps",
+                                           parse="throughput"))
     model_args: dict = field(default_factory=dict, metadata=_doc("init arguments (config model.init_args)"))
     data_args: dict = field(default_factory=dict, metadata=_doc("init arguments (config data.init_args)"))
     data_file: str | None = field(default=None, metadata=_doc("the dataset prepare_data wrote (generated data)"))
@@ -86,15 +92,7 @@ class RunSpec:
     # --- what it measures (ddpscale.job.measure.windows) ---
     measure: str = field(default="full",
                          metadata=_doc("throughput: stop once the steady-state throughput is known to "
-                                       "target_precision (or at a cap); full: train max_epochs"))
-    window_steps: int = field(default=20, metadata=_doc("training batches per timed window"))
-    target_precision: float = field(default=0.02,
-                                    metadata=_doc("half-width of the 95% interval of the throughput (the "
-                                                  "steady windows' samples over their seconds), over the "
-                                                  "throughput, at which throughput mode stops"))
-    min_windows: int = field(default=30, metadata=_doc("windows timed before the stopping rule first looks"))
-    measure_max_steps: int | None = field(default=None, metadata=_doc("the most training batches measured"))
-    measure_max_minutes: float | None = field(default=None, metadata=_doc("the most minutes measured"))
+                                       "throughput.precision (or at a cap); full: train max_epochs"))
     # --- how it runs, where it writes and what it says: not what it measures ---
     metrics: str = field(default="metrics.json", metadata=_doc("metrics.json to write", **HOW))
     ckpt_dir: str = field(default="checkpoints", metadata=_doc("resume checkpoints (not a workflow output)", **HOW))
@@ -130,7 +128,7 @@ class RunSpec:
 
     @property
     def topo(self) -> Topology:
-        return Topology(self.nodes, self.devices)
+        return Topology(self.num_nodes, self.devices_per_node)
 
     @property
     def batch_per_device(self) -> int:
@@ -145,7 +143,8 @@ class RunSpec:
 
     def measured(self) -> dict:
         """The settings that define what the run measures (its fingerprint and identity)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("measured", True)}
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.metadata.get("measured", True)}
 
     def replace(self, **changes) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -196,7 +195,13 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _plain(value):
+    """A setting as JSON holds it: the stopping rule as its settings."""
+    return value.settings() if isinstance(value, Rule) else value
+
+
 def _text(value) -> str:
+    value = _plain(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return str(value)
@@ -229,6 +234,17 @@ def _ddp(text: str) -> dict:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _rule(text: str) -> Rule:
+    """--throughput checked as the config's throughput: is, in one line naming the key."""
+    try:
+        return Rule.of(json.loads(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+PARSE = {"ddp": _ddp, "throughput": _rule}
+
+
 def parser() -> argparse.ArgumentParser:
     """train.py's command line: one flag per field, required where the field has no default."""
     p = argparse.ArgumentParser(description="Train one topology with Lightning DDP and write its metrics.json.")
@@ -239,7 +255,7 @@ def parser() -> argparse.ArgumentParser:
         if kind is bool:
             p.add_argument(_flag(f.name), action="store_true", help=f.metadata["help"])
             continue
-        convert = _ddp if f.metadata.get("parse") == "ddp" else _json_of(kind) if kind in (dict, list) else kind
+        convert = PARSE.get(f.metadata.get("parse")) or (_json_of(kind) if kind in (dict, list) else kind)
         p.add_argument(_flag(f.name), type=convert, required=required, default=argparse.SUPPRESS,
                        help=f.metadata["help"].replace("%", "%%"))
     # read by parse before this parser sees the flags (ddpscale.run.argsfile): listed for --help
@@ -271,14 +287,13 @@ def _problem(spec: RunSpec) -> str | None:
     for name, allowed in choices.items():
         if getattr(spec, name) not in allowed:
             return f"--{name.replace('_', '-')} is {getattr(spec, name)!r}; choose one of {', '.join(allowed)}"
-    for name in ("nodes", "devices", "batch_size", "max_epochs", "accumulate_grad_batches", "window_steps",
-                 "min_windows", "attempt"):
+    for name in ("num_nodes", "devices_per_node", "batch_size", "max_epochs", "accumulate_grad_batches", "attempt"):
         if getattr(spec, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(spec, name)}"
     for name in ("repeat", "seed", "threads", "batch_dim", "warmup_epochs"):
         if getattr(spec, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(spec, name)}"
-    for name in ("collective_timeout_s", "compile_timeout_s", "target_precision"):
+    for name in ("collective_timeout_s", "compile_timeout_s"):
         value = getattr(spec, name)
         if not (math.isfinite(value) and value > 0):
             return f"--{name.replace('_', '-')} must be a finite number > 0, got {value}"

@@ -66,6 +66,11 @@ def test_the_test_record_carries_every_required_key():
     ("hosts", {"a": 1}, "hosts is mapping, not list"),
     ("topology", None, "topology is null, not text"),
     ("identity", [], "identity is list, not mapping"),
+    ("throughput", 0.02, "throughput is number, not mapping"),
+    # the stopping rule's settings by their config names, read back into the rule's one validator
+    ("throughput", {"precision": 0.02}, "throughput: throughput settings must be exactly precision, "),
+    ("throughput", {"precision": 0.02, "window_steps": 0, "min_windows": 30, "max_steps": None, "max_minutes": 10},
+     "throughput: throughput.window_steps must be an integer >= 1, got 0"),
 ])
 def test_a_field_of_the_wrong_kind_is_refused_naming_the_field_and_both_kinds(tmp_path, key, value, said):
     """A record of the wrong shape stops the report in one line, not in an AttributeError deep in
@@ -74,7 +79,7 @@ def test_a_field_of_the_wrong_kind_is_refused_naming_the_field_and_both_kinds(tm
     path.write_text(json.dumps({**make_run(), key: value}))
     with pytest.raises(ValueError) as err:
         record.read(path)
-    assert str(err.value).startswith(f"{path}: {said};") and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{path}: {said}") and "\n" not in str(err.value)
 
 
 def test_a_whole_number_is_a_number_and_the_test_record_has_every_kind_right():

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import pytest
 from ddpscale.core import stats, steadystate
-from ddpscale.core.steadystate import Rule, decide
+from ddpscale.core.steadystate import decide
+from helpers.configs import rule
 
 BATCH = 32
 CAP = 100  # windows: a throughput run's cap, as benchmarks/stopping_coverage.py has it
@@ -80,13 +81,13 @@ def draw(rng: random.Random, kind: str, windows: int = CAP) -> Run:
 def run_once(run: Run) -> tuple[steadystate.Decision, int]:
     """The rule fed the windows as throughput mode feeds it (precision 2%, first look at 30
     windows, a cap of CAP), until it stops: (its decision, windows used)."""
-    rule = Rule(window_steps=run.window_steps, precision=0.02, min_windows=30, max_steps=CAP * run.window_steps)
-    for used in range(rule.min_windows, len(run.seconds) + 1):
-        if rule.looks_at(used) or used == len(run.seconds):
-            decision = decide(run.seconds[:used], run.samples[:used], rule)
+    stopping = rule(window_steps=run.window_steps, precision=0.02, min_windows=30, max_steps=CAP * run.window_steps)
+    for used in range(stopping.min_windows, len(run.seconds) + 1):
+        if stopping.looks_at(used) or used == len(run.seconds):
+            decision = decide(run.seconds[:used], run.samples[:used], stopping)
             if decision.stop:
                 return decision, used
-    return decide(run.seconds, run.samples, rule, ended=True), len(run.seconds)
+    return decide(run.seconds, run.samples, stopping, ended=True), len(run.seconds)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def test_one_step_windows_with_a_short_last_batch_give_samples_over_seconds():
     step as 20 times slower per sample than the rest, and the run as 2.7 times slower."""
     counts = ([32] * 9 + [1]) * 10
     seconds = [0.5 + 0.01 * c for c in counts]
-    decision = decide(seconds, counts, Rule(window_steps=1, min_windows=30), ended=True)
+    decision = decide(seconds, counts, rule(window_steps=1, min_windows=30), ended=True)
     steady = slice(decision.warmup_windows, None)
     assert decision.steady_windows == 100 - decision.warmup_windows and decision.settled
     assert decision.throughput == pytest.approx(sum(counts[steady]) / sum(seconds[steady]), rel=1e-12)
@@ -165,11 +166,11 @@ def test_a_window_of_no_counted_samples_keeps_its_seconds_and_its_place():
     counts = [32] * 40
     counts[35] = 0
     seconds = [3.0, 2.0] + [1.0] * 38
-    decision = decide(seconds, counts, Rule(window_steps=1, min_windows=30), ended=True)
+    decision = decide(seconds, counts, rule(window_steps=1, min_windows=30), ended=True)
     steady = slice(decision.warmup_windows, None)
     assert decision.throughput == pytest.approx(sum(counts[steady]) / sum(seconds[steady]))
     assert decision.warmup_windows + decision.steady_windows == 40
-    assert math.isnan(decide([1.0] * 30, [0] * 30, Rule(min_windows=30)).throughput)
+    assert math.isnan(decide([1.0] * 30, [0] * 30, rule(min_windows=30)).throughput)
 
 
 HELD = ["independent", "ar1", "bursts", "settling", "bucketed"]

@@ -7,32 +7,35 @@ import shlex
 
 import pytest
 
-from helpers.configs import BASE, default_config
+from helpers.configs import BASE, default_config, rule
 from ddpscale.core.layout import layout
 from ddpscale.run.topology import parse_topology
 from ddpscale.run import runspec
 from ddpscale.plan.site.resources import Site
 from ddpscale.plan.runplan import build_spec
 from ddpscale.run.runspec import RunSpec
+from ddpscale.core.steadystate import Rule
 
 
 def built(config: dict, topology: str, repeat: int, site: Site = Site(), measure: str = "full") -> RunSpec:
     topologies = [parse_topology(t) for t in config["topologies"]]
     return build_spec(config, site, parse_topology(topology), repeat, topologies=topologies, measure=measure,
-                      accelerator="cpu", local_threads=1, data_file="results/x/data/spiral/data.npz",
+                      throughput=Rule.of(config["throughput"]), accelerator="cpu", local_threads=1,
+                      data_file="results/x/data/spiral/data.npz",
                       lightning=None, layout=layout(config))
 
 
 def hostile() -> RunSpec:
     """Every kind of field set away from its default, with text a shell must not read."""
-    return RunSpec(**{**BASE, "model_args": {"name": "it's $(id); `x`\n", "depth": [1, 2.5, None]}},
+    return RunSpec(**{**BASE, "model_args": {"name": "it's $(id); `x`\n", "depth": [1, 2.5, None]},
+                      "throughput": rule(window_steps=10, precision=0.05, min_windows=8, max_steps=500,
+                                         max_minutes=2.5)},
                    data_args={"root": "/data/a b"}, data_file="/tmp/d ata.npz", data_files=["a;b", "c d"],
                    repeat=2, seed=7, cluster_env="slurm", batch_dim=1, precision="bf16-mixed", compile="default",
                    accumulate_grad_batches=2, loader={"num_workers": 4, "pin_memory": True},
                    ddp={"static_graph": True, "comm_hook": "fp16_compress"}, trainer_args={"gradient_clip_val": 0.5},
                    optimizers={"optimizer": {"class_path": "torch.optim.Adam"}}, loggers=[],
-                   warmup_epochs=0, measure="throughput", window_steps=10, target_precision=0.05, min_windows=8,
-                   measure_max_steps=500, measure_max_minutes=2.5, metrics="r/m e.json", ckpt_dir="c k",
+                   warmup_epochs=0, measure="throughput", metrics="r/m e.json", ckpt_dir="c k",
                    threads=3, collective_timeout_s=60.0, compile_timeout_s=900.0, probe=True,
                    probe_batch_sizes=[8, 16], held_from_job=True, held_devices=8, site_interconnect="ib",
                    accuracy_metric="val/acc", epoch_metric="val acc", attempt=1)
@@ -71,7 +74,8 @@ def test_what_a_run_measures_excludes_how_it_runs():
                "epoch_metric": "val_loss", "attempt": 2}
     assert spec.replace(**changed).measured() == spec.measured(), "how it runs changed what it measures"
     for name, value in {"seed": 1, "batch_size": 64, "precision": "16-mixed", "model_args": {"w": 2},
-                        "measure": "throughput", "ddp": {"static_graph": True}}.items():
+                        "measure": "throughput", "ddp": {"static_graph": True},
+                        "throughput": rule(precision=0.05)}.items():
         assert spec.replace(**{name: value}).measured() != spec.measured(), name
 
 
@@ -82,7 +86,7 @@ def test_every_field_says_what_it_is():
 
 
 @pytest.mark.parametrize("change, said", [
-    ({"nodes": 0}, "--nodes must be >= 1, got 0"),
+    ({"num_nodes": 0}, "--num-nodes must be >= 1, got 0"),
     ({"collective_timeout_s": float("nan")}, "--collective-timeout-s must be a finite number > 0, got nan"),
     ({"compile": "turbo"}, "--compile is 'turbo'; choose one of none, default"),
     ({"probe_batch_sizes": [0, 8]}, "--probe-batch-sizes must be integers >= 1"),
@@ -97,7 +101,10 @@ def test_a_spec_that_cannot_run_is_refused_in_one_line(change, said):
 @pytest.mark.parametrize("flag, text, said", [
     ("--model-args", "{oops", "argument --model-args: not JSON"),
     ("--data-files", '{"a": 1}', "argument --data-files: expected a JSON list"),
-    ("--nodes", "0", "--nodes must be >= 1"),
+    ("--num-nodes", "0", "--num-nodes must be >= 1"),
+    ("--throughput", '{"precision": 0.02}', "argument --throughput: throughput settings must be exactly"),
+    ("--throughput", '{"precision": 2, "window_steps": 20, "min_windows": 30, "max_steps": null, "max_minutes": 10}',
+     "argument --throughput: throughput.precision must be a number between 0 and 1"),
 ])
 def test_a_bad_flag_exits_with_argparses_one_line(flag, text, said, capsys):
     argv = [*shlex.split(RunSpec(**BASE).command()), flag, text]
@@ -121,8 +128,9 @@ def test_the_plan_takes_the_site_and_the_measure_mode():
     assert (spec.cluster_env, spec.threads, spec.held_from_job, spec.site_interconnect) == ("slurm", 8, True,
                                                                                             "infiniband")
     assert spec.held_devices == 8, "whole nodes of 4 GPUs are billed"
-    assert spec.target_precision == config["throughput"]["precision"]
+    assert spec.throughput == Rule.of(config["throughput"]), "the config's throughput: whole, by its names"
     assert spec.metrics == layout(config).metrics("2x2", 1)
     full = built(config, "2x2", 1)
     assert (full.cluster_env, full.threads, full.held_from_job, full.held_devices) == ("local", 1, False, None)
-    assert full.measure_max_steps is None, "full mode has no throughput cap"
+    assert (full.throughput.max_steps, full.throughput.max_minutes) == (None, None), "full mode has no cap"
+    assert full.throughput.precision == config["throughput"]["precision"]

@@ -124,7 +124,7 @@ def test_settings_that_fit_stay_on_the_command_line_where_a_dry_run_shows_them(t
     monkeypatch.chdir(tmp_path)
     p = plan(default_config())
     flags = p.run_flags("1x2", 0, write=True)
-    assert argsfile.FILE_FLAG not in flags and "--nodes=1 --devices=2 " in flags
+    assert argsfile.FILE_FLAG not in flags and "--num-nodes=1 --devices-per-node=2 " in flags
     assert not (tmp_path / "results").exists()
     assert argsfile.FILE_FLAG in plan(huge_config()).run_flags("1x2", 0, write=False)
 

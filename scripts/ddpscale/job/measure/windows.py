@@ -213,7 +213,6 @@ class WindowedThroughput(pl.Callback):
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
             # None where the windows are too few for an honest interval (too short to tell)
             "throughput_half_width": d.half_width if math.isfinite(d.half_width) else None,
-            "window_steps": self.rule.window_steps,
             "windows_warmup": d.warmup_windows,
             "windows_steady": d.steady_windows,
             # False: no warm-up cut left the windows without a trend; the figure is the later half's
@@ -222,12 +221,10 @@ class WindowedThroughput(pl.Callback):
             # first windows_warmup are the warm-up): the interval can be recomputed from them
             "window_seconds": list(self.seconds),
             "window_samples": list(self.samples),
-            "min_windows": self.rule.min_windows,
             "steps_measured": len(self.seconds) * self.rule.window_steps,
             "stop_reason": reason,
-            "target_precision": self.rule.precision,
-            "max_steps": self.rule.max_steps,
-            "max_minutes": None if self.rule.max_seconds is None else self.rule.max_seconds / 60,
+            # the stopping rule it ran under, config throughput: whole and by its names (no caps in full mode)
+            "throughput": self.rule.settings(),
             "warmup_excess_s": steadystate.warmup_excess_s(self.seconds, self.samples, d),
             **epoch_size(self.samples_per_epoch, self.whole_epochs),
             **self.loaders_record,

@@ -294,7 +294,7 @@ def probe(trainer, module, spec: RunSpec, *, steps: int, rounds: int, warmup: in
         return Outcome(probe_record.na_record(spec.topology, trainer.world_size, skipped), None)
     backend = dist.get_backend() if trainer.world_size > 1 else "none"
     record = probe_record.record(
-        topology=spec.topology, num_nodes=spec.nodes, devices_per_node=spec.devices, places=places,
+        topology=spec.topology, num_nodes=spec.num_nodes, devices_per_node=spec.devices_per_node, places=places,
         backend=backend, device=run.device, precision=spec.precision, gradient=run.gradient,
         allreduce=run.allreduce, step=run.step, started=started)
     record["allreduce_ddp"] = run.allreduce_ddp  # report.figures.breakdown.allreduce_s reads it

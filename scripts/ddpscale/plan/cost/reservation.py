@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddpscale.core.steadystate import Rule
 from ddpscale.plan.site.resources import Site
 from ddpscale.run.topology import STAGE_RULES, parse_topology
 
@@ -134,7 +135,7 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def job_line(job: Job, local: bool, gpus: bool, throughput: dict | None) -> str:
+def job_line(job: Job, local: bool, gpus: bool, throughput: Rule | None) -> str:
     """One job: devices, time limit, GPU-hours reserved (and expected, in throughput mode)."""
     head = f"{PREFIX}{job.topology} r{job.repeat} ({job.rule}): "
     if not job.runs:
@@ -151,12 +152,12 @@ def job_line(job: Job, local: bool, gpus: bool, throughput: dict | None) -> str:
         line = head + f"{devices}, no runtime set: the partition's default time limit applies, GPU-hours unknown"
     else:
         line = head + f"{devices} x {job.runtime_min} min = {hours(reserved_hours(job))} GPU-hours reserved"
-    if throughput is not None and (expected := expected_hours(job, throughput.get("max_minutes"))) is not None:
-        line += f"; expected {hours(expected)} GPU-hours ({capped_minutes(job, throughput['max_minutes'])} min of measuring)"
+    if throughput is not None and (expected := expected_hours(job, throughput.max_minutes)) is not None:
+        line += f"; expected {hours(expected)} GPU-hours ({capped_minutes(job, throughput.max_minutes)} min of measuring)"
     return line
 
 
-def summary_lines(jobs: list[Job], site: Site, accelerator: str, mode: str, throughput: dict) -> list[str]:
+def summary_lines(jobs: list[Job], site: Site, accelerator: str, mode: str, throughput: Rule) -> list[str]:
     """The per-job lines and the total, for a dry run's output."""
     local = site.is_local
     gpus = accelerator == "gpu"
@@ -206,9 +207,9 @@ def run_states(jobs: list[Job]) -> str:
     return said
 
 
-def expected_line(todo: list[Job], throughput: dict) -> str:
+def expected_line(todo: list[Job], throughput: Rule) -> str:
     """Throughput mode's expected use from the caps, or why it is unknown."""
-    max_minutes, max_steps = throughput.get("max_minutes"), throughput.get("max_steps")
+    max_minutes, max_steps = throughput.max_minutes, throughput.max_steps
     if max_minutes is None:
         if max_steps is None:
             why = "no cap is set (throughput.max_minutes and max_steps are null): a run measures until its precision is reached"

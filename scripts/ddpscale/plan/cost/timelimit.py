@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ddpscale.core.steadystate import Rule
 from ddpscale.run.measuremode import THROUGHPUT
 from ddpscale.run.topology import STAGE_RULES
 
@@ -58,7 +59,7 @@ def measured_setups(records: list[dict]) -> dict:
     return found
 
 
-def stage_limits(mode: str, throughput: dict, stage_topologies: dict, runtimes: dict,
+def stage_limits(mode: str, throughput: Rule, stage_topologies: dict, runtimes: dict,
                  measured: dict) -> list[Limit]:
     """One Limit per stage that has topologies. runtimes: {train_<stage>: the profile's minutes or
     None}; measured: {topology: the most set-up seconds its finished records show}."""
@@ -70,14 +71,14 @@ def stage_limits(mode: str, throughput: dict, stage_topologies: dict, runtimes: 
     return limits
 
 
-def stage_limit(rule: str, mode: str, throughput: dict, profile_min: int | None, measured: dict,
+def stage_limit(rule: str, mode: str, throughput: Rule, profile_min: int | None, measured: dict,
                 names: list[str]) -> Limit:
     profile_says = f"the profile's runtime for {rule}"
     if profile_min is None:
         return Limit(rule, None, f"the partition's default: the profile sets no runtime for {rule}")
     if mode != THROUGHPUT:
         return Limit(rule, profile_min, f"measure {mode}: {profile_says}")
-    cap = throughput.get("max_minutes")
+    cap = throughput.max_minutes
     if cap is None:
         return Limit(rule, profile_min, f"{profile_says}: throughput.max_minutes is null, so how long a run "
                                         "measures is unknown before it runs")

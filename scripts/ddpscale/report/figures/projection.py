@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -127,8 +127,8 @@ def first_part(record) -> dict | None:
     seconds, samples = record["window_seconds"], record["window_samples"]
     if not seconds:
         return None
-    rule = steadystate.Rule(window_steps=int(record["window_steps"]), precision=float(record["target_precision"]),
-                            min_windows=int(record["min_windows"]))
+    # the run's own rule, without caps: a replay stops on its precision or not at all
+    rule = replace(steadystate.Rule.of(record["throughput"]), max_steps=None, max_minutes=None)
     for used in range(rule.min_windows, len(seconds) + 1):
         if rule.looks_at(used):
             decision = steadystate.decide(list(seconds[:used]), list(samples[:used]), rule)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ddpscale.core import record as run_record
 from ddpscale.core.layout import RESULTS
+from ddpscale.core.steadystate import Rule
 from ddpscale.run.measuremode import FULL
 from ddpscale.run.topology import STAGE_RULES
 from ddpscale.run import identity
@@ -24,6 +25,12 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     if not records:
         raise ValueError("no metrics files given")
     return pd.DataFrame.from_records(records)
+
+
+def rules(runs: pd.DataFrame) -> list[Rule]:
+    """Each run's stopping rule, read back from its record's `throughput` entry (config
+    throughput: whole, by its names; core.record has checked it)."""
+    return [Rule.of(settings) for settings in runs["throughput"]]
 
 
 def check_world_sizes(runs: pd.DataFrame) -> None:

@@ -19,7 +19,7 @@ from markupsafe import Markup
 from ddpscale.core.io import text_safe
 from ddpscale.report.figures import accuracy, boundness
 from ddpscale.report.figures.scaling import Comparison, device_word, hours_label
-from ddpscale.report.load import description
+from ddpscale.report.load import description, records
 from ddpscale.report.render import plots, summaries
 from ddpscale.report.render.html_tables import TABLES, _table, legend, reason_badge, tta_table
 from ddpscale.report.render.templating import render
@@ -122,11 +122,14 @@ def _methods(data, time_to_accuracy: bool) -> Markup:
              for mode in _unique(runs, "scaling")]
     windows = None
     if comparison.throughput_mode:
-        def setting(key):
-            return ", ".join(_unique(runs, key)) or "none"
-        windows = {"steps": setting("window_steps"), "max_steps": setting("max_steps"),
-                   "max_minutes": setting("max_minutes"),
-                   "precision": ", ".join(f"{float(p):.0%}" for p in _unique(runs, "target_precision")) or "n/a"}
+        each = records.rules(runs)
+
+        def setting(key, form=str):
+            return ", ".join(dict.fromkeys(form(getattr(r, key)) for r in each if getattr(r, key) is not None))
+
+        windows = {"steps": setting("window_steps") or "none", "max_steps": setting("max_steps") or "none",
+                   "max_minutes": setting("max_minutes") or "none",
+                   "precision": setting("precision", lambda p: f"{p:.0%}") or "n/a"}
     accuracy_rule = {"metric": comparison.metric, "direction": comparison.direction,
                      "tolerance": str(comparison.tolerance), "better": accuracy.better(comparison.direction)}
     return render("methods.html.j2", scaling_modes=modes, windows=windows,

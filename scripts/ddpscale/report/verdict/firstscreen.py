@@ -16,6 +16,7 @@ from ddpscale.core import steadystate
 from ddpscale.report.figures import accuracy
 from ddpscale.report.figures.scaling import STATUS_OK, device_word, hours_label
 from ddpscale.report.fmt import duration_estimate, hours, hours_estimate, known, sig, topology_names
+from ddpscale.report.load.records import rules
 from ddpscale.report.verdict import decision
 from ddpscale.report.verdict.recommendation import usable
 
@@ -185,9 +186,9 @@ def _longer(data, factor: float | None) -> str:
     if data.comparison.throughput_mode:
         reasons = set(data.summary["stop_reason"].dropna())
         if factor is not None and reasons <= {steadystate.PRECISION}:
-            precision = min(float(p) for p in runs["target_precision"])
+            precision = min(rule.precision for rule in rules(runs))
             return f"throughput.precision: {sig(precision / math.sqrt(factor), 2)}"
-        caps = [float(v) for v in runs["max_steps"] if known(v)]
+        caps = [rule.max_steps for rule in rules(runs) if rule.max_steps is not None]
         if factor is not None and caps:
             return f"throughput.max_steps: {math.ceil(max(caps) * factor)}"
         return "throughput.max_steps or max_minutes"

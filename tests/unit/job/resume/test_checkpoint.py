@@ -9,6 +9,7 @@ import zipfile
 import pytest
 import pytorch_lightning as pl
 import torch
+from helpers.configs import rule
 from helpers.workflow import ROOT
 from ddpscale.run.runspec import RunSpec
 from ddpscale.job import build
@@ -42,7 +43,8 @@ def test_each_epoch_end_rewrites_one_file_and_steps_write_nothing(tmp_path):
         def on_train_batch_end(self, trainer, *args):
             seen.append(sorted(p.name for p in (tmp_path / "ckpt").glob("*")) if (tmp_path / "ckpt").exists() else [])
 
-    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+    spec = RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, throughput=rule(),
+                   model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=16, max_epochs=2, accelerator="cpu")
     trainer = build.build_trainer(spec, [Watch(), ckpt])
     trainer.fit(SpiralMLP(), datamodule=TinyData())
@@ -61,7 +63,8 @@ def trained(ckpt_dir, epochs: int) -> EpochCheckpoint:
     run's first attempt stamps it (resume_path), so a later resume_path looks at its files."""
     assert checkpoint.resume_path(str(ckpt_dir), SETTINGS, True) is None
     ckpt = epoch_checkpoint(str(ckpt_dir))
-    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+    spec = RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, throughput=rule(),
+                   model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=16, max_epochs=epochs, accelerator="cpu")
     build.build_trainer(spec, [ckpt]).fit(SpiralMLP(), datamodule=TinyData())
     return ckpt
@@ -144,7 +147,8 @@ def test_a_resume_loads_lightnings_whole_state_as_data(tmp_path):
     assert path == str(tmp_path / "last.ckpt")
     saved = torch.load(path, weights_only=True)
     assert saved["hyper_parameters"] and saved["optimizer_states"] and saved["loops"] and saved["callbacks"]
-    spec = RunSpec(topology="1x1", nodes=1, devices=1, model_class="m.M", data_class="d.D", scaling="weak",
+    spec = RunSpec(topology="1x1", num_nodes=1, devices_per_node=1, throughput=rule(),
+                   model_class="m.M", data_class="d.D", scaling="weak",
                    batch_size=16, max_epochs=2, accelerator="cpu")
     trainer = build.build_trainer(spec, [epoch_checkpoint(str(tmp_path))])
     trainer.fit(SpiralMLP(), datamodule=TinyData(), ckpt_path=path, weights_only=True)

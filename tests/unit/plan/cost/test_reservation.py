@@ -2,6 +2,7 @@
 The real dry run of a shipped profile: test_reservation_dryrun.py."""
 import pytest
 
+from helpers.configs import rule
 from ddpscale.plan.cost.reservation import (
     NOT_SCHEDULED,
     Decision,
@@ -20,7 +21,7 @@ from ddpscale.plan.site.resources import Site
 CLUSTER = Site(launcher="srun", gpus_per_node=2)
 STAGES = {"baseline": ["1x1"], "single_node": ["1x2"], "multi_node": ["2x2"]}
 RUNTIMES = {"train_baseline": 240, "train_single_node": 120, "train_multi_node": 120}
-CAPS = {"precision": 0.02, "window_steps": 20, "max_steps": 2000, "max_minutes": 10}
+CAPS = rule(max_steps=2000, max_minutes=10)
 
 
 def total_line(lines):
@@ -73,11 +74,11 @@ def test_throughput_mode_expects_the_time_cap_or_the_time_limit_if_it_comes_firs
 
 def test_without_a_time_cap_the_expected_use_is_unknown_not_guessed():
     jobs = training_jobs(STAGES, [0], CLUSTER, RUNTIMES)
-    steps_only = summary_lines(jobs, CLUSTER, "auto", "throughput", {**CAPS, "max_minutes": None})
+    steps_only = summary_lines(jobs, CLUSTER, "auto", "throughput", rule(max_steps=2000))
     assert "expected use from the caps: unknown" in expected_line(steps_only)
     assert "only max_steps (2000) caps a run" in expected_line(steps_only)
     assert not any("expected 0" in line for line in steps_only)
-    uncapped = summary_lines(jobs, CLUSTER, "auto", "throughput", {**CAPS, "max_minutes": None, "max_steps": None})
+    uncapped = summary_lines(jobs, CLUSTER, "auto", "throughput", rule())
     assert "no cap is set" in expected_line(uncapped)
     # the reservation itself does not depend on the caps
     assert "reserves at most 16.0 GPU-hours" in total_line(uncapped)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from helpers.configs import rule
 from ddpscale.plan.cost.timelimit import (
     DEFAULT_SETUP_MIN, MIN_SETUP_MIN, Limit, limit_lines, measured_setups, setup_seconds, stage_limits,
 )
 
 STAGES = {"baseline": ["1x1"], "single_node": ["1x2"], "multi_node": []}
 RUNTIMES = {"train_baseline": 240, "train_single_node": 120, "train_multi_node": 120}
-CAPS = {"max_minutes": 10, "max_steps": 2000}
+CAPS = rule(max_minutes=10, max_steps=2000)
 
 
 def by_rule(limits: list[Limit]) -> dict:
@@ -34,7 +35,7 @@ def test_the_allowance_is_twice_the_most_measured_set_up_of_the_stage_else_of_th
     assert by_rule(limits) == {"train_single_node": 22, "train_baseline": 28}
     assert "(2 x 6 min measured by 1x2, at least 5)" in limits[1].why
     # a quick start still gets MIN_SETUP_MIN; fractions of a minute round the limit up
-    assert by_rule(stage_limits("throughput", {"max_minutes": 2.5}, STAGES, RUNTIMES, {"1x1": 30.0})) == {
+    assert by_rule(stage_limits("throughput", rule(max_minutes=2.5), STAGES, RUNTIMES, {"1x1": 30.0})) == {
         "train_baseline": 3 + MIN_SETUP_MIN, "train_single_node": 3 + MIN_SETUP_MIN}
 
 
@@ -46,7 +47,7 @@ def test_the_profiles_runtime_caps_the_sized_limit_and_stays_in_full_mode_or_wit
     full = stage_limits("full", CAPS, STAGES, RUNTIMES, {"1x1": 60.0})
     assert by_rule(full) == {"train_baseline": 240, "train_single_node": 120}
     assert full[0].why == "measure full: the profile's runtime for train_baseline"
-    steps_only = stage_limits("throughput", {"max_minutes": None, "max_steps": 2000}, STAGES, RUNTIMES, {})
+    steps_only = stage_limits("throughput", rule(max_steps=2000), STAGES, RUNTIMES, {})
     assert by_rule(steps_only) == {"train_baseline": 240, "train_single_node": 120}
     assert "throughput.max_minutes is null" in steps_only[0].why
     # no runtime in the profile: the partition's default, not a limit of the workflow's own

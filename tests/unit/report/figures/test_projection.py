@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers.configs import rule
 from helpers.records import KNOWN, build, make_run, windows_run
 from helpers.report import _assert_one_line_error, run_report, write_fixtures
 from ddpscale.report.figures import accuracy, projection
@@ -122,7 +123,7 @@ def test_a_full_run_s_first_part_takes_its_validations_and_the_next_ones_for_the
     """The first part (one epoch here) holds epoch 0's validation and save; throughput mode
     would have timed one more of each after its stop, which epoch 1's stand for."""
     record = {**KNOWN, "measure": "full", "window_seconds": [1.0] * 40, "window_samples": [100] * 40,
-              "window_steps": 20, "target_precision": 0.02, "min_windows": 30, "batch_per_device": 5,
+              "throughput": rule().settings(), "batch_per_device": 5,
               "world_size": 1, "epoch_overheads_s": [8.0, 3.5, 3.5], "validation_s": [[0, 4.0], [1, 1.0], [2, 1.0]],
               "checkpoint_save_s": [[0, 2.0], [1, 0.5], [2, 0.5]], "check_val_every_n_epoch": 1,
               "validates": True}
@@ -138,8 +139,8 @@ def test_a_full_run_is_projected_from_its_first_part_so_the_check_can_fail():
     on these flat windows), the projection says 1 s a window; the run's own whole-run figure
     would have blended in the slow half and agreed with itself."""
     fast, slow = [1.0] * 60, [2.0] * 60
-    record = known_run(measure="full", window_seconds=fast + slow, window_samples=[100] * 120, window_steps=20,
-                       target_precision=0.02, min_windows=30, batch_per_device=5, world_size=1,
+    record = known_run(measure="full", window_seconds=fast + slow, window_samples=[100] * 120,
+                       throughput=rule(max_steps=2000, max_minutes=10).settings(), batch_per_device=5, world_size=1,
                        epoch_overheads_s=[6.0] * 10, samples_per_epoch=36000, window_throughput_samples_s=100 / 1.5)
     part = projection.first_part(record)
     assert part["steps"] == 30 * 20 and part["window_throughput_samples_s"] == pytest.approx(100.0)
