@@ -63,8 +63,8 @@ def test_whole_workflow_on_the_cluster(slurm_cluster, workspace):
         assert metrics["node_ranks"] == node_ranks
         assert metrics["slurm_job_id"] in submitted
         job_ids.add(metrics["slurm_job_id"])
-        rule, limit = stages[topology]
-        assert comments[metrics["slurm_job_id"]] == f"rule_{rule}_wildcards_{topology}_0"
+        stage_rule, limit = stages[topology]
+        assert comments[metrics["slurm_job_id"]] == f"rule_{stage_rule}_wildcards_{topology}_0"
         assert job_fields(metrics["slurm_job_id"])["TimeLimit"] == limit
         # the probe ran in the training job, before training: its all-reduce spans every rank
         probe = metrics["probe"]
