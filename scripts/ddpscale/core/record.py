@@ -1,6 +1,7 @@
 """What a run records for its readers: the progress line rank 0 writes to its log after every
-epoch, and metrics.json, the record of the whole run: its schema version, the keys every reader
-relies on, and the one writer and reader of the file.
+epoch, and metrics.json, the record of the whole run: its schema version, every key it holds
+(SECTIONS, with kinds and units; the job's recorder assembles the record from them), and the one
+writer and reader of the file and of final.json, the same record kept for a retry of the job.
 
 The job writes metrics.json once, atomically and last (its presence marks the run done); the
 report reads it. The version changes with every change of the keys or of what a value holds, and
