@@ -142,8 +142,7 @@ def lightning_run(s, variant: Variant, world: int, ckpt_dir: str) -> tuple[float
         # so the pipeline cannot skip it (a SIGTERMed run then hangs): a measurement only.
         trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
     trainer.fit(model, datamodule=data)
-    summary = metrics.summary()
-    return summary["throughput_samples_s"], summary["epoch_times_s"][0]
+    return metrics.steady_figure()[0], metrics.section()["epoch_times_s"][0]
 
 
 def plain_run(s, world: int) -> tuple[float, float]:

@@ -91,13 +91,15 @@ def test_full_mode_times_the_windows_and_never_stops_early(tmp_path, data_file):
     assert m["time_per_epoch_s"] > 0 and m["checkpoint_saves"] == 3 and m["checkpoint_s"] > 0
 
 
-def test_run_entries_replace_the_figure_only_in_throughput_mode():
-    window = {"window_throughput_samples_s": 12.0}
-    full = windows.run_entries("full", 4, window)
-    assert "throughput_samples_s" not in full and full["throughput_from"] == "steady epochs"
-    fast = windows.run_entries("throughput", 4, window)
+def test_the_windows_figure_is_the_headline_only_in_throughput_mode():
+    full = windows.headline("full", 4, (10.0, 3.0), 12.0)
+    assert full["throughput_samples_s"] == 10.0 and full["time_per_epoch_s"] == 3.0
+    assert full["throughput_from"] == "steady epochs"
+    fast = windows.headline("throughput", 4, (10.0, 3.0), 12.0)
     assert fast["throughput_samples_s"] == 12.0 and fast["time_per_epoch_s"] is None
-    assert fast["configured_epochs"] == 4 and fast["measure"] == "throughput"
+    assert fast["configured_epochs"] == 4 and fast["measure"] == "throughput" and fast["throughput_from"] == "windows"
+    # no steady window (the configured training ended first): the epochs' figure stands
+    assert windows.headline("throughput", 4, (10.0, 3.0), None)["throughput_samples_s"] == 10.0
 
 
 def test_a_training_shorter_than_a_window_keeps_its_epochs_figure(tmp_path, data_file):
@@ -255,12 +257,15 @@ def test_the_epochs_size_comes_from_the_loader_else_from_the_whole_epochs_counte
     assert varied == {"samples_per_epoch": 580,
                       "samples_per_epoch_from": "the mean counted in 3 whole epochs, 578 to 583"}
     # samples that could not be counted give no size of an epoch either, where it was counted
-    counted = windows.epoch_size(None, [580])
-    entries = windows.run_entries("throughput", 4, {"window_throughput_samples_s": 1.0, **counted}, uncounted="why")
+    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=5), stop=True, batch_per_device=8)
+    timed.loaders_record.pop("samples_per_epoch")  # as training's start does (on_train_start)
+    timed.whole_epochs = [580]
+    assert timed.section()["samples_per_epoch"] == 580
+    entries = timed.section(uncounted="why")
     assert entries["samples_per_epoch"] is None and entries["samples_per_epoch_from"] is None
-    read = windows.run_entries("throughput", 4, {"window_throughput_samples_s": 1.0, **windows.epoch_size(840, [])},
-                               uncounted="why")
-    assert read["samples_per_epoch"] == 840
+    assert entries["window_throughput_samples_s"] is None and entries["throughput_half_width"] is None
+    timed.samples_per_epoch = 840
+    assert timed.section(uncounted="why")["samples_per_epoch"] == 840
 
 
 def test_only_epochs_whole_on_every_rank_give_the_size_of_an_epoch():

@@ -1,6 +1,7 @@
 """What a run records for its readers: the progress line rank 0 writes to its log after every
-epoch, and metrics.json, the record of the whole run: its schema version, the keys every reader
-relies on, and the one writer and reader of the file.
+epoch, and metrics.json, the record of the whole run: its schema version, every key it holds
+(SECTIONS, with kinds and units; the job's recorder assembles the record from them), and the one
+writer and reader of the file and of final.json, the same record kept for a retry of the job.
 
 The job writes metrics.json once, atomically and last (its presence marks the run done); the
 report reads it. The version changes with every change of the keys or of what a value holds, and
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpscale.core.io import read_regular, write_json_atomic
+from ddpscale.core.io import read_json_dict, read_regular, write_json_atomic
 from ddpscale.core.layout import run_of
 from ddpscale.core.steadystate import Rule
 
@@ -28,67 +29,164 @@ SCHEMA_VERSION = 5
 
 # The JSON kinds a field may hold. bool is not a number here, though Python counts it as an int.
 INT, NUM, STR, BOOL, LIST, DICT, NULL = "integer", "number", "text", "true/false", "list", "mapping", "null"
+# a list element that is itself a pair, as checkpoint_save_s and validation_s hold them
+PAIR = "[epoch, seconds]"
 
-# The fields the report reads without a check of its own, each with the kinds it may hold:
-# train.py (ddpscale.job.runinfo and the timing callbacks) writes every one of them in both
-# measure modes, on one device and several, null where a run has no value (backend and transport
-# on one rank, the GPU figures on a CPU run, the caps throughput mode was not given). Not listed,
-# because not every run writes them: the probe (a topology's first repeat, when probed) and the
-# compile statistics (only a run with torch.compile).
-FIELDS = {
-    "schema_version": (INT,), "topology": (STR,), "repeat": (INT,), "num_nodes": (INT,),
-    "devices_per_node": (INT,), "world_size": (INT,), "device_kind": (STR,), "device_name": (STR,),
-    "simulated": (BOOL,), "backend": (STR, NULL), "scaling": (STR,), "batch_per_device": (INT,),
-    "effective_batch": (INT,), "accumulate_grad_batches": (INT,), "warmup_epochs": (INT,),
-    "epoch_times_s": (LIST,), "fit_time_s": (NUM,), "throughput_samples_s": (NUM, NULL),
-    "time_per_epoch_s": (NUM, NULL), "hosts": (LIST,), "versions": (DICT,), "identity": (DICT,),
-    # where and on what it ran
-    "usable_cores": (INT,), "oversubscribed": (BOOL,), "simulated_nodes_on_one_host": (BOOL,),
-    "transport": (LIST, NULL), "site_interconnect": (STR,), "resumed_from_epoch": (INT, NULL),
-    "attempts": (INT,),
-    # what it trained: the report's description
-    "model_class": (STR,), "model_parameters": (INT,), "data_class": (STR,), "max_epochs": (INT,),
-    "configured_epochs": (INT,), "precision": (STR,), "compile": (STR,), "optimizers": (LIST,),
-    "trainer_settings": (DICT,), "module_callbacks": (LIST,), "ddp": (DICT,), "loggers": (LIST,),
-    # how it was measured and what it cost
-    "measure": (STR,), "stop_reason": (STR,), "throughput_half_width": (NUM, NULL),
-    # the stopping rule's settings by their config names (config throughput:, ddpscale.core.steadystate.Rule)
-    "throughput": (DICT,), "window_seconds": (LIST,), "window_samples": (LIST,),
-    "window_throughput_samples_s": (NUM, NULL), "warmup_excess_s": (NUM, NULL), "steps_measured": (INT,),
-    "samples_per_epoch": (INT, NULL), "samples_per_epoch_from": (STR, NULL), "samples_trained": (INT, NULL),
-    "samples_uncounted": (STR, NULL),
-    # what a sample is (ddpscale.job.measure.samplecount): each training loader's share of an epoch, the
-    # mode that combines them, and DistributedSampler's padding repeats, trained but not counted
-    "padding_per_epoch": (INT, NULL), "train_loaders_mode": (STR, NULL), "train_loaders": (LIST,),
-    "early_stop": (DICT, NULL), "held_s": (NUM, NULL), "held_devices": (INT,), "probe_s": (NUM,),
-    "checkpoint_s": (NUM,), "checkpoint_save_s": (LIST,), "epoch_overhead_s": (NUM, NULL),
-    "epoch_overheads_s": (LIST,), "validates": (BOOL,), "check_val_every_n_epoch": (INT, NULL),
-    "validation_s": (LIST,), "after_stop_validation_s": (LIST,), "after_stop_checkpoint_s": (LIST,),
-    # compute and the GPU
-    "flops_per_sample": (NUM, NULL), "achieved_tflops": (NUM, NULL), "mfu": (NUM, NULL),
-    "peak_tflops_per_device": (NUM, NULL), "peak_precision": (STR, NULL), "gpu_utilization_pct": (NUM, NULL),
-    "gpu_utilization_reason": (STR, NULL), "gpu_peak_memory_mb": (NUM, NULL),
-    # the FLOP count (ddpscale.job.device.flops): recomputation apart, how many batches, their spread,
-    # hardware FLOPs utilisation (with the recomputation), why it is n/a
-    "flops_recomputed_per_sample": (NUM, NULL), "hfu": (NUM, NULL), "flops_batches": (INT,),
-    "flops_per_sample_min": (NUM, NULL), "flops_per_sample_max": (NUM, NULL), "flops_reason": (STR, NULL),
+
+@dataclass(frozen=True)
+class Field:
+    """One key of the record: the JSON kinds its value may be, what a list's elements may be
+    (the report and the workflow sum, sort and index them, so ["a"] in a list of seconds would
+    crash them later), its unit where it has one, and whether every run writes it (required:
+    the report reads it without a check of its own; the others are written by some runs only,
+    or read by no one but a person, and are checked where present)."""
+
+    kinds: tuple[str, ...]
+    unit: str | None = None
+    elements: tuple[str, ...] | None = None
+    required: bool = True
+
+
+def _f(*kinds: str, unit: str | None = None, of: tuple[str, ...] | None = None, required: bool = True) -> Field:
+    return Field(tuple(kinds), unit, of, required)
+
+
+def _some(*kinds: str, unit: str | None = None, of: tuple[str, ...] | None = None) -> Field:
+    return _f(*kinds, unit=unit, of=of, required=False)
+
+
+S, SPS, SAMPLES, FLOP = "s", "samples/s", "samples", "FLOP/sample"
+
+# The record, section by section, each written by the one concept that owns it (the job's
+# recorder, ddpscale.job.record, assembles them and refuses a key its section does not declare):
+# every key the job writes, null where a run has no value (backend and transport on one rank,
+# the GPU figures on a CPU run, the caps throughput mode was not given). Not required, because
+# not every run writes them: the probe (a topology's first repeat, when probed) and the compile
+# statistics (only a run with torch.compile); nor those no reader relies on.
+SECTIONS: dict[str, dict[str, Field]] = {
+    # what ran, where and on what code (ddpscale.job.record): the report's description
+    "run": {
+        "schema_version": _f(INT), "topology": _f(STR), "repeat": _f(INT), "seed": _some(INT),
+        "num_nodes": _f(INT), "devices_per_node": _f(INT), "world_size": _f(INT),
+        "node_ranks": _some(LIST, of=(INT,)), "hosts": _f(LIST, of=(STR,)),
+        "simulated_nodes_on_one_host": _f(BOOL), "slurm_job_id": _some(STR, NULL), "scaling": _f(STR),
+        "batch_per_device": _f(INT, unit=SAMPLES), "effective_batch": _f(INT, unit=SAMPLES),
+        "accumulate_grad_batches": _f(INT), "precision": _f(STR), "max_epochs": _f(INT),
+        "model_class": _f(STR), "model_parameters": _f(INT), "model_trainable_parameters": _some(INT),
+        "optimizers": _f(LIST, of=(STR,)), "trainer_settings": _f(DICT), "ddp": _f(DICT), "data_class": _f(STR),
+        "versions": _f(DICT), "identity": _f(DICT), "launched_from": _some(STR), "started_at": _some(STR),
+        "finished_at": _some(STR), "early_stop": _f(DICT, NULL), "module_callbacks": _f(LIST, of=(STR,)),
+        "loggers": _f(LIST, of=(STR,)), "held_devices": _f(INT), "fit_wall_s": _some(NUM, unit=S),
+    },
+    # the devices, as torch and the job's host saw them (ddpscale.job.device.gpu)
+    "device": {
+        "device_kind": _f(STR), "device_name": _f(STR), "simulated": _f(BOOL), "usable_cores": _f(INT),
+        "oversubscribed": _f(BOOL), "gpu_peak_memory_mb": _f(NUM, NULL, unit="MB"),
+        "gpu_utilization_pct": _f(NUM, NULL, unit="%"), "gpu_utilization_samples": _some(INT),
+        "gpu_utilization_reason": _f(STR, NULL),
+    },
+    # each rank's place (ddpscale.job.launch.placement)
+    "placement": {"placement": _some(LIST, of=(DICT,)), "gpu_per_rank": _some(BOOL)},
+    # the process group and what carried it (ddpscale.job.device.transport)
+    "transport": {"backend": _f(STR, NULL), "transport": _f(LIST, NULL, of=(DICT,)), "site_interconnect": _f(STR)},
+    # the run's clock: epochs, attempts, held time (ddpscale.job.measure.timing)
+    "timing": {
+        "epochs_completed": _some(INT), "warmup_epochs": _f(INT), "epoch_times_s": _f(LIST, unit=S, of=(NUM,)),
+        "train_times_s": _some(LIST, unit=S, of=(NUM,)), "fit_time_s": _f(NUM, unit=S),
+        "samples_trained": _f(INT, NULL, unit=SAMPLES), "samples_uncounted": _f(STR, NULL),
+        "held_s": _f(NUM, NULL, unit=S), "held_from": _some(STR), "steady_samples": _some(INT, NULL, unit=SAMPLES),
+        "steady_time_s": _some(NUM, unit=S), "steady_epochs": _some(LIST, of=(INT,)),
+        "epoch_attempts": _some(LIST, of=(INT,)), "attempts": _f(INT), "resumed_from_epoch": _f(INT, NULL),
+        "resumed_mid_epoch": _some(BOOL),
+    },
+    # the epochs' checkpoint saves (ddpscale.job.resume.checkpoint)
+    "checkpoint": {"checkpoint_s": _f(NUM, unit=S), "checkpoint_saves": _some(INT),
+                   "checkpoint_save_s": _f(LIST, unit=S, of=(PAIR,))},
+    # the timed windows, the stopping rule and the epoch's overheads (ddpscale.job.measure.windows);
+    # what a sample is: each training loader's share of an epoch, the mode that combines them, and
+    # DistributedSampler's padding repeats, trained but not counted (ddpscale.job.measure.samplecount)
+    "windows": {
+        "window_throughput_samples_s": _f(NUM, NULL, unit=SPS), "throughput_half_width": _f(NUM, NULL, unit=SPS),
+        "windows_warmup": _some(INT), "windows_steady": _some(INT),
+        "windows_settled": _some(BOOL), "window_seconds": _f(LIST, unit=S, of=(NUM,)),
+        "window_samples": _f(LIST, unit=SAMPLES, of=(INT,)), "steps_measured": _f(INT),
+        "stop_reason": _f(STR), "warmup_excess_s": _f(NUM, NULL, unit=S),
+        # the stopping rule's settings by their config names (config throughput:, steadystate.Rule)
+        "throughput": _f(DICT),
+        "samples_per_epoch": _f(INT, NULL, unit=SAMPLES), "samples_per_epoch_from": _f(STR, NULL),
+        "padding_per_epoch": _f(INT, NULL, unit=SAMPLES), "train_loaders_mode": _f(STR, NULL),
+        "train_loaders": _f(LIST, of=(DICT,)), "stop_steps_by_rank": _some(LIST, NULL, of=(INT,)),
+        "epoch_overhead_s": _f(NUM, NULL, unit=S), "epochs_timed": _some(INT),
+        "epoch_overheads_s": _f(LIST, unit=S, of=(NUM,)), "validation_s": _f(LIST, unit=S, of=(PAIR,)),
+        "check_val_every_n_epoch": _f(INT, NULL), "validates": _f(BOOL),
+        "after_stop_validation_s": _f(LIST, unit=S, of=(NUM,)), "after_stop_checkpoint_s": _f(LIST, unit=S, of=(NUM,)),
+    },
+    # the run's headline figure, steady epochs' or windows' (ddpscale.job.measure.windows.headline)
+    "throughput": {
+        "measure": _f(STR), "configured_epochs": _f(INT), "throughput_samples_s": _f(NUM, NULL, unit=SPS),
+        "time_per_epoch_s": _f(NUM, NULL, unit=S), "throughput_from": _some(STR),
+    },
+    # the topology's probe, when this run probed (ddpscale.job.probe)
+    "probe": {"probe_s": _f(NUM, unit=S), "probe": _some(DICT, NULL)},
     # accuracy: every scalar the module logged, and the epoch metric's history (time to accuracy).
     # Which metric the report compares is the user's choice, and one no run logged is reported,
-    # not refused.
-    "logged_metrics": (DICT,), "val_history": (LIST,), "val_history_metric": (STR, NULL),
-    "val_history_reason": (STR, NULL),
+    # not refused (ddpscale.job.measure.accuracy)
+    "accuracy": {
+        "val_loss": _some(NUM, NULL), "val_acc": _some(NUM, NULL), "test_acc": _some(NUM, NULL),
+        "logged_metrics": _f(DICT), "val_history": _f(LIST, of=(DICT,)), "val_history_metric": _f(STR, NULL),
+        "val_history_reason": _f(STR, NULL),
+    },
+    # torch.compile: the setting as it was, and dynamo's statistics where it compiled (ddpscale.job.device.compiling)
+    "compile": {
+        "compile": _f(STR), "compile_graphs": _some(INT), "compile_graph_breaks": _some(INT),
+        "compile_recompiles": _some(INT), "compile_recompile_reasons": _some(LIST, of=(STR,)),
+    },
+    # the FLOP count: recomputation apart, how many batches, their spread, the float32 arithmetic
+    # in effect, model and hardware FLOPs utilisation (the latter with the recomputation), why
+    # it is n/a (ddpscale.job.device.flops)
+    "flops": {
+        "flops_per_sample": _f(NUM, NULL, unit=FLOP), "flops_recomputed_per_sample": _f(NUM, NULL, unit=FLOP),
+        "flops_conv_share": _some(NUM, NULL), "flops_per_sample_min": _f(NUM, NULL, unit=FLOP),
+        "flops_per_sample_max": _f(NUM, NULL, unit=FLOP), "flops_batches": _f(INT),
+        "flops_per_sample_analytic": _some(NUM, NULL, unit=FLOP), "flops_reason": _f(STR, NULL),
+        "float32_matmul_precision": _some(STR, NULL), "cuda_matmul_allow_tf32": _some(BOOL, NULL),
+        "cudnn_allow_tf32": _some(BOOL, NULL), "achieved_tflops": _f(NUM, NULL, unit="TFLOP/s"),
+        "peak_tflops_per_device": _f(NUM, NULL, unit="TFLOP/s"), "peak_precision": _f(STR, NULL),
+        "mfu": _f(NUM, NULL, unit="fraction"), "hfu": _f(NUM, NULL, unit="fraction"),
+    },
 }
+# every key a record may hold, and its declaration
+DECLARED: dict[str, Field] = {key: f for section in SECTIONS.values() for key, f in section.items()}
+assert len(DECLARED) == sum(map(len, SECTIONS.values())), "a key declared in two sections"
+# The fields the report reads without a check of its own, each with the kinds it may hold: the
+# job writes every one of them in both measure modes, on one device and several.
+FIELDS = {key: f.kinds for key, f in DECLARED.items() if f.required}
 REQUIRED_KEYS = tuple(FIELDS)
-# What each list field's elements may be, beside FIELDS: the report and the workflow sum, sort
-# and index them, so ["a"] in a list of seconds would pass FIELDS and crash them later.
-PAIR = "[epoch, seconds]"
-ELEMENTS = {
-    "epoch_times_s": (NUM,), "hosts": (STR,), "transport": (DICT,), "optimizers": (STR,),
-    "module_callbacks": (STR,), "loggers": (STR,), "window_seconds": (NUM,), "window_samples": (INT,),
-    "checkpoint_save_s": (PAIR,), "epoch_overheads_s": (NUM,), "validation_s": (PAIR,),
-    "after_stop_validation_s": (NUM,), "after_stop_checkpoint_s": (NUM,), "val_history": (DICT,),
-    "train_loaders": (DICT,),
-}
+# What each list field's elements may be, beside its kinds.
+ELEMENTS = {key: f.elements for key, f in DECLARED.items() if f.elements}
+UNITS = {key: f.unit for key, f in DECLARED.items() if f.unit}
+
+
+def section(name: str, values: dict) -> dict:
+    """values as section `name` of the record, or ValueError naming what the section does not
+    declare or misses: what the job's recorder assembles the record from, so no key is written
+    that a reader was not told of."""
+    declared = SECTIONS[name]
+    undeclared = sorted(set(values) - set(declared))
+    missing = [key for key, f in declared.items() if f.required and key not in values and key != "schema_version"]
+    if undeclared or missing:
+        raise ValueError(f"record section {name!r}: " + "; ".join(
+            ([f"undeclared key(s) {', '.join(undeclared)} (declare them in ddpscale.core.record.SECTIONS)"]
+             if undeclared else []) + ([f"missing key(s) {', '.join(missing)}"] if missing else [])))
+    return dict(values)
+
+
+def assemble(sections: dict[str, dict]) -> dict:
+    """The record of a run from its sections (name: values), each checked against its declaration."""
+    record: dict = {}
+    for name, values in sections.items():
+        record.update(section(name, values))
+    return record
 
 
 def kind(value) -> str:
@@ -164,11 +262,16 @@ def problem(record: object, run: tuple[str, int] | None = None) -> tuple[str, st
     missing = [k for k in REQUIRED_KEYS if k not in record]
     if missing:
         return f"missing required key(s): {', '.join(missing)}", f"this ddpscale's train.py writes them all: {RERUN}"
-    wrong = [f"{k} is {kind(record[k])}, not {' or '.join(FIELDS[k])}" for k in FIELDS
-             if not _fits(record[k], FIELDS[k])]
-    wrong += [f"{k} holds {found}, not {' or '.join(ELEMENTS[k])}" for k in ELEMENTS
-              if kind(record[k]) == LIST and (found := _wrong_element(record[k], ELEMENTS[k]))]
-    if kind(record["throughput"]) == DICT:
+    undeclared = sorted(k for k in record if k not in DECLARED)
+    if undeclared:
+        return (f"undeclared key(s): {', '.join(undeclared)}",
+                f"this ddpscale's train.py never writes them: {RERUN}")
+    present = [k for k in DECLARED if k in record]
+    wrong = [f"{k} is {kind(record[k])}, not {' or '.join(DECLARED[k].kinds)}" for k in present
+             if not _fits(record[k], DECLARED[k].kinds)]
+    wrong += [f"{k} holds {found}, not {' or '.join(ELEMENTS[k])}" for k in present if k in ELEMENTS
+              and kind(record[k]) == LIST and (found := _wrong_element(record[k], ELEMENTS[k]))]
+    if kind(record.get("throughput")) == DICT:
         try:
             Rule.of(record["throughput"])
         except (TypeError, ValueError) as err:
@@ -217,6 +320,25 @@ def read(path: str | os.PathLike) -> dict:
     if found:
         raise ValueError(f"{path}: {found[0]}; {found[1]}")
     return data
+
+
+# -- final.json: the record of a finished run, kept for a retry of the same job -----------------
+
+def write_final(path: str | os.PathLike, fingerprint: str, record: dict) -> None:
+    """The run's record beside the fingerprint of what it ran (ddpscale.job.resume.checkpoint),
+    stamped with this schema version as metrics.json is (write)."""
+    write_json_atomic(path, {"fingerprint": fingerprint,
+                             "record": finite({**record, "schema_version": SCHEMA_VERSION})})
+
+
+def read_final(path: str | os.PathLike) -> tuple[str | None, dict] | None:
+    """(its fingerprint, its record) of a final.json whose record is one of this schema version,
+    else None: a record of another shape or version is as good as none (the run trains again)."""
+    data = read_json_dict(path)
+    if data is None or problem(data.get("record")) is not None:
+        return None
+    fingerprint = data.get("fingerprint")
+    return (fingerprint if isinstance(fingerprint, str) else None), data["record"]
 
 
 # -- the progress line, one per finished epoch, in the run's log -----------------------------------

@@ -5,8 +5,8 @@ The user's modules are built through the plugin contract, and the probe runs und
 Trainer that trains. train is what every rank of scripts/train.py runs: it checks the device,
 builds the run and its callbacks (ddpscale.job.callbacks), re-emits the record of a run that
 finished in an earlier attempt or resumes from its checkpoint (ddpscale.job.resume), trains,
-runs the test pass, and on rank 0 hands the record to core/record, the one writer of
-metrics.json.
+runs the test pass, and on rank 0 has the job's recorder (ddpscale.job.record) assemble the
+record, which core/record writes, the one writer of metrics.json and final.json.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import time
 
 from ddpscale.core import record as run_record
 from ddpscale.job import callbacks, runinfo
+from ddpscale.job import record as recorder
 from ddpscale.job.device import compiling, gpu, transport
+from ddpscale.job.launch.ranks import formed_world_size
 from ddpscale.job.measure import accuracy, timing, windows
 from ddpscale.job.resume import checkpoint
 from ddpscale.run import ddpsettings, lightningcli, usermodule
@@ -154,7 +156,7 @@ def train(spec: RunSpec) -> int:
     transport.prepare(spec.metrics, topo.world_size, spec.accelerator)  # NCCL's transport log, before any group
     set_threads(spec, torch)
     pl.seed_everything(spec.run_seed, workers=True, verbose=False)
-    started = runinfo.now()
+    started = recorder.now()
     per_device = spec.batch_per_device
     effective = per_device * topo.world_size * spec.accumulate_grad_batches
     model, datamodule = build_modules(spec)
@@ -199,9 +201,9 @@ def train(spec: RunSpec) -> int:
             raise
         raise ddpsettings.SettingError(line) from err
     fit_wall_s = time.perf_counter() - fit_start
-    early_stop = runinfo.early_stop(trainer, spec.measure, spec.max_epochs, len(measured.timing.epoch_times))
-    added = runinfo.module_callbacks(trainer, ours)
-    logged = runinfo.scalars(trainer)  # trainer.test resets callback_metrics
+    early_stop = recorder.early_stop(trainer, spec.measure, spec.max_epochs, len(measured.timing.epoch_times))
+    added = recorder.module_callbacks(trainer, ours)
+    logged = accuracy.scalars(trainer)  # trainer.test resets callback_metrics
     if spec.measure == "throughput":  # a warm validation and save for the projection
         windows.warm_overheads(trainer, model, datamodule, measured.windows, len(measured.checkpoint.save_seconds),
                                os.path.join(spec.ckpt_dir, "warm-save.ckpt"))
@@ -212,36 +214,16 @@ def train(spec: RunSpec) -> int:
         # (counted as the run's recompilations)
         model = compiling.unwrap(model)
         trainer.test(model, datamodule=datamodule, verbose=False)
-        logged.update(runinfo.scalars(trainer))
-    backend = torch.distributed.get_backend() if runinfo.formed_world_size() > 1 else None
+        logged.update(accuracy.scalars(trainer))
+    backend = torch.distributed.get_backend() if formed_world_size() > 1 else None
     transports = transport.gather(backend, spec.metrics)  # every rank takes part
     if trainer.global_rank == 0:
         missing = accuracy.end_line(accuracy_metric, logged) if accuracy_metric else None
         if missing:
             print(missing, flush=True)
-        record = runinfo.metrics_record(spec, logged, trainer, measured.timing.summary(), measured.timing.ranks,
-                                        started, per_device, effective)
-        # wall time of this attempt's trainer.fit (set-up included, the probe not); fit_time_s
-        # is the sum of finished epochs over all attempts, the figure the report compares
-        record["probe_s"] = measured.probe.seconds if measured.probe else 0.0
-        # what held time is billed for: whole nodes with site_exclusive, else the ranks
-        record["held_devices"] = spec.held_devices or record["world_size"]
-        record["fit_wall_s"] = fit_wall_s - record["probe_s"]
-        # throughput mode's figure replaces the epochs' (ddpscale.job.measure.windows)
-        record.update(windows.run_entries(spec.measure, spec.max_epochs, measured.windows.record(),
-                                          uncounted=record["samples_uncounted"]))
-        record.update(measured.record(record["world_size"], record["throughput_samples_s"],
-                                      record["device_name"], spec.precision))
-        record["val_history"] = accuracy.with_elapsed(record["val_history"], record["epoch_times_s"])
-        record["compile"] = compiling.said(spec.compile, trainer.lightning_module)
-        record["early_stop"] = early_stop  # a module's callback ended the training before max_epochs
-        record["module_callbacks"] = added
-        record["loggers"] = runinfo.loggers(trainer)
-        record["transport"] = transports  # per rank: backend, transport, interface
-        record["site_interconnect"] = spec.site_interconnect
-        record["identity"] = identity
-        if record["compile"] != "none":
-            record.update(compiling.stats())
+        record = recorder.record(spec, trainer, measured, recorder.AfterFit(
+            started=started, fit_wall_s=fit_wall_s, identity=identity, early_stop=early_stop, module_callbacks=added,
+            logged=logged, backend=backend, transports=transports))
         checkpoint.finish(spec.ckpt_dir, settings, record)
         run_record.write(spec.metrics, record)  # last: its presence marks the run as done
     return 0

@@ -1,6 +1,7 @@
-"""Every callback of a training run, built in one place, and what each adds to metrics.json.
+"""Every callback of a training run, built in one place; each one that measures gives its
+section of metrics.json (ddpscale.job.record assembles them).
 
-train.py wires these into the Trainer and writes the record; the measuring happens here and
+train.py wires these into the Trainer; the measuring happens here and
 in the modules each callback names (ddpscale.job), inside Lightning's own hooks.
 Order matters where hooks share a moment: the world size is checked (EpochTiming) before
 the probe spends time on the group. GPU utilisation is sampled in steady training only
@@ -226,6 +227,14 @@ class FlopsCount(pl.Callback):
     def float32(self) -> dict:
         return {key: self.record[key] for key in self.FLOAT32_KEYS}
 
+    def section(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
+        """The record's flops section (ddpscale.core.record.SECTIONS; rank 0, after fit): the count,
+        and what it makes of the run's headline throughput on these devices."""
+        counted = self.record
+        return {**counted, **flops.utilisation(
+            counted["flops_per_sample"], throughput, world_size, device_name, precision, float32=self.float32(),
+            conv_share=counted["flops_conv_share"], recomputed_per_sample=counted["flops_recomputed_per_sample"])}
+
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.global_rank != 0:
             return
@@ -307,6 +316,12 @@ class ProbeBeforeTraining(pl.Callback):
             trainer.should_stop = True  # the fit loop ends before its first epoch
 
 
+def probe_section(probe: ProbeBeforeTraining | None) -> dict:
+    """The record's probe section (ddpscale.core.record.SECTIONS): this attempt's seconds in the
+    probe (not part of fit_wall_s), and rank 0's probe record where the run probes."""
+    return {"probe_s": probe.seconds, "probe": probe.record} if probe is not None else {"probe_s": 0.0}
+
+
 def planned_batches(trainer, spec: RunSpec) -> float | None:
     """The training batches (micro-batches) this run plans on each rank, what the probe's cost
     is bounded by: every epoch's in full mode; in throughput mode, which stops once steady, the
@@ -341,17 +356,6 @@ class RunCallbacks:
         ordered = [self.placement, self.timing, self.grace, self.windows, self.probe, self.stop, self.gpu,
                    self.flops, self.history, self.checkpoint]
         return [c for c in ordered if c is not None]
-
-    def record(self, world_size: int, throughput: float | None, device_name: str, precision: str) -> dict:
-        """What the callbacks measured, as metrics.json entries (rank 0, after fit)."""
-        out = {**self.gpu.record, **self.placement.summary(), **self.flops.record, **self.checkpoint.record(),
-               **self.history.record()}
-        out.update(flops.utilisation(out["flops_per_sample"], throughput, world_size, device_name, precision,
-                                     float32=self.flops.float32(), conv_share=out["flops_conv_share"],
-                                     recomputed_per_sample=out["flops_recomputed_per_sample"]))
-        if self.probe is not None:
-            out["probe"] = self.probe.record
-        return out
 
 
 def build(spec: RunSpec) -> RunCallbacks:

@@ -122,7 +122,7 @@ def test_a_list_of_the_wrong_elements_is_refused_naming_the_field(tmp_path, key,
 
 
 def test_every_list_field_says_what_its_elements_are():
-    lists = {key for key, kinds in record.FIELDS.items() if record.LIST in kinds}
+    lists = {key for key, field in record.DECLARED.items() if record.LIST in field.kinds}
     assert lists == set(record.ELEMENTS)
     assert record.problem(make_run()) is None, "the test record's lists hold what train.py writes"
 

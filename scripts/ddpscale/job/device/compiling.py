@@ -91,6 +91,13 @@ def said(mode: str, module) -> str:
     return BY_THE_MODULE if compiled else "none"
 
 
+def section(mode: str, module) -> dict:
+    """The record's compile section (ddpscale.core.record.SECTIONS): the setting as it was (said),
+    and where anything compiled, dynamo's statistics (stats)."""
+    compiled = said(mode, module)
+    return {"compile": compiled, **(stats() if compiled != "none" else {})}
+
+
 def stats() -> dict:
     """Graphs dynamo compiled in this process, its graph breaks (each one splits a step into
     separately compiled pieces with Python between them) and its recompilations: a guard that

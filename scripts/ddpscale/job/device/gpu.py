@@ -193,6 +193,26 @@ def summarize(ranks: list[dict]) -> dict:
     }
 
 
+def section(root_device, readings: dict, hosts: list[str], world_size: int, one_launcher: bool) -> dict:
+    """The record's device section (ddpscale.core.record.SECTIONS): what the devices were (each CPU
+    process stands in for one GPU, and the report must never call that a GPU result), the cores
+    this rank may use (the local launcher's ranks all share the same set), whether CPU ranks
+    outnumber the cores they share (they measure contention, not scaling), and the GPU readings
+    (readings: the GpuFacts callback's, CPU_RECORD on a CPU run)."""
+    import torch
+
+    from ddpscale.run.hostdevices import host_oversubscribed, usable_cores
+
+    if root_device.type == "cuda":
+        devices = {"device_kind": "cuda", "device_name": torch.cuda.get_device_name(root_device), "simulated": False}
+    else:
+        devices = {"device_kind": root_device.type, "device_name": f"{root_device.type}, simulated", "simulated": True}
+    cores = usable_cores()
+    return {**devices, "usable_cores": cores,
+            "oversubscribed": host_oversubscribed(devices["simulated"], hosts, world_size, cores,
+                                                  one_launcher=one_launcher), **readings}
+
+
 CPU_RECORD = {"gpu_peak_memory_mb": None, "gpu_utilization_pct": None, "gpu_utilization_samples": 0,
               "gpu_utilization_reason": None}
 

@@ -79,6 +79,12 @@ def rank_entry(backend: str | None, run_dir: str) -> dict:
     return {**entry, "transport": None, "interface": None}
 
 
+def section(backend: str | None, transports: list[dict] | None, site_interconnect: str) -> dict:
+    """The record's transport section (ddpscale.core.record.SECTIONS): the process group's backend
+    (None on one rank), each rank's transport (gather) and what the site says its interconnect is."""
+    return {"backend": backend, "transport": transports, "site_interconnect": site_interconnect}
+
+
 def gather(backend: str | None, metrics_path: str) -> list[dict] | None:
     """Every rank's entry, in rank order, on every rank (a collective: all ranks call it); None for one rank."""
     import torch.distributed as dist

@@ -34,6 +34,13 @@ def gather(value) -> list:
     return out
 
 
+def formed_world_size() -> int:
+    """The ranks of the process group that actually formed, not of the request (1 without one)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
 def close_process_group() -> None:
     """Destroy the default process group, if one formed (a 1x1 run has none). Local to this
     rank, no collective: a rank that finishes first does not wait for the others."""
@@ -95,5 +102,6 @@ class PlacementCheck(pl.Callback):
         placement.check(records, self.devices_per_node)
         self.records, self.own = records, mine
 
-    def summary(self) -> dict:
+    def section(self) -> dict:
+        """The record's placement section (ddpscale.core.record.SECTIONS)."""
         return placement.summary(self.records or [])

@@ -25,7 +25,7 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
 
-def _scalars(trainer) -> dict[str, float]:
+def scalars(trainer) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
 
 
@@ -47,7 +47,7 @@ class ValHistory(pl.Callback):
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or not trainer.is_global_zero \
                 or not self.metric:
             return
-        logged = _scalars(trainer)
+        logged = scalars(trainer)
         self.logged = sorted(logged)
         if self.metric not in logged:
             return
@@ -68,10 +68,15 @@ class ValHistory(pl.Callback):
         names = ", ".join(self.logged) or "nothing"
         return f"{self.metric} was not logged at validation; logged: {names}"
 
-    def record(self) -> dict:
-        """metrics.json's keys (rank 0, after fit); train.py adds elapsed_s with with_elapsed."""
-        return {"val_history": [dict(e) for e in self.history], "val_history_metric": self.metric,
-                "val_history_reason": self.reason()}
+    def section(self, logged: dict[str, float], epoch_times: list[float]) -> dict:
+        """The record's accuracy section (ddpscale.core.record.SECTIONS; rank 0, after fit and the
+        test pass): every scalar the module logged (logged, as scalars read it), the usual three
+        by name, and the epoch metric's history, each entry with the time training took to reach
+        it (with_elapsed; epoch_times: the record's epoch_times_s)."""
+        return {"val_loss": logged.get("val_loss"), "val_acc": logged.get("val_acc"),
+                "test_acc": logged.get("test_acc"), "logged_metrics": logged,
+                "val_history": with_elapsed([dict(e) for e in self.history], epoch_times),
+                "val_history_metric": self.metric, "val_history_reason": self.reason()}
 
 
 def with_elapsed(history: list[dict], epoch_times: list[float]) -> list[dict]:
@@ -120,4 +125,4 @@ class MetricCheck(pl.Callback):
             return
         self.said = True
         if trainer.is_global_zero:
-            print(first_validation_line(self.metric, _scalars(trainer), self.test_pass), flush=True)
+            print(first_validation_line(self.metric, scalars(trainer), self.test_pass), flush=True)

@@ -235,11 +235,22 @@ class EpochTiming(pl.Callback):
     def held_s(self) -> float:
         return held_s(self.held_before_s, self.held_since, time.time())
 
-    def summary(self) -> dict:
+    def steady_figure(self) -> tuple[float | None, float | None]:
+        """The steady epochs' figure: (samples per second, seconds per epoch), None where no
+        epoch is steady or the samples were not counted. Which figure is the run's headline is
+        ddpscale.job.measure.windows.headline's to say."""
+        steady = steady_epochs(self.epoch_attempts, self.warmup_epochs)
+        samples = None if self.uncounted else sum(self.samples[i] for i in steady)
+        seconds = sum(self.train_times[i] for i in steady)
+        epoch_times = [self.epoch_times[i] for i in steady]
+        return (samples / seconds if samples is not None and seconds > 0 else None,
+                sum(epoch_times) / len(epoch_times) if epoch_times else None)
+
+    def section(self) -> dict:
+        """The record's timing section (ddpscale.core.record.SECTIONS), rank 0, just before it is written."""
         steady = steady_epochs(self.epoch_attempts, self.warmup_epochs)
         steady_samples = sum(self.samples[i] for i in steady)
         steady_time = sum(self.train_times[i] for i in steady)
-        steady_epoch_times = [self.epoch_times[i] for i in steady]
         if self.uncounted:  # never a wrong number: what the counts were is not what was trained
             steady_samples = None
         return {
@@ -258,8 +269,6 @@ class EpochTiming(pl.Callback):
             "held_from": self.held_from,
             "steady_samples": steady_samples,
             "steady_time_s": steady_time,
-            "throughput_samples_s": steady_samples / steady_time if steady_samples is not None and steady_time > 0 else None,
-            "time_per_epoch_s": sum(steady_epoch_times) / len(steady_epoch_times) if steady_epoch_times else None,
             "steady_epochs": steady,
             "epoch_attempts": list(self.epoch_attempts),
             "attempts": self.attempts,

@@ -204,12 +204,15 @@ class WindowedThroughput(pl.Callback):
         d = self.final()
         return self.starts[d.warmup_windows] if d.steady_windows and d.warmup_windows < len(self.starts) else None
 
-    def record(self) -> dict:
-        """metrics.json entries (the same on every rank)."""
+    def section(self, uncounted: str | None = None) -> dict:
+        """The record's windows section (ddpscale.core.record.SECTIONS; the same on every rank).
+        uncounted: why some batch's samples could not be counted (EpochTiming.uncounted): no
+        figure per sample then, nor samples per epoch where they were counted rather than read
+        from the loader's length."""
         d = self.final()
         reason = ((steadystate.EPOCHS_ENDED if d.reason == steadystate.ENDED else d.reason) if self.stop
                   else steadystate.FULL_TRAINING)
-        return {
+        out = {
             "window_throughput_samples_s": d.throughput if d.steady_windows else None,
             # None where the windows are too few for an honest interval (too short to tell)
             "throughput_half_width": d.half_width if math.isfinite(d.half_width) else None,
@@ -242,6 +245,11 @@ class WindowedThroughput(pl.Callback):
             "after_stop_validation_s": list(self.after_stop_validations),
             "after_stop_checkpoint_s": list(self.after_stop_saves),
         }
+        if uncounted:
+            out.update(window_throughput_samples_s=None, throughput_half_width=None)
+            if out["samples_per_epoch_from"] not in (None, LOADER_LENGTH):  # counted: not what was trained
+                out.update(samples_per_epoch=None, samples_per_epoch_from=None)
+        return out
 
 
 def warm_overheads(trainer, model, datamodule, windows: WindowedThroughput, saves_timed: int, scratch: str) -> None:
@@ -284,19 +292,17 @@ def epoch_size(length: int | None, whole_epochs: list[int]) -> dict:
     return {"samples_per_epoch": round(sum(whole_epochs) / n), "samples_per_epoch_from": said}
 
 
-def run_entries(measure: str, configured_epochs: int, windows: dict, uncounted: str | None = None) -> dict:
-    """What the run's measure adds to metrics.json. In throughput mode the windows' figure is
-    the run's throughput and no whole epoch was timed, so there is no time per epoch; where the
-    configured training ended before a window did (a tiny run), the run was a full one and its
-    steady epochs' figure stands (throughput_from says which). uncounted: why some batch's
-    samples could not be counted (EpochTiming.uncounted): no figure per sample then, nor samples
-    per epoch where they were counted rather than read from the loader's length."""
-    if uncounted:
-        windows = {**windows, "window_throughput_samples_s": None, "throughput_half_width": None}
-        if windows.get("samples_per_epoch_from") not in (None, LOADER_LENGTH):  # counted: not what was trained
-            windows.update(samples_per_epoch=None, samples_per_epoch_from=None)
-    out = {**windows, "measure": measure, "configured_epochs": configured_epochs, "throughput_from": "steady epochs"}
-    if measure == "throughput" and windows["window_throughput_samples_s"] is not None:
-        out.update(throughput_samples_s=windows["window_throughput_samples_s"], time_per_epoch_s=None,
-                   throughput_from="windows")
-    return out
+def headline(measure: str, configured_epochs: int, steady_epochs: tuple[float | None, float | None],
+             window_throughput: float | None) -> dict:
+    """The record's throughput section: the run's headline figure, the one place it is chosen.
+    steady_epochs: the steady epochs' (samples/s, s per epoch) (EpochTiming.steady_figure);
+    window_throughput: the steady windows' samples/s (the windows section's). In throughput mode
+    the windows' figure is the run's throughput and no whole epoch was timed, so there is no
+    time per epoch; where the configured training ended before a window did (a tiny run), the
+    run was a full one and its steady epochs' figure stands (throughput_from says which)."""
+    throughput, per_epoch = steady_epochs
+    source = "steady epochs"
+    if measure == "throughput" and window_throughput is not None:
+        throughput, per_epoch, source = window_throughput, None, "windows"
+    return {"measure": measure, "configured_epochs": configured_epochs, "throughput_samples_s": throughput,
+            "time_per_epoch_s": per_epoch, "throughput_from": source}

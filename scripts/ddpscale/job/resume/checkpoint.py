@@ -61,7 +61,8 @@ class EpochCheckpoint(ModelCheckpoint):
         self.save_seconds.append(time.perf_counter() - started)
         self.save_epochs.append(int(trainer.current_epoch))
 
-    def record(self) -> dict:
+    def section(self) -> dict:
+        """The record's checkpoint section (ddpscale.core.record.SECTIONS)."""
         return {"checkpoint_s": sum(self.save_seconds), "checkpoint_saves": len(self.save_seconds),
                 # [epoch, seconds] of each save in this process, for the projection
                 "checkpoint_save_s": [[e, s] for e, s in zip(self.save_epochs, self.save_seconds)]}
@@ -190,7 +191,7 @@ def finish(ckpt_dir: str, settings: dict, record: dict) -> None:
     metrics. The retry re-emits this record instead of training again.
     """
     ckpt_dir = Path(ckpt_dir)
-    write_json_atomic(ckpt_dir / FINAL, {"fingerprint": identity.digest(settings), "record": record})
+    run_record.write_final(ckpt_dir / FINAL, identity.digest(settings), record)
     for name in (LAST, PREVIOUS):
         checksum.remove(ckpt_dir / name)
 
@@ -205,12 +206,10 @@ def finished_record(ckpt_dir: str, settings: dict, attempt: int, is_rank_zero: b
     path = Path(ckpt_dir) / FINAL
     if not path.exists():
         return None
-    final = read_json_dict(path) or {}
-    # a record of another shape is as good as none: the run trains (or resumes) and writes its own
-    done = final.get("record")
-    whole = isinstance(done, dict) and run_record.problem({**done, "schema_version": run_record.SCHEMA_VERSION}) is None
-    if attempt > 1 and whole and final.get("fingerprint") == identity.digest(settings):
-        return done
+    # a record of another shape or version is as good as none: the run trains (or resumes) and writes its own
+    final = run_record.read_final(path)
+    if attempt > 1 and final is not None and final[0] == identity.digest(settings):
+        return final[1]
     if is_rank_zero:
         path.unlink(missing_ok=True)
     return None

@@ -164,7 +164,7 @@ def test_the_float32_settings_are_read_from_torch():
 def test_the_flops_callback_records_the_float32_settings_training_ran_under():
     from types import SimpleNamespace
 
-    from ddpscale.job.callbacks import FlopsCount, RunCallbacks
+    from ddpscale.job.callbacks import FlopsCount
     from ddpscale.job.measure.samplecount import BatchCounter
 
     counter = FlopsCount(BatchCounter(), window_steps=10)
@@ -175,10 +175,7 @@ def test_the_flops_callback_records_the_float32_settings_training_ran_under():
     finally:
         torch.set_float32_matmul_precision(before)
     counter.record.update(flops_per_sample=1e9, flops_conv_share=0.0)
-    run = RunCallbacks(timing=None, stop=None, placement=SimpleNamespace(summary=dict),
-                       gpu=SimpleNamespace(record={}), flops=counter, probe=None,
-                       checkpoint=SimpleNamespace(record=dict), windows=None)
-    out = run.record(1, 100_000.0, H100, "32-true")
+    out = counter.section(1, 100_000.0, H100, "32-true")
     assert out["float32_matmul_precision"] == "high" and out["cuda_matmul_allow_tf32"] is True
     assert out["peak_precision"] == "tf32" and out["mfu"] == pytest.approx(100.0 / 494.5)
 

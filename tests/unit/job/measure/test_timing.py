@@ -24,9 +24,9 @@ def test_no_steady_epoch_left_means_no_throughput():
     # two attempts of one epoch each: both cold
     metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 2.0], [1.5, 1.5], [100, 100]
     metrics.epoch_attempts = [1, 2]
-    summary = metrics.summary()
+    summary = metrics.section()
     assert summary["steady_epochs"] == []
-    assert summary["throughput_samples_s"] is None and summary["time_per_epoch_s"] is None
+    assert metrics.steady_figure() == (None, None)
     assert summary["fit_time_s"] == pytest.approx(4.0)
 
 
@@ -35,7 +35,7 @@ def test_throughput_of_a_resumed_run_counts_only_warm_epochs():
     # the resumed process's first epoch was slow (8 s): it must not drag the figure down
     metrics.epoch_times, metrics.train_times = [5.0, 9.0, 2.0, 2.0], [4.0, 8.0, 1.0, 1.0]
     metrics.samples, metrics.epoch_attempts = [100, 100, 100, 100], [1, 2, 2, 2]
-    assert metrics.summary()["throughput_samples_s"] == pytest.approx(200 / 2.0)
+    assert metrics.steady_figure()[0] == pytest.approx(200 / 2.0)
 
 
 def test_old_checkpoints_without_attempts_per_epoch_still_load():
@@ -74,7 +74,7 @@ def test_samples_trained_counts_every_epoch_warm_up_included():
     metrics = EpochTiming(warmup_epochs=1)
     metrics.epoch_times, metrics.train_times, metrics.samples = [2.0, 1.0, 1.0], [1.5, 0.8, 0.8], [64, 64, 32]
     metrics.epoch_attempts = [1, 1, 1]
-    summary = metrics.summary()
+    summary = metrics.section()
     assert summary["samples_trained"] == 160 and summary["steady_samples"] == 96
 
 
@@ -91,7 +91,7 @@ def test_a_resumed_run_carries_what_its_earlier_attempt_held_in_the_checkpoint()
     resumed = EpochTiming()
     resumed.held_since = time.time() - 5.0
     resumed.load_state_dict(saved)
-    assert resumed.summary()["held_s"] >= saved["held_s"] + 5.0
+    assert resumed.section()["held_s"] >= saved["held_s"] + 5.0
     # a checkpoint from before held time was kept: nothing earlier is known
     old = EpochTiming()
     old.load_state_dict({"epoch_times": [], "train_times": [], "samples": [], "attempts": 1})

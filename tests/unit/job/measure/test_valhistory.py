@@ -56,7 +56,9 @@ def test_each_epoch_is_recorded_and_the_target_is_timed_at_the_crossing_epoch(tm
     assert history.history == [{"epoch": i, "value": pytest.approx(v)} for i, v in enumerate(SCRIPTED)]
     entries = with_elapsed(history.history, timing.epoch_times)
     assert [e["elapsed_s"] for e in entries] == pytest.approx(pd.Series(timing.epoch_times).cumsum().tolist())
-    assert history.record()["val_history_metric"] == "val_acc" and history.record()["val_history_reason"] is None
+    section = history.section({"val_acc": 0.9}, timing.epoch_times)
+    assert section["val_history_metric"] == "val_acc" and section["val_history_reason"] is None
+    assert section["val_history"] == entries and section["val_acc"] == 0.9 and section["val_loss"] is None
 
     # the baseline's record as train.py writes it, and a topology that trained the same way
     record = {"topology": "1x1", "world_size": 1, "measure": "full", "val_history": entries,
@@ -81,9 +83,10 @@ def test_a_resumed_fit_keeps_the_epochs_validated_before(tmp_path):
 def test_a_metric_never_logged_says_what_was(tmp_path):
     history = ValHistory("val_accuracy")
     fit(1, [history], tmp_path=tmp_path, enable_checkpointing=False)
-    assert history.record() == {"val_history": [], "val_history_metric": "val_accuracy",
-                                "val_history_reason": "val_accuracy was not logged at validation; "
-                                                      "logged: val_acc, val_loss"}
+    section = history.section({}, [])
+    assert {k: section[k] for k in ("val_history", "val_history_metric", "val_history_reason")} == {
+        "val_history": [], "val_history_metric": "val_accuracy",
+        "val_history_reason": "val_accuracy was not logged at validation; logged: val_acc, val_loss"}
 
 
 def test_elapsed_is_the_running_sum_and_an_unfinished_epoch_gets_none():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import zipfile
@@ -11,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from helpers.configs import rule
 from helpers.workflow import ROOT
+from ddpscale.core import record as run_record
 from ddpscale.run.runspec import RunSpec
 from ddpscale.job import build
 from ddpscale.job.resume import checkpoint, checksum
@@ -200,4 +202,16 @@ def test_a_finished_record_of_another_shape_is_as_good_as_none(tmp_path, content
     assert not (tmp_path / checkpoint.FINAL).exists()
     record = {k: v for k, v in make_run().items() if k != "schema_version"}
     checkpoint.finish(str(tmp_path), SETTINGS, record)
-    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) == record
+    # core/record writes it, stamped with the schema version as metrics.json is
+    stamped = {**record, "schema_version": run_record.SCHEMA_VERSION}
+    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) == stamped
+
+
+def test_a_finished_record_of_another_schema_version_is_as_good_as_none(tmp_path):
+    from helpers.records import make_run
+
+    older = {**make_run(), "schema_version": run_record.SCHEMA_VERSION - 1}
+    (tmp_path / checkpoint.FINAL).write_text(json.dumps({"fingerprint": checkpoint.identity.digest(SETTINGS),
+                                                         "record": older}))
+    assert checkpoint.finished_record(str(tmp_path), SETTINGS, attempt=2, is_rank_zero=True) is None
+    assert not (tmp_path / checkpoint.FINAL).exists()
