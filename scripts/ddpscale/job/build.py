@@ -15,7 +15,7 @@ import os
 import time
 
 from ddpscale.core import record as run_record
-from ddpscale.job import callbacks, runinfo
+from ddpscale.job import callbacks
 from ddpscale.job import record as recorder
 from ddpscale.job.device import compiling, gpu, transport
 from ddpscale.job.launch.ranks import formed_world_size
@@ -173,9 +173,9 @@ def train(spec: RunSpec) -> int:
     # the user to fix a name this run's report never reads
     accuracy_metric = spec.accuracy_metric if spec.measure == "full" else None
     ours = [*measured.all(), accuracy.MetricCheck(accuracy_metric, test_pass)]
-    trainer = build_trainer(spec, ours, runinfo.logger_dir(spec.metrics))
+    trainer = build_trainer(spec, ours, recorder.logger_dir(spec.metrics))
     # the checkpoint and the finished record belong to this data, code and versions only
-    identity = runinfo.run_identity(spec, trainer.strategy.root_device)
+    identity = recorder.run_identity(spec, trainer.strategy.root_device)
     settings = {**spec.measured(), "identity": identity}
     done = checkpoint.finished_record(spec.ckpt_dir, settings, spec.attempt, is_first_rank())
     if done is not None:

@@ -4,7 +4,8 @@ with its kind and unit, in ddpscale.core.record.SECTIONS (which refuses a key a 
 declare, and writes the file):
 
 - run: what ran, where and on what code (run_section, here: the spec, the topology that formed,
-  the Trainer as it ran, versions, identity);
+  the Trainer as it ran, versions, and the run's identity, run_identity: what its numbers depend
+  on, which also keys its checkpoint and its finished record);
 - device, placement, transport: ddpscale.job.device.gpu, ddpscale.job.launch.ranks,
   ddpscale.job.device.transport;
 - timing, checkpoint, windows: the run's clock (ddpscale.job.measure.timing), its saves
@@ -20,7 +21,9 @@ import datetime as dt
 import os
 import platform
 import socket
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -28,9 +31,14 @@ import torch
 from ddpscale.core import record as run_record
 from ddpscale.job import callbacks
 from ddpscale.job.device import compiling, gpu, transport
+# The local launcher's modules: its forked ranks have them loaded and an srun rank would not, so
+# the code hash (run_identity) would differ between a cluster's runs and a local one's, and
+# between topologies whenever the launcher gained an import. Imported here, every rank holds
+# the same set.
+from ddpscale.job.launch import spawner as _launcher  # noqa: F401
 from ddpscale.job.launch.ranks import formed_world_size
 from ddpscale.job.measure import windows
-from ddpscale.run import ddpsettings
+from ddpscale.run import ddpsettings, identity
 from ddpscale.run.runspec import RunSpec
 
 
@@ -42,7 +50,7 @@ class AfterFit:
 
     started: str  # when the job began to build the run (now())
     fit_wall_s: float  # this attempt's wall time in trainer.fit, the probe included
-    identity: dict  # ddpscale.job.runinfo.run_identity
+    identity: dict  # run_identity, below
     early_stop: dict | None  # early_stop()
     module_callbacks: list[str]  # module_callbacks()
     logged: dict  # every scalar the module logged in fit and test (ddpscale.job.measure.accuracy.scalars)
@@ -155,3 +163,38 @@ def parameter_counts(module: torch.nn.Module) -> dict:
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# where the run's logger writes (build.build_trainer), beside its record
+LOGS = "logs"
+
+
+def logger_dir(record_path: str) -> str:
+    """The folder a run's logger writes in: beside its record (metrics.json)."""
+    return str(Path(record_path).parent / LOGS)
+
+
+def run_identity(spec: RunSpec, root_device: torch.device) -> dict:
+    """What this run's numbers depend on (ddpscale.run.identity), measured on this rank.
+
+    Called once the user's classes are imported (their modules are part of the code) and
+    before anything imports modules by topology, so every run of a config hashes the same set.
+    """
+    data = ([spec.data_file] if spec.data_file else []) + list(spec.data_files)
+    scripts = Path(__file__).resolve().parents[2]
+    user_modules = [path.rpartition(".")[0] for path in (spec.model_class, spec.data_class)]
+    launcher = [scripts / "launch_local.py"]  # a script; the launcher's modules are imported above
+    code = identity.code_files(sys.modules, scripts, [scripts / "train.py", *launcher], user_modules)
+    return identity.identity(identity.data_checksums(data), spec.measured(), identity.code_hash(code),
+                             software_versions(root_device))
+
+
+def software_versions(root_device: torch.device) -> dict:
+    """torch and Lightning; CUDA and NCCL only where the run used them (None on CPU)."""
+    on_gpu = root_device.type == "cuda"
+    nccl = None
+    if on_gpu and torch.distributed.is_nccl_available():
+        found = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
+    return {"torch": torch.__version__, "lightning": pl.__version__,
+            "cuda": torch.version.cuda if on_gpu else None, "nccl": nccl}

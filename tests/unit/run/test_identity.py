@@ -17,14 +17,14 @@ from helpers.training import train_args
 from helpers.workflow import ROOT
 from ddpscale.run import identity, runspec
 from ddpscale.report.load import records
-from ddpscale.job import runinfo
+from ddpscale.job import record as recorder
 from ddpscale.job.resume import checkpoint, checksum
 
 
 def keyed_settings(argv: list[str]) -> dict:
     """The settings train.py fingerprints: its flags plus the run's identity."""
     spec = runspec.parse(argv)
-    return {**spec.measured(), "identity": runinfo.run_identity(spec, torch.device("cpu"))}
+    return {**spec.measured(), "identity": recorder.run_identity(spec, torch.device("cpu"))}
 
 
 def save_checkpoint(path: Path) -> None:
@@ -102,7 +102,7 @@ def test_unloadable_names_why_and_accepts_a_good_checkpoint(tmp_path):
 
 def test_every_rank_holds_the_launchers_modules_whatever_started_it():
     """A forked rank has the local launcher's modules loaded, a 1x1 or srun rank only what
-    runinfo imports: if the launcher imports a module runinfo does not, the code hash differs by
+    the recorder imports: if the launcher imports a module the recorder does not, the code hash differs by
     topology and the report refuses to compare the runs."""
     import subprocess
     import sys
@@ -112,4 +112,4 @@ def test_every_rank_holds_the_launchers_modules_whatever_started_it():
                              capture_output=True, text=True, check=True, cwd=ROOT / "scripts").stdout
         return {name for name in out.split() if name.startswith("ddpscale")}
 
-    assert loaded("ddpscale.job.launch.spawner") <= loaded("ddpscale.job.runinfo")
+    assert loaded("ddpscale.job.launch.spawner") <= loaded("ddpscale.job.record")
