@@ -86,7 +86,8 @@ def rows(tmp: Path, data_file: str, fmt) -> list[tuple[str, str]]:
         name = f"{nodes}x{devices}"
         full = train(tmp, data_file, nodes, devices, "full")
         r = compare(full, train(tmp, data_file, nodes, devices, "throughput"))
-        full_steps = len(full["window_seconds"]) * full["throughput"]["window_steps"]  # whole windows: within a window of all
+        # whole windows: within a window of all
+        full_steps = len(full["window_seconds"]) * full["throughput"]["window_steps"]
         half = "n/a" if r["half_width"] is None else f"{r['half_width']:,.0f} ({r['half_width'] / r['throughput']:.1%})"
         out += [
             (f"  {name}: throughput mode samples/s +- 95% half-width; stop after steps",
