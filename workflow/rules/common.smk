@@ -18,8 +18,8 @@ from snakemake.utils import validate
 from snakemake_interface_logger_plugins.common import LogEvent
 
 # scripts/ddpscale is on sys.path (the Snakefile puts it there before reading the config).
-from ddpscale.core.io import keep, last_nonempty_line, read_json_dict, restore, write_json_atomic  # noqa: E402
-from ddpscale.plan import workflowplan
+from ddpscale.core.io import keep, last_nonempty_line, restore  # noqa: E402
+from ddpscale.plan import planfile, workflowplan  # noqa: E402
 from ddpscale.run import runspec  # noqa: E402
 from ddpscale.plan.site.squeue import live_training_job, query_squeue  # noqa: E402
 
@@ -75,11 +75,9 @@ def write_plan():
     site nor this command line's --configfile and --config. Written when jobs start (onstart),
     never by a dry run or a refused config, and only when it changes, so nothing in results/ is
     touched for nothing."""
-    path = Path(PLAN.layout.plan)
-    if read_json_dict(path) == PLAN.record():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, PLAN.record())
+    problem = planfile.write(PLAN.layout.plan, PLAN.record())
+    if problem:
+        snakemake_logger.warning(f"ddpscale: make status cannot show this run's plan: {problem}")
 
 
 wildcard_constraints:

@@ -9,7 +9,7 @@ Versioned: a file of another version or shape is as good as none (the next run r
 The reader takes the file as hostile, because anything may lie in a results folder: a FIFO, a
 directory, a symbolic link (the workflow writes a file, never a link), a huge file, bytes that
 are not UTF-8 or JSON nested past the recursion limit each come back as one line, never a hang
-or a traceback. Torch-free and pure but for read().
+or a traceback; the writer never raises (write). Torch-free and pure but for read() and write().
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import stat
 from dataclasses import dataclass
 
 from ddpscale.run import measuremode
-from ddpscale.core.io import file_kind, terminal_safe
+from ddpscale.core.io import file_kind, terminal_safe, write_json_atomic
 from ddpscale.core.layout import NAME_PATTERN, TOPOLOGY_FOLDER
 from ddpscale.run.topology import STAGES, parse_topology, stage_of
 
@@ -119,6 +119,28 @@ def read(path) -> tuple[dict | None, str | None]:
     if not isinstance(data, dict):
         return None, "is not a JSON object"
     return data, None
+
+
+def write(path, content: dict) -> str | None:
+    """Write plan.json when it does not already hold `content`; None when it holds it after, else
+    why not, one line. Never raises: a plan that cannot be written costs `make status` its rows
+    (it says so and falls back to the config), never the run that is starting. Whatever lies in
+    its place that is not a regular file (a directory, a FIFO, a link) is replaced only where
+    that is one rename: a directory is left alone and named."""
+    data, _ = read(path)
+    if data == content:
+        return None
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return f"{path} is a directory, not the plan: move it away, and the next run writes the plan"
+    except OSError:
+        pass  # nothing there, or a path that cannot hold it: the write below says which
+    try:
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+        write_json_atomic(path, content)
+    except OSError as err:
+        return f"{path} cannot be written ({err.strerror or err})"
+    return None
 
 
 def parse(data: dict, experiment: str | None = None) -> tuple[Planned | None, str | None]:

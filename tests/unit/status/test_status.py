@@ -498,3 +498,32 @@ def test_a_hostile_plan_json_is_one_line_and_the_config_s_runs(tmp_path, kind, s
     assert line.startswith(f"experiment spiralmlp: not planned yet: results/spiralmlp/plan.json {said}"), line
     assert "as good as none (the next run rewrites it); showing the config's runs as given here" in line
     assert table_runs(done.stdout) == [("1x1", "r0"), ("1x2", "r0"), ("2x1", "r0")]
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a directory", "a link out of results", "huge", "not UTF-8",
+                                  "nested deep", "a 5000-digit number", "another experiment's"])
+def test_the_workflow_writes_its_plan_over_whatever_lies_there_or_names_it(tmp_path, kind):
+    """The workflow's writer (common.smk's onstart) never raises: it replaces what one rename
+    replaces, leaving a link's target untouched, and names a directory in one line; the run goes on."""
+    path = tmp_path / "results/spiralmlp/plan.json"
+    path.parent.mkdir(parents=True)
+    hostile(kind, path, tmp_path)
+    outside = (tmp_path / "elsewhere.json").read_text() if kind == "a link out of results" else None
+    problem = planfile.write(path, PLAN)
+    if kind == "a directory":
+        assert problem == f"{path} is a directory, not the plan: move it away, and the next run writes the plan"
+        return
+    assert problem is None and not path.is_symlink() and json.loads(path.read_text()) == PLAN
+    if outside is not None:
+        assert (tmp_path / "elsewhere.json").read_text() == outside
+    before = path.stat().st_mtime_ns
+    assert planfile.write(path, PLAN) is None and path.stat().st_mtime_ns == before, "rewritten for nothing"
+
+
+def test_a_plan_that_cannot_be_written_is_one_line(tmp_path):
+    """A file where the experiment's folder should be: the plan is named in one line, never raised."""
+    (tmp_path / "results").write_text("not a folder")
+    path = tmp_path / "results/spiralmlp/plan.json"
+    problem = planfile.write(path, PLAN)
+    assert problem is not None and problem.startswith(f"{path} cannot be written ("), problem
+    assert "\n" not in problem
