@@ -24,12 +24,12 @@ RANK = """
 import itertools, json, sys, types
 sys.path.insert(0, {scripts!r})
 import torch, torch.distributed as dist
-from ddpscale.job.probe import allreduce as commbench
+from ddpscale.job.probe import allreduce
 
 rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
 cpu, events = torch.device("cpu"), []
-real_all_reduce, real_sync, real_clock = dist.all_reduce, commbench.sync_device, commbench.time.perf_counter
+real_all_reduce, real_sync, real_clock = dist.all_reduce, allreduce.sync_device, allreduce.time.perf_counter
 
 def logged(name, call):
     def wrapper(*args, **kwargs):
@@ -38,17 +38,17 @@ def logged(name, call):
     return wrapper
 
 dist.all_reduce = logged("all_reduce", real_all_reduce)
-commbench.sync_device = logged("sync", real_sync)
-commbench.time = types.SimpleNamespace(perf_counter=logged("clock", real_clock))
-sweep = commbench.allreduce_benchmark({sizes!r}, cpu, warmup=2, iters={iters})
+allreduce.sync_device = logged("sync", real_sync)
+allreduce.time = types.SimpleNamespace(perf_counter=logged("clock", real_clock))
+sweep = allreduce.allreduce_benchmark({sizes!r}, cpu, warmup=2, iters={iters})
 sweep_events, events[:] = list(events), []
-as_ddp = commbench.allreduce_as_ddp({buckets!r}, cpu, warmup=2, iters={iters})
+as_ddp = allreduce.allreduce_as_ddp({buckets!r}, cpu, warmup=2, iters={iters})
 ddp_events = list(events)
 
 reads, tick = itertools.count(), (0.001, 0.003)[rank]
-commbench.time = types.SimpleNamespace(perf_counter=lambda: next(reads) * tick)
-ticked = {{"sweep": commbench.allreduce_benchmark({sizes!r}, cpu, warmup=1, iters={iters}),
-          "as_ddp": commbench.allreduce_as_ddp({buckets!r}, cpu, warmup=1, iters={iters})}}
+allreduce.time = types.SimpleNamespace(perf_counter=lambda: next(reads) * tick)
+ticked = {{"sweep": allreduce.allreduce_benchmark({sizes!r}, cpu, warmup=1, iters={iters}),
+          "as_ddp": allreduce.allreduce_as_ddp({buckets!r}, cpu, warmup=1, iters={iters})}}
 dist.destroy_process_group()  # else gloo may abort at exit (pytorch#190489)
 with open(out, "w") as f:
     json.dump({{"sweep": sweep, "sweep_events": sweep_events, "as_ddp": as_ddp, "ddp_events": ddp_events,

@@ -13,7 +13,7 @@ from helpers.configs import rule
 from helpers.training import run_user_module, throughput
 from helpers.workflow import ROOT
 from ddpscale.run import ddpsettings
-from ddpscale.job.probe import allreduce as commbench
+from ddpscale.job.probe import allreduce
 from ddpscale.job import build
 from ddpscale.run.runspec import RunSpec
 
@@ -78,11 +78,11 @@ def test_the_record_says_whether_ddp_ran_and_at_what_width_the_gradient_went():
 
 
 def test_a_16_bit_hook_halves_the_comm_model_s_bytes():
-    buckets = commbench.ddp_buckets(100 * commbench.MIB, 50)
-    assert buckets == [50 * commbench.MIB, 50 * commbench.MIB]
-    assert commbench.on_the_wire(buckets, None) == (buckets, None)
-    sent, dtype = commbench.on_the_wire(buckets, ddpsettings.HOOK_BYTES["bf16_compress"])
-    assert sent == [25 * commbench.MIB, 25 * commbench.MIB] and dtype == "float16"
+    buckets = allreduce.ddp_buckets(100 * allreduce.MIB, 50)
+    assert buckets == [50 * allreduce.MIB, 50 * allreduce.MIB]
+    assert allreduce.on_the_wire(buckets, None) == (buckets, None)
+    sent, dtype = allreduce.on_the_wire(buckets, ddpsettings.HOOK_BYTES["bf16_compress"])
+    assert sent == [25 * allreduce.MIB, 25 * allreduce.MIB] and dtype == "float16"
 
 
 def test_torch_s_unused_parameter_error_becomes_one_line_naming_the_key():
@@ -105,12 +105,12 @@ def test_torch_s_unused_parameter_error_becomes_one_line_naming_the_key():
 
 
 def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
-    from ddpscale.job.probe import step as stepprobe
+    from ddpscale.job.probe import step as step_probe
 
     seen = []
-    state = stepprobe._Calls()
+    state = step_probe._Calls()
     state.hook = lambda group, bucket: seen.append(bucket) or "compressed"
-    assert stepprobe.counting_allreduce(state, "bucket") == "compressed"
+    assert step_probe.counting_allreduce(state, "bucket") == "compressed"
     assert seen == ["bucket"] and state.calls == 1
 
 
@@ -119,17 +119,17 @@ def test_the_probe_s_counted_all_reduce_goes_through_the_run_s_hook():
 def test_the_trainer_s_ddp_gets_the_settings_and_the_probe_sees_them():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from ddpscale.job.probe import inrun as probing
+    from ddpscale.job.probe import inrun
 
     strategy = build.build_trainer(flags(1, 2, SET), []).strategy
     assert strategy._ddp_kwargs == {"find_unused_parameters": True, "static_graph": False,
                                     "gradient_as_bucket_view": True, "bucket_cap_mb": 50}
     assert strategy._ddp_comm_hook is default_hooks.fp16_compress_hook
     assert strategy._timeout.total_seconds() == 300
-    assert probing.bucket_cap_mb(strategy) == 50
-    assert probing.comm_bytes_per_element(flags(1, 2, SET)) == 2
+    assert inrun.bucket_cap_mb(strategy) == 50
+    assert inrun.comm_bytes_per_element(flags(1, 2, SET)) == 2
     plain = build.build_trainer(flags(1, 2), []).strategy
-    assert probing.bucket_cap_mb(plain) is None and plain._ddp_comm_hook is None
+    assert inrun.bucket_cap_mb(plain) is None and plain._ddp_comm_hook is None
     assert plain._ddp_kwargs == {"find_unused_parameters": False, "static_graph": False,
                                  "gradient_as_bucket_view": False}
 

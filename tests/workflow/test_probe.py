@@ -29,7 +29,7 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     import torch
 
     from ddpscale.run.usermodule import PluginError
-    from ddpscale.job.probe import inrun as probecopy
+    from ddpscale.job.probe import inrun
 
     def forms(opt, sched):
         return (opt, [opt], (opt,), ([opt], [sched]), {"optimizer": opt, "lr_scheduler": sched}, [{"optimizer": opt}])
@@ -52,12 +52,12 @@ def test_the_probe_takes_the_optimizer_in_every_form_lightning_accepts():
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
     for form in range(6):
         MyModule.form = form
-        copied, view = probecopy.attach(trainer, MyModule())
-        assert probecopy.build_optimizers(view) == [copied.made]
+        copied, view = inrun.attach(trainer, MyModule())
+        assert inrun.build_optimizers(view) == [copied.made]
     for form in (None, "empty"):
         MyModule.form = form
         with pytest.raises(PluginError, match=r"MyModule\.configure_optimizers\(\) returned no optimizer"):
-            probecopy.build_optimizers(probecopy.attach(trainer, MyModule())[1])
+            inrun.build_optimizers(inrun.attach(trainer, MyModule())[1])
 
 
 def test_precision_plan():

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from ddpscale.job.device import flops
-from ddpscale.job.device import flops as peaks
 from ddpscale.workloads.models import SpiralMLP
 
 
@@ -120,7 +119,7 @@ def test_the_analytic_check_flags_a_disagreement():
     ("cpu, simulated", "32-true", None),
 ])
 def test_peak_by_device_and_precision(name, precision, peak):
-    assert peaks.peak_tflops(name, precision) == peak
+    assert flops.peak_tflops(name, precision) == peak
 
 
 HIGHEST = {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False, "cudnn_allow_tf32": True}
@@ -140,11 +139,11 @@ def test_float32_under_tf32_is_held_to_the_tf32_peak():
     # cuDNN's TF32 (on by default) speeds convolutions only
     convnet = flops.utilisation(1e9, 1e5, 1, H100, "32-true", float32=HIGHEST, conv_share=1.0)
     assert convnet["peak_tflops_per_device"] == 494.5 and convnet["peak_precision"] == "tf32"
-    half = peaks.peak_tflops(H100, "32-true", matmul_tf32=False, conv_tf32=True, conv_share=0.5)
+    half = flops.peak_tflops(H100, "32-true", matmul_tf32=False, conv_tf32=True, conv_share=0.5)
     assert half == pytest.approx(1 / (0.5 / 67.0 + 0.5 / 494.5))  # the time both halves take at peak
-    assert peaks.peak_name(H100, "32-true", False, True, 0.5) == "tf32+32"
+    assert flops.peak_name(H100, "32-true", False, True, 0.5) == "tf32+32"
     # Volta has no TF32: FP32 whatever torch allows; bf16 is bf16 whatever the float32 settings
-    assert peaks.peak_tflops("Tesla V100-SXM2-32GB", "32-true", True, True, 0.5) == 15.7
+    assert flops.peak_tflops("Tesla V100-SXM2-32GB", "32-true", True, True, 0.5) == 15.7
     assert flops.utilisation(1e9, 1e5, 1, H100, "bf16-mixed", float32=HIGH)["peak_precision"] == "bf16"
 
 

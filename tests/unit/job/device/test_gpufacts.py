@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from ddpscale.job.device import gpu as gpufacts
+from ddpscale.job.device import gpu
 
 
 TORCH_UUID = "6f6e2c4a-1b2c-3d4e-5f60-718293a4b5c6"  # as str(get_device_properties().uuid) prints it
@@ -19,15 +19,15 @@ def test_gpu_summary_over_ranks():
     ranks = [{"peak_memory_mb": 100.0, "utilization": [50, 70]},
              {"peak_memory_mb": 250.5, "utilization": [90]}]
     # each rank's mean (60, 90), then the mean over ranks; samples counted over ranks
-    assert gpufacts.summarize(ranks) == {"gpu_peak_memory_mb": 250.5, "gpu_utilization_pct": 75.0,
+    assert gpu.summarize(ranks) == {"gpu_peak_memory_mb": 250.5, "gpu_utilization_pct": 75.0,
                                          "gpu_utilization_samples": 3, "gpu_utilization_reason": None}
     no_samples = [{"peak_memory_mb": 10.0, "utilization": [], "reason": "NVML could not read GPU x"}]
-    assert gpufacts.summarize(no_samples) == {"gpu_peak_memory_mb": 10.0, "gpu_utilization_pct": None,
+    assert gpu.summarize(no_samples) == {"gpu_peak_memory_mb": 10.0, "gpu_utilization_pct": None,
                                               "gpu_utilization_samples": 0,
                                               "gpu_utilization_reason": "NVML could not read GPU x"}
-    too_short = gpufacts.summarize([{"peak_memory_mb": 10.0, "utilization": [], "reason": None}])
-    assert too_short["gpu_utilization_reason"] == gpufacts.NO_STEADY_READING
-    assert gpufacts.peak_memory_mb("cpu") is None
+    too_short = gpu.summarize([{"peak_memory_mb": 10.0, "utilization": [], "reason": None}])
+    assert too_short["gpu_utilization_reason"] == gpu.NO_STEADY_READING
+    assert gpu.peak_memory_mb("cpu") is None
 
 
 # -- NVML, faked: this machine has no GPU --------------------------------------------------
@@ -68,22 +68,22 @@ def nvml(monkeypatch):
 
 
 def test_nvml_names_the_gpu_by_its_uuid(nvml):
-    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    read, reason = gpu.open_utilization(TORCH_UUID)
     assert reason is None and nvml.looked_up == ["GPU-" + TORCH_UUID]
     nvml.value = 87
     assert read() == 87
-    assert gpufacts.nvml_uuid("GPU-" + TORCH_UUID) == "GPU-" + TORCH_UUID
-    assert gpufacts.nvml_uuid("MIG-abc") == "MIG-abc"
+    assert gpu.nvml_uuid("GPU-" + TORCH_UUID) == "GPU-" + TORCH_UUID
+    assert gpu.nvml_uuid("MIG-abc") == "MIG-abc"
 
 
 def test_without_nvml_utilisation_is_unknown_with_the_reason(nvml, monkeypatch):
-    read, reason = gpufacts.open_utilization("0000-unknown")
+    read, reason = gpu.open_utilization("0000-unknown")
     assert read is None and "NVML could not read GPU GPU-0000-unknown" in reason and "Not Found" in reason
-    assert gpufacts.open_utilization(None)[1] == "the placement check recorded no GPU UUID for this rank"
+    assert gpu.open_utilization(None)[1] == "the placement check recorded no GPU UUID for this rank"
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
-    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    read, reason = gpu.open_utilization(TORCH_UUID)
     assert read is None and "nvidia-ml-py" in reason
-    sampler = gpufacts.UtilizationSampler(read, reason).start()
+    sampler = gpu.UtilizationSampler(read, reason).start()
     assert sampler.stop() == [] and sampler.reason == reason
 
 
@@ -106,11 +106,11 @@ class FakeMigNvml(FakeNvml):
 
 def test_a_mig_instance_is_named_mig_and_its_missing_utilisation_said_plainly(monkeypatch):
     # torch prints a MIG instance's UUID bare too; NVML knows it only as MIG-<uuid>
-    assert gpufacts.nvml_uuid(TORCH_UUID, mig=True) == "MIG-" + TORCH_UUID
-    assert gpufacts.nvml_uuid("MIG-" + TORCH_UUID) == "MIG-" + TORCH_UUID
+    assert gpu.nvml_uuid(TORCH_UUID, mig=True) == "MIG-" + TORCH_UUID
+    assert gpu.nvml_uuid("MIG-" + TORCH_UUID) == "MIG-" + TORCH_UUID
     nvml = FakeMigNvml(known_uuids=("MIG-" + TORCH_UUID,))
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    read, reason = gpu.open_utilization(TORCH_UUID)
     assert nvml.looked_up == ["GPU-" + TORCH_UUID, "MIG-" + TORCH_UUID]
     assert read is None and reason.startswith("n/a because MIG instances do not report utilisation")
     assert "could not read" not in reason and "MIG-" + TORCH_UUID in reason
@@ -119,14 +119,14 @@ def test_a_mig_instance_is_named_mig_and_its_missing_utilisation_said_plainly(mo
 def test_a_gpu_in_mig_mode_says_mig_and_another_failure_says_what_failed(monkeypatch):
     nvml = FakeMigNvml(known_uuids=("GPU-" + TORCH_UUID,), mig_mode=1)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    read, reason = gpufacts.open_utilization(TORCH_UUID)
-    assert read is None and reason.startswith(gpufacts.MIG_NO_UTILIZATION)
+    read, reason = gpu.open_utilization(TORCH_UUID)
+    assert read is None and reason.startswith(gpu.MIG_NO_UTILIZATION)
     nvml.mig_mode = 0
 
     def lost(handle):
         raise nvml.NVMLError("GPU is lost")
     monkeypatch.setattr(nvml, "nvmlDeviceGetUtilizationRates", lost)
-    read, reason = gpufacts.open_utilization(TORCH_UUID)
+    read, reason = gpu.open_utilization(TORCH_UUID)
     assert read is None and reason == f"NVML could not read GPU GPU-{TORCH_UUID}: GPU is lost"
 
 
@@ -140,7 +140,7 @@ class Clock:
 
 def test_a_reading_counts_only_when_its_whole_period_was_training():
     clock, values = Clock(), iter([11, 22, 33, 44, 55])
-    sampler = gpufacts.UtilizationSampler(lambda: next(values), period_s=1.0, clock=clock)
+    sampler = gpu.UtilizationSampler(lambda: next(values), period_s=1.0, clock=clock)
     sampler.tick()  # window closed
     sampler.open()
     clock.now += 0.5
@@ -160,13 +160,13 @@ def test_a_reading_counts_only_when_its_whole_period_was_training():
 def test_a_failing_reading_stops_sampling_with_the_reason():
     def broken():
         raise RuntimeError("GPU is lost")
-    sampler = gpufacts.UtilizationSampler(broken)
+    sampler = gpu.UtilizationSampler(broken)
     assert sampler.tick() is False and "GPU is lost" in sampler.reason
 
 
 # -- the callback's window over a run, hooks driven as Lightning calls them -----------------
 
-class ManualSampler(gpufacts.UtilizationSampler):
+class ManualSampler(gpu.UtilizationSampler):
     """The real sampler on a clock the test moves, with no thread: the test takes each reading."""
     last = None
 
@@ -184,7 +184,7 @@ CLOCK = Clock()
 def test_gpu_facts_sample_steady_training_only(nvml, monkeypatch):
     from ddpscale.job.callbacks import GpuFacts
 
-    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    monkeypatch.setattr(gpu, "UtilizationSampler", ManualSampler)
     placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID, "cuda_visible_devices": "3,1"})
     trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 1)),
                                     current_epoch=0)
@@ -209,7 +209,7 @@ def test_gpu_facts_sample_steady_training_only(nvml, monkeypatch):
         phase(0, 10.0)  # a slow checkpoint write at validation end
         facts.on_train_epoch_end(trainer, None)
         phase(1)  # between epochs
-    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 123.0)
+    monkeypatch.setattr(gpu, "peak_memory_mb", lambda device: 123.0)
     facts.on_fit_end(trainer, None)
     assert facts.record == {"gpu_peak_memory_mb": 123.0, "gpu_utilization_pct": 90.0,
                             "gpu_utilization_samples": 6, "gpu_utilization_reason": None}
@@ -239,7 +239,7 @@ def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
     warm-up: the first H100 run's transformer had utilisation n/a in both its runs."""
     from ddpscale.job.callbacks import GpuFacts
 
-    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    monkeypatch.setattr(gpu, "UtilizationSampler", ManualSampler)
     placement = types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID})
     trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)),
                                     current_epoch=0)
@@ -257,7 +257,7 @@ def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
         CLOCK.now += seconds
         sampler.tick()
     facts.on_validation_start(trainer, None)
-    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 1.0)
+    monkeypatch.setattr(gpu, "peak_memory_mb", lambda device: 1.0)
     facts.on_fit_end(trainer, None)
     assert facts.record["gpu_utilization_pct"] == 90.0 and facts.record["gpu_utilization_samples"] == 2
 
@@ -265,7 +265,7 @@ def test_in_throughput_mode_the_steady_windows_are_sampled(nvml, monkeypatch):
 def test_in_throughput_mode_without_a_steady_window_utilisation_says_why(nvml, monkeypatch):
     from ddpscale.job.callbacks import GpuFacts
 
-    monkeypatch.setattr(gpufacts, "UtilizationSampler", ManualSampler)
+    monkeypatch.setattr(gpu, "UtilizationSampler", ManualSampler)
     trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(root_device=torch.device("cuda", 0)),
                                     current_epoch=0)
     facts = GpuFacts(types.SimpleNamespace(own={"gpu_uuid": TORCH_UUID}), warmup_epochs=1,
@@ -274,7 +274,7 @@ def test_in_throughput_mode_without_a_steady_window_utilisation_says_why(nvml, m
     facts.on_train_batch_start(trainer, None, None, 0)
     CLOCK.now += 1.5
     ManualSampler.last.tick()
-    monkeypatch.setattr(gpufacts, "peak_memory_mb", lambda device: 1.0)
+    monkeypatch.setattr(gpu, "peak_memory_mb", lambda device: 1.0)
     facts.on_fit_end(trainer, None)
     assert facts.record["gpu_utilization_pct"] is None
-    assert facts.record["gpu_utilization_reason"] == gpufacts.NO_STEADY_WINDOW_READING
+    assert facts.record["gpu_utilization_reason"] == gpu.NO_STEADY_WINDOW_READING

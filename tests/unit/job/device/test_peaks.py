@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpscale.job.device import flops as peaks
+from ddpscale.job.device import flops
 
 # (torch.cuda.get_device_name(), the 16-bit tensor peak, the FP64 peak); None where MFU is n/a
 DRIVER_NAMES = [
@@ -40,18 +40,18 @@ DRIVER_NAMES = [
 
 @pytest.mark.parametrize("name, half, fp64", DRIVER_NAMES)
 def test_peak_by_the_name_the_driver_reports(name, half, fp64):
-    assert peaks.peak_tflops(name, "16-mixed") == half
-    assert peaks.peak_tflops(name, "64-true") == fp64
+    assert flops.peak_tflops(name, "16-mixed") == half
+    assert flops.peak_tflops(name, "64-true") == fp64
 
 
 def test_every_row_is_reached_by_a_name_the_driver_reports(monkeypatch):
     # a row no real name reaches (the old ("H100", "SXM")) is dead: dropping it changes nothing
-    table = dict(peaks.PEAK_TFLOPS)
+    table = dict(flops.PEAK_TFLOPS)
     names = [name for name, _, _ in DRIVER_NAMES]
-    before = [peaks.device_peaks(name) for name in names]
+    before = [flops.device_peaks(name) for name in names]
     for key in table:
-        monkeypatch.setattr(peaks, "PEAK_TFLOPS", {k: v for k, v in table.items() if k != key})
-        assert [peaks.device_peaks(name) for name in names] != before, f"no driver name reaches {key}"
+        monkeypatch.setattr(flops, "PEAK_TFLOPS", {k: v for k, v in table.items() if k != key})
+        assert [flops.device_peaks(name) for name in names] != before, f"no driver name reaches {key}"
 
 
 # A MIG instance: the full GPU's peak times its share of the SMs (nvidia-smi mig -lgip)
@@ -70,7 +70,7 @@ def test_every_row_is_reached_by_a_name_the_driver_reports(monkeypatch):
     ("NVIDIA A100-SXM4-40GB MIG 3G.20GB", 312.0 * 42 / 108),  # case ignored
 ])
 def test_a_mig_instance_gets_its_share_of_the_gpus_peak(name, half):
-    assert peaks.peak_tflops(name, "bf16-mixed") == pytest.approx(half)
+    assert flops.peak_tflops(name, "bf16-mixed") == pytest.approx(half)
 
 
 @pytest.mark.parametrize("name", [
@@ -82,11 +82,11 @@ def test_a_mig_instance_gets_its_share_of_the_gpus_peak(name, half):
     "NVIDIA A100-SXM4-40GB MIG 5g.30gb",  # no such profile
 ])
 def test_a_mig_instance_of_unknown_share_gets_no_peak_never_the_whole_gpus(name):
-    assert peaks.device_peaks(name) is None
-    assert peaks.peak(name, "bf16-mixed") == (None, None)
+    assert flops.device_peaks(name) is None
+    assert flops.peak(name, "bf16-mixed") == (None, None)
 
 
 def test_a_mig_instance_keeps_the_precision_columns():
     name = "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
-    assert peaks.peak(name, "32-true", matmul_tf32=True) == (pytest.approx(156.0 * 42 / 108), "tf32")
-    assert peaks.peak(name, "64-true") == (pytest.approx(19.5 * 42 / 108), "64")
+    assert flops.peak(name, "32-true", matmul_tf32=True) == (pytest.approx(156.0 * 42 / 108), "tf32")
+    assert flops.peak(name, "64-true") == (pytest.approx(19.5 * 42 / 108), "64")

@@ -4,7 +4,7 @@ from datetime import datetime
 
 import pytest
 
-from ddpscale.job.measure import timing as held
+from ddpscale.job.measure import timing
 from ddpscale.job.measure.timing import EpochTiming, steady_epochs
 
 
@@ -79,8 +79,8 @@ def test_samples_trained_counts_every_epoch_warm_up_included():
 
 
 def test_held_time_adds_the_earlier_attempts_to_this_ones():
-    assert held.held_s(earlier_s=120.0, since=1000.0, now=1030.0) == pytest.approx(150.0)
-    assert held.held_s(earlier_s=0.0, since=1000.0, now=990.0) == 0.0  # a clock step back adds nothing
+    assert timing.held_s(earlier_s=120.0, since=1000.0, now=1030.0) == pytest.approx(150.0)
+    assert timing.held_s(earlier_s=0.0, since=1000.0, now=990.0) == 0.0  # a clock step back adds nothing
 
 
 def test_a_resumed_run_carries_what_its_earlier_attempt_held_in_the_checkpoint():
@@ -99,24 +99,24 @@ def test_a_resumed_run_carries_what_its_earlier_attempt_held_in_the_checkpoint()
 
 
 def test_held_time_starts_at_the_slurm_job_on_slurm_only():
-    env = {held.JOB_START: "1000"}
-    assert held.started(env, 1060.0, on_slurm=True) == (1000.0, held.FROM_JOB)
+    env = {timing.JOB_START: "1000"}
+    assert timing.started(env, 1060.0, on_slurm=True) == (1000.0, timing.FROM_JOB)
     # the local launcher inside an allocation: the job's start is other runs' time
-    assert held.started(env, 1060.0, on_slurm=False) == (1060.0, held.FROM_PROCESS)
+    assert timing.started(env, 1060.0, on_slurm=False) == (1060.0, timing.FROM_PROCESS)
     # Slurm before 23.02 sets none: the controller is asked (scontrol), and without an answer
     # the process's start stands; a job "started" after its process is a clock apart
     asked = []
     env = {"SLURM_JOB_ID": "42"}
-    assert held.started(env, 1060.0, on_slurm=True, ask=lambda j: asked.append(j) or 1010.0) == (1010.0, held.FROM_JOB)
+    assert timing.started(env, 1060.0, on_slurm=True, ask=lambda j: asked.append(j) or 1010.0) == (1010.0, timing.FROM_JOB)
     assert asked == ["42"]
-    assert held.started(env, 1060.0, on_slurm=True, ask=lambda j: None) == (1060.0, held.FROM_PROCESS)
-    assert held.started({}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
-    assert held.started({held.JOB_START: "1100"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
-    assert held.started({held.JOB_START: "soon"}, 1060.0, on_slurm=True) == (1060.0, held.FROM_PROCESS)
+    assert timing.started(env, 1060.0, on_slurm=True, ask=lambda j: None) == (1060.0, timing.FROM_PROCESS)
+    assert timing.started({}, 1060.0, on_slurm=True) == (1060.0, timing.FROM_PROCESS)
+    assert timing.started({timing.JOB_START: "1100"}, 1060.0, on_slurm=True) == (1060.0, timing.FROM_PROCESS)
+    assert timing.started({timing.JOB_START: "soon"}, 1060.0, on_slurm=True) == (1060.0, timing.FROM_PROCESS)
 
 
 def test_held_time_starts_at_the_process_start_not_when_the_callback_is_built():
-    before = held.process_start()
+    before = timing.process_start()
     assert EpochTiming().held_since == before <= time.time()
 
 
@@ -124,7 +124,7 @@ def test_the_job_start_is_read_from_scontrol_as_slurm_writes_it():
     # one line of `scontrol show job -o` from the test cluster (Slurm 22.05)
     line = ("JobId=57 JobName=ddpscale UserId=root(0) JobState=RUNNING Reason=None SubmitTime=2026-11-25T01:02:00 "
             "EligibleTime=2026-11-25T01:02:00 StartTime=2026-11-25T01:02:03 EndTime=2026-11-25T03:02:03")
-    assert held.start_time(line) == datetime(2026, 11, 25, 1, 2, 3).timestamp()
-    assert held.start_time("JobId=57 StartTime=Unknown") is None
-    assert held.start_time("slurm_load_jobs error: Invalid job id specified") is None
-    assert held.scontrol_start(None) is None
+    assert timing.start_time(line) == datetime(2026, 11, 25, 1, 2, 3).timestamp()
+    assert timing.start_time("JobId=57 StartTime=Unknown") is None
+    assert timing.start_time("slurm_load_jobs error: Invalid job id specified") is None
+    assert timing.scontrol_start(None) is None

@@ -1,5 +1,5 @@
 """The baseline's compute at other per-device batches (ddpscale.job.probe.step) and
-Lightning's per-batch sync timed by the probe (stepprobe.sigterm_broadcast, stepprobe.measure)
+Lightning's per-batch sync timed by the probe (step_probe.sigterm_broadcast, step_probe.measure)
 (the batches the workflow asks for: tests/workflow/test_batchsizes.py)."""
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from ddpscale.job.probe import step as batchsizes
-from ddpscale.job.probe import step as stepprobe
+from ddpscale.job.probe import step as step_probe
 
 Pair = namedtuple("Pair", "x y")
 
@@ -24,18 +23,18 @@ def drawn(n_batches=3, size=4):
 
 
 def test_resized_batches_are_the_drawn_samples_in_order_wrapping_around():
-    out = batchsizes.resize(drawn(), 5, 3)  # 12 samples drawn
+    out = step_probe.resize(drawn(), 5, 3)  # 12 samples drawn
     assert [b[1].tolist() for b in out] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 0, 1, 2]]
     assert all(isinstance(b, tuple) and b[0].shape == (5, 1) for b in out)
-    assert batchsizes.resize(drawn(), 2, 2)[1][0].squeeze(1).tolist() == [2.0, 3.0]
+    assert step_probe.resize(drawn(), 2, 2)[1][0].squeeze(1).tolist() == [2.0, 3.0]
 
 
 def test_dicts_and_named_tuples_keep_their_structure():
     dicts = [{"x": x, "y": y} for x, y in drawn()]
-    out = batchsizes.resize(dicts, 8, 1)[0]
+    out = step_probe.resize(dicts, 8, 1)[0]
     assert set(out) == {"x", "y"} and out["y"].tolist() == list(range(8))
     pairs = [Pair(x, y) for x, y in drawn()]
-    out = batchsizes.resize(pairs, 6, 1)[0]
+    out = step_probe.resize(pairs, 6, 1)[0]
     assert isinstance(out, Pair) and out.y.tolist() == list(range(6))
 
 
@@ -45,7 +44,7 @@ def test_dicts_and_named_tuples_keep_their_structure():
 ])
 def test_a_batch_it_cannot_resize_says_why(batch, words):
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
-        batchsizes.resize([batch], 2, 1)
+        step_probe.resize([batch], 2, 1)
 
 
 class Tiny(pl.LightningModule):
@@ -68,12 +67,12 @@ class Tiny(pl.LightningModule):
 
 
 def runner(module):
-    return stepprobe.Runner(module, [torch.optim.SGD(module.parameters(), lr=1e-4)], torch.device("cpu"))
+    return step_probe.Runner(module, [torch.optim.SGD(module.parameters(), lr=1e-4)], torch.device("cpu"))
 
 
 def test_compute_is_timed_at_every_size_and_a_size_that_fails_is_na_with_its_reason():
     module = Tiny(limit=8)
-    rows = batchsizes.compute_by_batch(runner(module), drawn(), [16, 2, 4, 8, 4], 4, 0.123,
+    rows = step_probe.compute_by_batch(runner(module), drawn(), [16, 2, 4, 8, 4], 4, 0.123,
                                        steps=2, rounds=1, warmup=1)
     assert [r["batch_per_device"] for r in rows] == [2, 4, 8, 16]
     by = {r["batch_per_device"]: r for r in rows}
@@ -92,7 +91,7 @@ def test_the_probe_does_lightnings_sigterm_broadcast_as_lightning_does():
     assert "self._broadcast_sigterm_tensor()" in inspect.getsource(_TrainingEpochLoop.advance)
     lightning = inspect.getsource(_TrainingEpochLoop._broadcast_sigterm_tensor)
     assert "torch.distributed.broadcast(sigterm_tensor, src=0)" in lightning and "sigterm_tensor.item()" in lightning
-    ours = inspect.getsource(stepprobe.sigterm_broadcast)
+    ours = inspect.getsource(step_probe.sigterm_broadcast)
     assert "dist.broadcast(flag, src=0)" in ours and "flag.item()" in ours
 
 
@@ -107,9 +106,9 @@ def one_rank_group(tmp_path):
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_synced_blocks_are_timed_with_and_without_one_broadcast_per_batch(one_rank_group, monkeypatch, accumulate):
     calls = []
-    real = stepprobe.sigterm_broadcast
-    monkeypatch.setattr(stepprobe, "sigterm_broadcast", lambda device: (calls.append(device), real(device)))
-    step = stepprobe.measure(runner(Tiny()), drawn(), [0.001], 2, steps=4, rounds=3, warmup=1, accumulate=accumulate)
+    real = step_probe.sigterm_broadcast
+    monkeypatch.setattr(step_probe, "sigterm_broadcast", lambda device: (calls.append(device), real(device)))
+    step = step_probe.measure(runner(Tiny()), drawn(), [0.001], 2, steps=4, rounds=3, warmup=1, accumulate=accumulate)
     opt_steps = 4 // accumulate
     # one per micro-batch, as Lightning's loop does, in the loop_sync blocks only (warm-up + 3 rounds)
     assert len(calls) == (1 + 3 * opt_steps) * accumulate
@@ -119,8 +118,8 @@ def test_synced_blocks_are_timed_with_and_without_one_broadcast_per_batch(one_ra
 
 
 def test_one_rank_has_no_lightning_sync(monkeypatch):
-    monkeypatch.setattr(stepprobe, "sigterm_broadcast", lambda device: pytest.fail("one rank does not broadcast"))
-    step = stepprobe.measure(runner(Tiny()), drawn(), [0.001], 1, steps=2, rounds=1, warmup=1)
+    monkeypatch.setattr(step_probe, "sigterm_broadcast", lambda device: pytest.fail("one rank does not broadcast"))
+    step = step_probe.measure(runner(Tiny()), drawn(), [0.001], 1, steps=2, rounds=1, warmup=1)
     assert step["loop_sync_s"] == 0 and step["sync_step_with_loop_sync_s"] == step["compute_s"]
 
 

@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddpscale.job.probe import inrun as probecopy
-from ddpscale.job.probe import inrun as probing
+from ddpscale.job.probe import inrun
 from ddpscale.workloads.resident import ResidentBatches
 
 from helpers.probe import fit_with_probe
@@ -18,10 +17,10 @@ STEP = {"data_s": 0.005, "compute_s": 0.002, "sync_step_s": 0.003, "method": "ti
 
 
 def test_workers_hide_the_draw_behind_the_step_the_training_process_does_not():
-    hidden = probing.exposed_data_wait(STEP, beside_steps=True)
+    hidden = inrun.exposed_data_wait(STEP, beside_steps=True)
     assert hidden["data_drawn_s"] == 0.005 and hidden["data_s"] == pytest.approx(0.002)  # 5 ms - 3 ms step
-    assert probing.exposed_data_wait({**STEP, "data_s": 0.001}, beside_steps=True)["data_s"] == 0.0
-    whole = probing.exposed_data_wait(STEP, beside_steps=False)
+    assert inrun.exposed_data_wait({**STEP, "data_s": 0.001}, beside_steps=True)["data_s"] == 0.0
+    whole = inrun.exposed_data_wait(STEP, beside_steps=False)
     assert whole["data_s"] == whole["data_drawn_s"] == 0.005
     assert "workers" in hidden["data_method"] and "between steps" in whole["data_method"]
     assert hidden["compute_s"] == STEP["compute_s"] and hidden["method"] == "timed"  # the rest kept
@@ -29,10 +28,10 @@ def test_workers_hide_the_draw_behind_the_step_the_training_process_does_not():
 
 def test_only_dataloader_workers_load_beside_the_steps():
     data = TensorDataset(torch.zeros(8, 2))
-    assert not probing.loads_beside_steps(DataLoader(data))
-    assert probing.loads_beside_steps(DataLoader(data, num_workers=1))
-    assert not probing.loads_beside_steps(ResidentBatches((torch.zeros(8, 2),), 4, shuffle=False))
-    assert probing.loads_beside_steps({"a": DataLoader(data), "b": DataLoader(data, num_workers=2)})
+    assert not inrun.loads_beside_steps(DataLoader(data))
+    assert inrun.loads_beside_steps(DataLoader(data, num_workers=1))
+    assert not inrun.loads_beside_steps(ResidentBatches((torch.zeros(8, 2),), 4, shuffle=False))
+    assert inrun.loads_beside_steps({"a": DataLoader(data), "b": DataLoader(data, num_workers=2)})
 
 
 def test_the_probe_draws_training_s_own_resident_batches_on_the_run_s_device(data_file, monkeypatch, tmp_path):
@@ -43,13 +42,13 @@ def test_the_probe_draws_training_s_own_resident_batches_on_the_run_s_device(dat
 
     monkeypatch.chdir(tmp_path)
     seen = {}
-    source = probecopy.batch_source
+    source = inrun.batch_source
 
     def watched(view):
         seen["loader"], seen["device"] = view.train_dataloader, view.strategy.root_device
         return source(view)
 
-    monkeypatch.setattr(probecopy, "batch_source", watched)
+    monkeypatch.setattr(inrun, "batch_source", watched)
     probed, trainer = fit_with_probe(SpiralMLP(), SpiralDataModule(data_file, batch_size=32, resident=True))
     assert seen["loader"] is trainer.train_dataloader and isinstance(seen["loader"], ResidentBatches)
     assert all(t.device == seen["device"] for t in seen["loader"].tensors)

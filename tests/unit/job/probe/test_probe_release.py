@@ -12,9 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ddpscale.job import build
 from ddpscale.job.device import compiling
-from ddpscale.job.probe import inrun as probecopy
-from ddpscale.job.probe import inrun as probing
-from ddpscale.job.probe import step as stepprobe
+from ddpscale.job.probe import inrun
+from ddpscale.job.probe import step as step_probe
 from ddpscale.job.callbacks import ProbeBeforeTraining
 
 from helpers.probe import SMALL, run_args
@@ -39,10 +38,10 @@ class Tiny(pl.LightningModule):
 def test_the_probe_s_ddp_wrapper_optimizers_view_grads_and_hook_state_are_collected(one_rank_group):
     """Everything a probe under DDP holds, gone after free() (no gc.collect() here)."""
     trainer = build.build_trainer(run_args(), [])
-    run = probing._Probe(trainer, Tiny(), run_args(), dict(SMALL))
-    copied, run.view = probecopy.attach(trainer, run.module)
-    optimizers = probecopy.build_optimizers(run.view)
-    run.runner = stepprobe.Runner(copied, optimizers, run.device)
+    run = inrun._Probe(trainer, Tiny(), run_args(), dict(SMALL))
+    copied, run.view = inrun.attach(trainer, run.module)
+    optimizers = inrun.build_optimizers(run.view)
+    run.runner = step_probe.Runner(copied, optimizers, run.device)
     run.view.strategy.runner = run.runner
     run.batches, run.waits = [(torch.randn(4, 16), torch.arange(4))] * 2, [0.0, 0.0]
     run.runner.wrap()
@@ -86,8 +85,8 @@ def test_release_counts_peak_memory_from_training_on(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append(("reset", device)))
-    probing.release(torch.device("cuda", 1))
+    inrun.release(torch.device("cuda", 1))
     assert calls == ["empty_cache", ("reset", torch.device("cuda", 1))]
     calls.clear()
-    probing.release(torch.device("cpu"))
+    inrun.release(torch.device("cpu"))
     assert calls == []

@@ -1,5 +1,5 @@
-"""The probe's copy of the run's module and its view of the run's trainer (ddpscale.job
-.probecopy), in this process on one rank: modules written the ordinary Lightning way (a schedule
+"""The probe's copy of the run's module and its view of the run's trainer
+(ddpscale.job.probe.inrun), in this process on one rank: modules written the ordinary Lightning way (a schedule
 sized by self.trainer, a data module sharding from self.trainer, manual optimisation) probe
 as they train, the probe never touches the run's weights, optimizer, schedule or metrics, and
 a probe that cannot measure is recorded n/a while the run trains on."""
@@ -14,8 +14,7 @@ from torch.utils.data import DataLoader
 
 from ddpscale.job import build
 from ddpscale.job.device import compiling
-from ddpscale.job.probe import inrun as probecopy
-from ddpscale.job.probe import inrun as probing
+from ddpscale.job.probe import inrun
 
 from helpers.probe import fit_with_probe, run_args
 
@@ -33,8 +32,8 @@ def test_the_copy_sees_the_runs_trainer_and_keeps_its_own_training_state(usermod
     class Look(pl.Callback):
         def on_fit_start(self, trainer, pl_module):
             trainer.fit_loop.setup_data()
-            copied, view = probecopy.attach(trainer, pl_module)
-            optimizers = probecopy.build_optimizers(view)
+            copied, view = inrun.attach(trainer, pl_module)
+            optimizers = inrun.build_optimizers(view)
             seen.update(trainer=trainer, module=pl_module, copied=copied, view=view, optimizers=optimizers)
             # what the copy does to its trainer stays on the view; its log goes nowhere
             copied.trainer.should_stop = True
@@ -132,9 +131,9 @@ def test_a_failing_step_is_named_with_what_the_probe_was_doing(usermods):
 
 
 def test_reasons_name_the_rank_that_failed():
-    failure = probing.failure_of(RuntimeError("out of memory\ntraceback lines"), "drawing batches", 3)
+    failure = inrun.failure_of(RuntimeError("out of memory\ntraceback lines"), "drawing batches", 3)
     assert failure.reason == "RuntimeError: out of memory (in drawing batches, rank 3)"
-    assert probing.failure_of(KeyError(), "x", 0).reason == "KeyError:  (in x)"
+    assert inrun.failure_of(KeyError(), "x", 0).reason == "KeyError:  (in x)"
 
 
 def test_persistent_workers_keep_training_s_own_iterator(usermods):
@@ -158,11 +157,11 @@ def test_a_compiled_module_is_copied_with_its_own_methods_and_compiled_again(use
     C++ compiler is needed here.)"""
     model = compiling.wrap(usermods.cnn.SmallCNN(), "default")
     assert model.__dict__["training_step"] is not None  # what from_compiled left on the instance
-    eager = probecopy.eager_copy(model)
+    eager = inrun.eager_copy(model)
     assert eager._compiler_ctx is None and "training_step" not in eager.__dict__
     assert eager.training_step.__self__ is eager and eager.forward.__self__ is eager
     trainer = build.build_trainer(run_args(), [])
-    copied, view = probecopy.attach(trainer, model, "default")
+    copied, view = inrun.attach(trainer, model, "default")
     assert copied._compiler_ctx is not None and copied._compiler_ctx["original_training_step"].__self__ is copied
     assert model._compiler_ctx["original_training_step"].__self__ is model  # the run's, as it was
 
@@ -174,14 +173,14 @@ def test_the_copy_and_its_optimizers_are_freed_after_the_probe(usermods, monkeyp
     import weakref
 
     made = []
-    attach = probecopy.attach
+    attach = inrun.attach
 
     def watched(*args, **kwargs):
         copied, view = attach(*args, **kwargs)
         made.append(weakref.ref(copied))
         return copied, view
 
-    monkeypatch.setattr(probecopy, "attach", watched)
+    monkeypatch.setattr(inrun, "attach", watched)
     module, name = model_class.split(".")
     probed, trainer = fit_with_probe(getattr(getattr(usermods, module), name)(),
                                      usermods.imagedata.TrainerShardedImages(batch_size=16, train_samples=37))
@@ -193,5 +192,5 @@ def test_the_copy_keeps_each_submodule_s_mode(usermods):
     eval, say); the probe times the same steps."""
     model = usermods.cnn.SmallCNN()
     model.net[1].eval()
-    copied, _ = probecopy.attach(build.build_trainer(run_args(), []), model)
+    copied, _ = inrun.attach(build.build_trainer(run_args(), []), model)
     assert copied.training and not copied.net[1].training and copied.net[4].training

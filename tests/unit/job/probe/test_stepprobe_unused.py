@@ -1,7 +1,7 @@
 """The probe's steps under DDP whatever parameters a step uses: gradients cleared as Lightning
 clears them (the module's optimizer_zero_grad), no_sync() blocks followed by synchronised ones
 with parameters some steps leave unused (ddp.find_unused_parameters), DDP's static graph, and
-the settings the probe cannot time named in its reason (ddpscale.job.probe.step, probing).
+the settings the probe cannot time named in its reason (ddpscale.job.probe.step, inrun).
 
 DDP runs here on a gloo group of one rank in this process: its reducer keeps the same state of
 used parameters and the same checks on one rank as on several (two real ranks:
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from ddpscale.job.probe import inrun as probing
-from ddpscale.job.probe import step as stepprobe
+from ddpscale.job.probe import inrun
+from ddpscale.job.probe import step as step_probe
 
 
 class SkipsOnEvenBatches(pl.LightningModule):
@@ -48,9 +48,9 @@ def batches(n: int = 4) -> list:
     return [(torch.randn(8, 4, generator=gen), torch.randint(0, 2, (8,), generator=gen)) for _ in range(n)]
 
 
-def runner(module, **ddp) -> stepprobe.Runner:
+def runner(module, **ddp) -> step_probe.Runner:
     module.backward = lambda loss, *args, **kwargs: loss.backward()  # no trainer: Lightning's backward needs one
-    run = stepprobe.Runner(module, [torch.optim.SGD(module.parameters(), lr=0.1)], torch.device("cpu"),
+    run = step_probe.Runner(module, [torch.optim.SGD(module.parameters(), lr=0.1)], torch.device("cpu"),
                            ddp_kwargs=ddp)
     run.wrap()
     return run
@@ -64,14 +64,14 @@ def test_a_synchronised_block_after_no_sync_steps_with_unused_parameters_runs():
     module = SkipsOnEvenBatches()
     run = runner(module, find_unused_parameters=True)
     data = batches()
-    assert stepprobe.time_block(run, data, 2, synced=False) > 0
+    assert step_probe.time_block(run, data, 2, synced=False) > 0
     weight = module.block.weight.detach().clone()
-    assert stepprobe.time_block(run, data, 1, synced=True) > 0
+    assert step_probe.time_block(run, data, 1, synced=True) > 0
     # the timed step kept the module's gradients: the block, unused, got none, as in training,
     # and the optimizer left it as it was; the head got its own
     assert module.block.weight.grad is None and torch.equal(module.block.weight, weight)
     assert module.head.weight.grad is not None
-    assert stepprobe.time_block(run, data, 2, synced=True) > 0
+    assert step_probe.time_block(run, data, 2, synced=True) > 0
     assert module.block.weight.grad is not None  # step 1 used it
 
 
@@ -80,7 +80,7 @@ def test_the_probe_measures_a_module_whose_steps_leave_parameters_unused():
     """measure() rotates compute-only and synchronised blocks: every order works, and under
     no_sync() no gradient is all-reduced."""
     run = runner(SkipsOnEvenBatches(), find_unused_parameters=True)
-    step = stepprobe.measure(run, batches(), [0.0] * 4, 2, steps=3, rounds=3, warmup=2)
+    step = step_probe.measure(run, batches(), [0.0] * 4, 2, steps=3, rounds=3, warmup=2)
     assert step["compute_s"] > 0 and step["sync_step_s"] > 0
     assert step["allreduce_calls_per_batch_no_sync"] == 0 and step["allreduce_calls_per_batch"] > 0
 
@@ -94,7 +94,7 @@ def test_the_probe_measures_under_ddp_s_static_graph():
             x, y = batch
             return torch.nn.functional.cross_entropy(self.head(x + self.block(x)), y)
 
-    step = stepprobe.measure(runner(UsesAll(), static_graph=True), batches(), [0.0] * 4, 2, steps=2, rounds=2,
+    step = step_probe.measure(runner(UsesAll(), static_graph=True), batches(), [0.0] * 4, 2, steps=2, rounds=2,
                              warmup=1)
     assert step["compute_s"] > 0 and step["sync_step_s"] > 0
 
@@ -107,7 +107,7 @@ def test_gradients_are_cleared_by_the_module_s_own_hook_once_per_optimizer_step(
     set_to_none=False) keeps its way in the probe."""
     module = KeepsGradients()
     run = runner(module, find_unused_parameters=True)
-    stepprobe.time_block(run, batches(), 2, synced=True, accumulate=accumulate)
+    step_probe.time_block(run, batches(), 2, synced=True, accumulate=accumulate)
     assert module.cleared == [(0, 0), (0, accumulate)]
     assert module.block.weight.grad is not None  # zeroed, not set to None, by the module's choice
 
@@ -116,7 +116,7 @@ def test_an_error_of_ddp_that_a_setting_causes_names_the_setting():
     ddp = {"find_unused_parameters": False, "static_graph": True}
 
     def said(text: str, settings: dict, accumulate: int = 1) -> str:
-        return probing.failure_of(RuntimeError(text), "timing training steps under DDP", 0, settings, accumulate).reason
+        return inrun.failure_of(RuntimeError(text), "timing training steps under DDP", 0, settings, accumulate).reason
 
     unused = ("Expected to have finished reduction in the prior iteration before starting a new one. This error "
               "indicates that your module has parameters that were not used in producing loss.")

@@ -15,7 +15,7 @@ from helpers.workflow import ROOT
 from ddpscale.core import stats
 from ddpscale.report.figures import accuracy
 from ddpscale.report.verdict import caveats, recommendation
-from ddpscale.job.measure import accuracy as metriccheck
+from ddpscale.job.measure import accuracy as job_accuracy
 
 
 @pytest.mark.parametrize("name,way", [
@@ -116,15 +116,15 @@ def test_the_baseline_without_the_metric_leaves_accuracy_not_compared():
 
 
 def test_the_log_says_at_the_first_validation_whether_the_metric_is_there():
-    assert metriccheck.first_validation_line("valid/accuracy", {"valid/accuracy": 0.875}, False) == (
+    assert job_accuracy.first_validation_line("valid/accuracy", {"valid/accuracy": 0.875}, False) == (
         "ddpscale: accuracy.metric valid/accuracy is logged (0.875 after the first validation)")
-    later = metriccheck.first_validation_line("test_acc", {"val_loss": 0.3}, test_pass=True)
+    later = job_accuracy.first_validation_line("test_acc", {"val_loss": 0.3}, test_pass=True)
     assert "not logged by validation (it logged: val_loss); it may still come from the test pass" in later
-    missing = metriccheck.first_validation_line("valid/acc", {"valid/accuracy": 0.8, "valid/loss": 0.4}, False)
+    missing = job_accuracy.first_validation_line("valid/acc", {"valid/accuracy": 0.8, "valid/loss": 0.4}, False)
     assert missing.startswith("ddpscale: warning: accuracy.metric valid/acc is not logged (the first "
                               "validation logged: valid/accuracy, valid/loss)")
-    assert metriccheck.end_line("test_acc", {"test_acc": 0.5}) is None
-    assert "was not logged by this run (it logged: val_loss)" in metriccheck.end_line("test_acc", {"val_loss": 1.0})
+    assert job_accuracy.end_line("test_acc", {"test_acc": 0.5}) is None
+    assert "was not logged by this run (it logged: val_loss)" in job_accuracy.end_line("test_acc", {"val_loss": 1.0})
 
 
 @pytest.mark.parametrize("sd, repeats", [(0.0165, (36, 11, 4)), (0.0026, (3, 3, 3))])

@@ -20,8 +20,8 @@ def test_the_comm_term_is_the_gradient_in_ddp_s_buckets():
 def test_the_probe_reads_the_bucket_cap_the_run_s_ddp_was_given():
     from pytorch_lightning.strategies import DDPStrategy
 
-    from ddpscale.job.probe import inrun as probing
+    from ddpscale.job.probe import inrun
 
-    assert probing.bucket_cap_mb(DDPStrategy(bucket_cap_mb=50)) == 50
-    assert probing.bucket_cap_mb(DDPStrategy()) is None
-    assert probing.bucket_cap_mb(object()) is None  # one device: no DDP strategy
+    assert inrun.bucket_cap_mb(DDPStrategy(bucket_cap_mb=50)) == 50
+    assert inrun.bucket_cap_mb(DDPStrategy()) is None
+    assert inrun.bucket_cap_mb(object()) is None  # one device: no DDP strategy
