@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 for folder in ("scripts", "tests"):  # runnable outside pytest too
     sys.path.insert(0, str(ROOT / folder))
 
+from helpers.configs import rule  # noqa: E402
 from helpers.records import make_run, probe  # noqa: E402
 from helpers.report import run_report, write_fixtures  # noqa: E402
 
@@ -56,7 +57,8 @@ def runs() -> list[dict]:
             record = make_run(
                 topology, repeat=repeat, **GPU, measure="throughput", time_per_epoch_s=None,
                 throughput_samples_s=rate, window_throughput_samples_s=rate,
-                throughput_half_width=rate * share, stop_reason=reason, max_steps=2000, max_minutes=10,
+                throughput_half_width=rate * share, stop_reason=reason,
+                throughput=rule(max_steps=2000, max_minutes=10).settings(),
                 configured_epochs=50, samples_per_epoch=200_000, epoch_overhead_s=8.0, epoch_overheads_s=[8.0],
                 validates=False, checkpoint_save_s=[[0, 2.0]], warmup_excess_s=20.0, batch_per_device=32,
                 effective_batch=32 * world, fit_time_s=240.0, held_s=300.0, hosts=hosts(nodes),

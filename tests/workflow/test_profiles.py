@@ -44,7 +44,7 @@ def test_train_jobs_get_the_mapped_resources_and_launch(planned):
         for key, value in slurm_resources(topo, site).items():
             assert resources[key] == str(value), (profile, name, key)
         assert shell.startswith(launch_prefix(topo, site, WORKFLOW_PYTHON) + " scripts/train.py "), shell
-        flags = f"--nodes={topo.num_nodes} --devices={topo.devices_per_node} "
+        flags = f"--num-nodes={topo.num_nodes} --devices-per-node={topo.devices_per_node} "
         assert flags in shell
         assert f"--cluster-env={cluster_env(topo, site)} " in shell
 

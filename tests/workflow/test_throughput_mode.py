@@ -257,7 +257,7 @@ def test_the_epochs_size_comes_from_the_loader_else_from_the_whole_epochs_counte
     assert varied == {"samples_per_epoch": 580,
                       "samples_per_epoch_from": "the mean counted in 3 whole epochs, 578 to 583"}
     # samples that could not be counted give no size of an epoch either, where it was counted
-    timed = windows.WindowedThroughput(steadystate.Rule(window_steps=5), stop=True, batch_per_device=8)
+    timed = windows.WindowedThroughput(rule(window_steps=5), stop=True, batch_per_device=8)
     timed.loaders_record.pop("samples_per_epoch")  # as training's start does (on_train_start)
     timed.whole_epochs = [580]
     assert timed.section()["samples_per_epoch"] == 580
